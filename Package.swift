@@ -1,0 +1,70 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let package = Package(
+    name: "Ferry",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "FerryLog", targets: ["FerryLog"]),
+        .executable(name: "ferry-dump", targets: ["ferry-dump"]),
+        .executable(name: "ferry-bench", targets: ["ferry-bench"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        // C shims: bytes only, not API.
+        .systemLibrary(
+            name: "CLZ4",
+            pkgConfig: "liblz4",
+            providers: [.apt(["liblz4-dev"]), .brew(["lz4"])]
+        ),
+        .target(name: "CCRC32C"),
+
+        // The write-ahead log: segments, frames, records, LSNs, fsync, recovery.
+        .target(
+            name: "FerryLog",
+            dependencies: [
+                "CLZ4", "CCRC32C",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        .executableTarget(
+            name: "ferry-dump",
+            dependencies: [
+                "FerryLog",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+
+        // Peers for the bench only; the libraries never link them.
+        .systemLibrary(name: "CLevelDB", path: "Benchmarks/CLevelDB", providers: [.apt(["libleveldb-dev"])]),
+        .systemLibrary(name: "CSQLite", path: "Benchmarks/CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .executableTarget(
+            name: "ferry-bench",
+            dependencies: [
+                "FerryLog", "CLZ4", "CCRC32C", "CLevelDB", "CSQLite",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Benchmarks/ferry-bench"
+        ),
+
+        // Tests
+        .target(
+            name: "FerryTestSupport",
+            dependencies: ["FerryLog"],
+            path: "Tests/FerryTestSupport"
+        ),
+        .executableTarget(
+            name: "ferry-crash-child",
+            dependencies: ["FerryLog", "FerryTestSupport"],
+            path: "Tests/ferry-crash-child"
+        ),
+        .testTarget(
+            name: "FerryLogTests",
+            dependencies: ["FerryLog", "CCRC32C", "FerryTestSupport", "ferry-crash-child", "ferry-dump"]
+        ),
+    ]
+)
