@@ -1,0 +1,45 @@
+/// A log sequence number: the position of one record in the log.
+///
+/// The first record of a store has LSN 1; every appended record gets the next number, with no
+/// gaps, across segments and restarts.
+public struct LSN: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible,
+    ExpressibleByIntegerLiteral, Codable
+{
+    public var rawValue: UInt64
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+    public init(_ value: UInt64) { self.rawValue = value }
+    public init(integerLiteral value: UInt64) { self.rawValue = value }
+
+    public static func < (a: LSN, b: LSN) -> Bool { a.rawValue < b.rawValue }
+    public static func + (a: LSN, n: UInt64) -> LSN { LSN(a.rawValue + n) }
+    public static func - (a: LSN, n: UInt64) -> LSN { LSN(a.rawValue - n) }
+
+    /// The LSN of a store's first record.
+    public static let first = LSN(1)
+
+    public var description: String { String(rawValue) }
+
+    public init(from decoder: any Decoder) throws { rawValue = try UInt64(from: decoder) }
+    public func encode(to encoder: any Encoder) throws { try rawValue.encode(to: encoder) }
+}
+
+/// The 16-byte identity of a store, fixed when the store is created and written into every
+/// segment header. A segment with another store's id is refused.
+public struct StoreID: Hashable, Sendable, CustomStringConvertible {
+    public var high: UInt64
+    public var low: UInt64
+    public init(high: UInt64, low: UInt64) { self.high = high; self.low = low }
+
+    static func random() -> StoreID {
+        var g = SystemRandomNumberGenerator()
+        return StoreID(high: g.next(), low: g.next())
+    }
+
+    /// 32 lowercase hex digits.
+    public var description: String { hex(high) + hex(low) }
+}
+
+func hex(_ v: UInt64, width: Int = 16) -> String {
+    let s = String(v, radix: 16)
+    return String(repeating: "0", count: max(0, width - s.count)) + s
+}

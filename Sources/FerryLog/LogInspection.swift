@@ -1,0 +1,53 @@
+/// A read-only look at a store, for tools such as `ferry-dump`: it takes no lock and changes
+/// nothing, so it works while another process has the store open (the newest segment's last
+/// frame may then be reported as a torn tail until it is completely written).
+public struct LogInspection: Sendable {
+    /// One segment's figures.
+    public struct Segment: Sendable {
+        public var info: SegmentInfo
+        public var fileSize: Int64
+        public var dataFrames: Int
+        public var records: UInt64
+        /// Bytes of frame bodies as stored (compressed) and before compression.
+        public var storedBodyBytes: Int64
+        public var rawBodyBytes: Int64
+    }
+
+    public let path: String
+    public let storeID: StoreID?
+    /// Segments from the start of the log, oldest first.
+    public let segments: [Segment]
+    /// Every problem found, in log order.
+    public let problems: [StoreProblem]
+    /// Files that are not part of the log proper (temporary files, segments before the start).
+    public let leftovers: [String]
+    let directory: StoreDirectory
+
+    /// Scans the store at `path`.
+    /// - Parameter deep: also decompress every frame and check its records.
+    public static func inspect(_ path: String, deep: Bool = true) throws -> LogInspection {
+        let dir = StoreDirectory(path: path, system: .live)
+        let scan = try StoreScan.scan(dir, deep: deep, resync: false)
+        return LogInspection(
+            path: path, storeID: scan.storeID,
+            segments: scan.segments.map {
+                Segment(info: SegmentInfo(scan: $0), fileSize: $0.fileSize, dataFrames: $0.dataFrames, records: $0.records,
+                        storedBodyBytes: $0.storedBodyBytes, rawBodyBytes: $0.rawBodyBytes)
+            },
+            problems: scan.problems, leftovers: scan.temporaryFiles + scan.obsolete, directory: dir)
+    }
+
+    /// The first problem: what `ferry-dump verify` reports. Nil when the store is sound.
+    public var firstProblem: StoreProblem? { problems.first }
+
+    public var firstLSN: LSN? { segments.first?.info.firstLSN }
+    /// The LSN after the last readable record.
+    public var nextLSN: LSN? { segments.last?.info.nextLSN }
+
+    /// Calls `body` for each readable record from `start` through `end`.
+    public func forEachRecord(from start: LSN = .first, through end: LSN? = nil, _ body: (RecordView) throws -> Void) throws {
+        let infos = segments.map(\.info)
+        guard let first = infos.first?.firstLSN else { return }
+        _ = try SegmentReading.read(directory, segments: infos, from: max(start, first), through: end ?? LSN(UInt64.max - 1), body)
+    }
+}

@@ -1,0 +1,189 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A problem found in a store, with the file and byte offset where it is.
+public struct StoreProblem: Sendable, Equatable, CustomStringConvertible {
+    /// Whether an open recovers from it by itself.
+    public enum Severity: String, Sendable, Equatable {
+        /// A torn tail: the end of the newest segment holds an incomplete or damaged frame with
+        /// nothing valid after it. An open truncates it.
+        case tornTail = "torn tail"
+        /// Damage an open refuses (unless it salvages).
+        case corruption
+        /// A format version, codec or frame type this build does not read. An open refuses it.
+        case unsupported
+    }
+    public var severity: Severity
+    /// The segment (or other file) name, relative to the store directory.
+    public var file: String
+    public var offset: Int64
+    public var message: String
+
+    public var description: String { "\(severity) in \(file) at offset \(offset): \(message)" }
+}
+
+/// A read-only scan of a whole store: every segment's header, frames and seal, the continuity
+/// of LSNs from segment to segment, and the start marker. Recovery and `ferry-dump` both use it.
+struct StoreScan: Sendable {
+    var directory: StoreDirectory
+    var storeID: StoreID?
+    var start: StartMarker?
+    /// Segments from the log's start, in sequence order.
+    var segments: [SegmentScan] = []
+    /// Segment files before the start marker (left by an interrupted deletion).
+    var obsolete: [String] = []
+    var temporaryFiles: [String] = []
+    /// Every problem, in log order. The first one is what `verify` reports.
+    var problems: [StoreProblem] = []
+    /// LSN ranges lost between segments or before the first one: (after segment index or nil for
+    /// the front, first lost LSN, count, reason).
+    var gaps: [Gap] = []
+
+    struct Gap: Sendable {
+        /// The index of the segment the gap follows; nil for a gap before the first segment.
+        var after: Int?
+        var firstLSN: LSN
+        var count: UInt64
+        var reason: String
+    }
+
+    var nextLSN: LSN { segments.last?.nextLSN ?? start?.firstLSN ?? .first }
+    var isEmpty: Bool { segments.isEmpty && start == nil }
+
+    /// The torn tail an open would truncate: the newest segment's tail problem.
+    var tornTail: StoreProblem? { problems.first { $0.severity == .tornTail } }
+    /// The first problem an open refuses.
+    var blockingProblem: StoreProblem? { problems.first { $0.severity != .tornTail } }
+    var unsupportedProblem: StoreProblem? { problems.first { $0.severity == .unsupported } }
+
+    /// Scans the store at `directory` without modifying anything.
+    static func scan(_ directory: StoreDirectory, deep: Bool, resync: Bool) throws -> StoreScan {
+        var s = StoreScan(directory: directory)
+        var found: [(seq: UInt64, lsn: LSN, name: String)] = []
+        for name in try directory.list() {
+            if let (seq, lsn) = LogFormat.parseSegmentName(name) {
+                found.append((seq, lsn, name))
+            } else if name.hasSuffix(LogFormat.temporarySuffix) {
+                s.temporaryFiles.append(name)
+            }
+        }
+        found.sort { $0.seq < $1.seq }
+
+        if directory.exists(LogFormat.startFileName) {
+            let bytes = try readSmallFile(directory, LogFormat.startFileName, limit: LogFormat.startFileSize + 1)
+            switch StartMarker.decode(bytes) {
+            case .valid(let m): s.start = m
+            case .unsupported(let why):
+                s.problems.append(StoreProblem(severity: .unsupported, file: LogFormat.startFileName, offset: 0, message: why))
+                return s
+            case .corrupt(let why):
+                s.problems.append(StoreProblem(severity: .corruption, file: LogFormat.startFileName, offset: 0, message: why))
+                if !resync { return s }
+            }
+        }
+        if let start = s.start {
+            s.obsolete = found.filter { $0.seq < start.seq }.map(\.name)
+            found.removeAll { $0.seq < start.seq }
+            s.storeID = start.storeID
+        }
+        for i in found.indices.dropFirst() where found[i].seq == found[i - 1].seq {
+            s.problems.append(StoreProblem(severity: .corruption, file: found[i].name, offset: 0,
+                message: "two segment files have sequence number \(found[i].seq) (\(found[i - 1].name))"))
+            return s
+        }
+
+        // The front of the log.
+        let expectedFirst = s.start?.firstLSN ?? .first
+        if let first = found.first, first.lsn != expectedFirst {
+            if first.lsn > expectedFirst {
+                let count = first.lsn.rawValue - expectedFirst.rawValue
+                let why = "records \(expectedFirst)–\(first.lsn - 1) are missing: the log should start at LSN \(expectedFirst) but its first segment starts at \(first.lsn) (a segment file is missing)"
+                s.problems.append(StoreProblem(severity: .corruption, file: first.name, offset: 0, message: why))
+                s.gaps.append(Gap(after: nil, firstLSN: expectedFirst, count: count, reason: why))
+            } else {
+                s.problems.append(StoreProblem(severity: .corruption, file: first.name, offset: 0,
+                    message: "the first segment starts at LSN \(first.lsn), before the log's start at \(expectedFirst)"))
+            }
+            if !resync { return s }
+        } else if found.isEmpty, let start = s.start {
+            s.problems.append(StoreProblem(severity: .corruption, file: LogFormat.startFileName, offset: 0,
+                message: "the log starts at segment \(start.seq) (LSN \(start.firstLSN)) but no segment files exist"))
+            return s
+        }
+
+        for (i, f) in found.enumerated() {
+            let isNewest = i == found.count - 1
+            let seg = try SegmentScanner.scan(directory: directory, name: f.name, seq: f.seq, firstLSN: f.lsn,
+                                              options: .init(isNewest: isNewest, deep: deep, resync: resync))
+            if let h = seg.header {
+                if let id = s.storeID, id != h.storeID {
+                    s.problems.append(StoreProblem(severity: .corruption, file: f.name, offset: 0,
+                        message: "the segment belongs to store \(h.storeID), not \(id)"))
+                    if !resync { return s }
+                }
+                s.storeID = s.storeID ?? h.storeID
+            }
+            if let p = seg.problem {
+                let severity: StoreProblem.Severity = switch p.kind {
+                case .tail: .tornTail
+                case .corruption: .corruption
+                case .unsupported: .unsupported
+                }
+                s.problems.append(StoreProblem(severity: severity, file: f.name, offset: p.offset, message: p.message))
+                if severity == .unsupported || (severity == .corruption && !resync) {
+                    s.segments.append(seg)
+                    return s
+                }
+            }
+            if !isNewest && !seg.sealed && seg.problem == nil {
+                s.problems.append(StoreProblem(severity: .corruption, file: f.name, offset: seg.validEnd,
+                    message: "the segment ends at offset \(seg.validEnd) without a seal, but newer segments exist: its tail is missing"))
+                if !resync { s.segments.append(seg); return s }
+            }
+            if let prev = s.segments.last {
+                let expected = prev.nextLSN
+                if seg.firstLSN != expected {
+                    if seg.firstLSN > expected {
+                        let count = seg.firstLSN.rawValue - expected.rawValue
+                        let why = "records \(expected)–\(seg.firstLSN - 1) are missing between \(prev.name) and \(f.name) (a segment file is missing or truncated)"
+                        // A clean, sealed predecessor means whole segments are missing; otherwise the
+                        // predecessor's own problem (damage, or no seal) already reported the gap.
+                        if prev.problem == nil && prev.sealed {
+                            s.problems.append(StoreProblem(severity: .corruption, file: f.name, offset: 0, message: why))
+                        }
+                        s.gaps.append(Gap(after: s.segments.count - 1, firstLSN: expected, count: count, reason: why))
+                    } else {
+                        s.problems.append(StoreProblem(severity: .corruption, file: f.name, offset: 0,
+                            message: "the segment starts at LSN \(seg.firstLSN) but the previous one ends at \(expected - 1)"))
+                    }
+                    if !resync { s.segments.append(seg); return s }
+                }
+            }
+            s.segments.append(seg)
+        }
+        return s
+    }
+
+    /// A summary a person can read: the first problem, or that the store is sound.
+    var verdict: String {
+        if let p = blockingProblem ?? tornTail { return p.description }
+        return "sound"
+    }
+}
+
+func readSmallFile(_ directory: StoreDirectory, _ name: String, limit: Int) throws -> [UInt8] {
+    let file = try directory.open(name, flags: O_RDONLY)
+    var bytes = [UInt8](repeating: 0, count: limit)
+    let n: Int
+    switch bytes.withUnsafeMutableBytes({ directory.system.preadFully(file.fd, $0, at: 0) }) {
+    case .success(let c): n = c
+    case .failure(let e): throw LogError.io("read", path: file.path, e)
+    }
+    bytes.removeSubrange(n...)
+    return bytes
+}
