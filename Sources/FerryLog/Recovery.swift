@@ -68,6 +68,7 @@ enum Recovery {
                 // Drop the old seal: holes must come before the (re-written) seal.
                 pieces[pieces.count - 1] = .frames(offset: o, size: n - Int64(LogFormat.frameHeaderSize))
             }
+            let lossesBefore = report.salvaged.count
             for piece in pieces {
                 switch piece {
                 case .frames(let offset, let size):
@@ -91,12 +92,12 @@ enum Recovery {
                 next = gap.firstLSN + gap.count
                 report.salvaged.append(.init(segment: seg.name, offset: seg.validEnd,
                                              lsns: gap.firstLSN.rawValue..<next.rawValue, reason: gap.reason))
-            } else if seg.problem != nil, seg.validEnd < seg.fileSize, !isNewest {
-                report.salvaged.append(.init(segment: seg.name, offset: seg.validEnd, lsns: next.rawValue..<next.rawValue,
-                                             reason: seg.problem!.message))
-            } else if seg.problem != nil || seg.header == nil {
-                report.salvaged.append(.init(segment: seg.name, offset: seg.problem?.offset ?? 0,
-                                             lsns: next.rawValue..<next.rawValue, reason: seg.problem?.message ?? "damaged header"))
+            }
+            if report.salvaged.count == lossesBefore {
+                // Only structure was rebuilt (a header, a seal): no records were lost.
+                let why = seg.problem?.message ?? "the segment ends without a seal, but newer segments exist"
+                report.salvaged.append(.init(segment: seg.name, offset: seg.problem?.offset ?? seg.validEnd,
+                                             lsns: next.rawValue..<next.rawValue, reason: why))
             }
             if !isNewest || seg.sealed {
                 bytes.append(contentsOf: FrameHeader.seal(nextLSN: next).bytes)

@@ -4,14 +4,14 @@ extension WriteAheadLog {
     /// reaches it. Every frame's checksums are verified as it is read.
     ///
     /// - Parameters:
-    ///   - start: the first LSN wanted; at least ``firstLSN``.
+    ///   - start: the first LSN wanted; nil for the oldest kept (``firstLSN``).
     ///   - end: the last LSN wanted; nil for everything written.
     ///   - body: receives each record; its payload is valid only during the call.
     /// - Throws: ``LogError`` — ``LogError/Code/recordsUnavailable`` when `start` is below
     ///   ``firstLSN`` or a segment is deleted while being read, ``LogError/Code/corruption``
     ///   naming file and offset, or whatever `body` throws.
-    public func forEachRecord(from start: LSN = .first, through end: LSN? = nil, _ body: (RecordView) throws -> Void) throws {
-        var next = start
+    public func forEachRecord(from start: LSN? = nil, through end: LSN? = nil, _ body: (RecordView) throws -> Void) throws {
+        var next = start ?? firstLSN
         let last = end ?? LSN(UInt64.max - 1)
         while next <= last {
             let (segments, first, written) = shared.withLock { s in (s.segments, s.firstLSN, s.writtenLSN) }
@@ -26,7 +26,7 @@ extension WriteAheadLog {
     }
 
     /// Owned copies of the records from `start` through `end` (see ``forEachRecord(from:through:_:)``).
-    public func records(from start: LSN = .first, through end: LSN? = nil) throws -> [LogRecord] {
+    public func records(from start: LSN? = nil, through end: LSN? = nil) throws -> [LogRecord] {
         var out: [LogRecord] = []
         try forEachRecord(from: start, through: end) { out.append($0.record) }
         return out
