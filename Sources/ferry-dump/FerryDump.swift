@@ -1,0 +1,237 @@
+import ArgumentParser
+import FerryLog
+import Foundation
+
+@main
+struct FerryDump: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ferry-dump",
+        abstract: "Inspect a Ferry store. Read-only: takes no lock, changes nothing, and works while another process has the store open.",
+        discussion: """
+            Exit codes: 0 success (for verify: the store is sound); 1 verify found a torn tail, which an open \
+            recovers by truncating it; 2 verify found corruption, which an open refuses (unless it salvages); \
+            3 the store uses a format this build does not read; 4 the store could not be read (missing, unreadable); \
+            64 bad arguments.
+            While a writer is appending, the frame it is writing may show as a torn tail.
+            """,
+        subcommands: [List.self, Records.self, Verify.self, Stats.self]
+    )
+}
+
+enum ExitStatus {
+    static let tornTail: Int32 = 1
+    static let corruption: Int32 = 2
+    static let unsupported: Int32 = 3
+    static let unreadable: Int32 = 4
+}
+
+struct StoreOptions: ParsableArguments {
+    @Argument(help: "The store directory.")
+    var directory: String
+
+    @Flag(help: "Print JSON instead of text.")
+    var json = false
+
+    func inspect(deep: Bool) throws -> LogInspection {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+            printError("ferry-dump: \(directory) is not a directory")
+            throw ExitCode(ExitStatus.unreadable)
+        }
+        do {
+            return try LogInspection.inspect(directory, deep: deep)
+        } catch let e as LogError {
+            printError("ferry-dump: \(e)")
+            throw ExitCode(e.code == .unsupportedFormat ? ExitStatus.unsupported : ExitStatus.unreadable)
+        }
+    }
+}
+
+func printError(_ s: String) {
+    FileHandle.standardError.write(Data((s + "\n").utf8))
+}
+
+/// Prints one JSON value per line.
+func printJSON(_ value: some Encodable) throws {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    print(String(decoding: try encoder.encode(value), as: UTF8.self))
+}
+
+struct ProblemJSON: Encodable {
+    var severity: String
+    var recoverable: Bool
+    var file: String
+    var offset: Int64
+    var message: String
+
+    init(_ p: StoreProblem) {
+        severity = p.severity.rawValue
+        recoverable = p.severity == .tornTail
+        file = p.file
+        offset = p.offset
+        message = p.message
+    }
+}
+
+extension FerryDump {
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the segments: LSN ranges, sizes, frames, sealed or not.")
+        @OptionGroup var store: StoreOptions
+
+        struct Row: Encodable {
+            var name: String, seq: UInt64, firstLSN: UInt64, lastLSN: UInt64?, bytes: Int64, frames: Int, records: UInt64, sealed: Bool
+        }
+
+        func run() throws {
+            let inspection = try store.inspect(deep: false)
+            let rows = inspection.segments.map { s in
+                Row(name: s.info.name, seq: s.info.seq, firstLSN: s.info.firstLSN.rawValue,
+                    lastLSN: s.info.nextLSN > s.info.firstLSN ? s.info.nextLSN.rawValue - 1 : nil,
+                    bytes: s.fileSize, frames: s.dataFrames, records: s.records, sealed: s.info.sealed)
+            }
+            if store.json {
+                for r in rows { try printJSON(r) }
+            } else {
+                print(pad("segment", 38) + pad("first LSN", 12) + pad("last LSN", 12) + pad("bytes", 12) + pad("frames", 8) + pad("records", 10) + "sealed")
+                for r in rows {
+                    print(pad(r.name, 38) + pad("\(r.firstLSN)", 12) + pad(r.lastLSN.map(String.init) ?? "-", 12) + pad("\(r.bytes)", 12)
+                          + pad("\(r.frames)", 8) + pad("\(r.records)", 10) + (r.sealed ? "yes" : "no"))
+                }
+            }
+            for p in inspection.problems { printError("ferry-dump: note: \(p)") }
+        }
+    }
+
+    struct Records: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print records with LSN, kind, size and payload (hex).")
+        @OptionGroup var store: StoreOptions
+        @Option(help: "The first LSN to print.") var from: UInt64 = 1
+        @Option(help: "The last LSN to print.") var to: UInt64?
+
+        struct Row: Encodable {
+            var lsn: UInt64, kind: UInt8, size: Int, payload: String
+        }
+
+        func run() throws {
+            let inspection = try store.inspect(deep: false)
+            do {
+                try inspection.forEachRecord(from: LSN(from), through: to.map { LSN($0) }) { r in
+                    let hex = hexString(r.payload)
+                    if store.json {
+                        try printJSON(Row(lsn: r.lsn.rawValue, kind: r.kind, size: r.payload.count, payload: hex))
+                    } else {
+                        print("\(r.lsn)\tkind=\(r.kind)\tsize=\(r.payload.count)\t\(hex)")
+                    }
+                }
+            } catch let e as LogError {
+                printError("ferry-dump: stopped: \(e)")
+                throw ExitCode(e.code == .corruption ? ExitStatus.corruption : ExitStatus.unreadable)
+            }
+            if let p = inspection.firstProblem { printError("ferry-dump: records end before: \(p)") }
+        }
+    }
+
+    struct Verify: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Check every checksum, frame and record; exit 0 when the store is sound, else report the first problem.")
+        @OptionGroup var store: StoreOptions
+
+        struct Report: Encodable {
+            var sound: Bool
+            var segments: Int
+            var records: UInt64
+            var problem: ProblemJSON?
+        }
+
+        func run() throws {
+            let inspection = try store.inspect(deep: true)
+            let records = inspection.segments.map(\.records).reduce(UInt64(0), +)
+            let problem = inspection.firstProblem
+            if store.json {
+                try printJSON(Report(sound: problem == nil, segments: inspection.segments.count, records: records, problem: problem.map(ProblemJSON.init)))
+            } else if let p = problem {
+                let what = switch p.severity {
+                case .tornTail: "torn tail (recoverable: an open truncates it)"
+                case .corruption: "corruption (an open refuses the store unless it salvages)"
+                case .unsupported: "unsupported format (an open refuses the store)"
+                }
+                print("\(what) in \(p.file) at offset \(p.offset): \(p.message)")
+            } else {
+                print("sound: \(inspection.segments.count) segment(s), \(records) record(s)")
+            }
+            if let p = problem {
+                let status: Int32 = switch p.severity {
+                case .tornTail: ExitStatus.tornTail
+                case .corruption: ExitStatus.corruption
+                case .unsupported: ExitStatus.unsupported
+                }
+                throw ExitCode(status)
+            }
+        }
+    }
+
+    struct Stats: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Records, bytes on disk and uncompressed, compression ratio, LSN range.")
+        @OptionGroup var store: StoreOptions
+
+        struct Report: Encodable {
+            var segments: Int
+            var records: UInt64
+            var firstLSN: UInt64?
+            var lastLSN: UInt64?
+            var bytesOnDisk: Int64
+            var segmentBytes: Int64
+            var storedBodyBytes: Int64
+            var uncompressedBodyBytes: Int64
+            var compressionRatio: Double
+        }
+
+        func run() throws {
+            let inspection = try store.inspect(deep: false)
+            let stored = inspection.segments.map(\.storedBodyBytes).reduce(0, +)
+            let raw = inspection.segments.map(\.rawBodyBytes).reduce(0, +)
+            let segmentBytes = inspection.segments.map(\.fileSize).reduce(0, +)
+            let report = Report(
+                segments: inspection.segments.count, records: inspection.segments.map(\.records).reduce(UInt64(0), +),
+                firstLSN: inspection.firstLSN?.rawValue,
+                lastLSN: inspection.nextLSN.flatMap { n in inspection.firstLSN.flatMap { n > $0 ? n.rawValue - 1 : nil } },
+                bytesOnDisk: directoryBytes(store.directory), segmentBytes: segmentBytes,
+                storedBodyBytes: stored, uncompressedBodyBytes: raw,
+                compressionRatio: stored > 0 ? Double(raw) / Double(stored) : 1)
+            if store.json {
+                try printJSON(report)
+            } else {
+                print("segments:            \(report.segments)")
+                print("records:             \(report.records)")
+                print("LSN range:           \(report.firstLSN.map(String.init) ?? "-")...\(report.lastLSN.map(String.init) ?? "-")")
+                print("bytes on disk:       \(report.bytesOnDisk) (segments \(report.segmentBytes))")
+                print("record bytes:        \(report.uncompressedBodyBytes) uncompressed, \(report.storedBodyBytes) stored")
+                print("compression ratio:   \(String(format: "%.2f", report.compressionRatio))x")
+            }
+            for p in inspection.problems { printError("ferry-dump: note: \(p)") }
+        }
+    }
+}
+
+func pad(_ s: String, _ width: Int) -> String { s.count >= width ? s + " " : s + String(repeating: " ", count: width - s.count) }
+
+func hexString(_ bytes: UnsafeRawBufferPointer) -> String {
+    let digits = Array("0123456789abcdef".utf8)
+    var out = [UInt8]()
+    out.reserveCapacity(bytes.count * 2)
+    for b in bytes {
+        out.append(digits[Int(b >> 4)])
+        out.append(digits[Int(b & 15)])
+    }
+    return String(decoding: out, as: UTF8.self)
+}
+
+func directoryBytes(_ path: String) -> Int64 {
+    var total: Int64 = 0
+    let e = FileManager.default.enumerator(atPath: path)
+    while let rel = e?.nextObject() as? String {
+        if let size = try? FileManager.default.attributesOfItem(atPath: path + "/" + rel)[.size] as? NSNumber { total += size.int64Value }
+    }
+    return total
+}
