@@ -62,9 +62,17 @@ let package = Package(
             dependencies: ["FerryLog", "FerryTestSupport"],
             path: "Tests/ferry-crash-child"
         ),
+        .executableTarget(
+            name: "ferry-fixtures",
+            dependencies: ["FerryLog", "FerryTestSupport"],
+            path: "Tests/ferry-fixtures"
+        ),
         .testTarget(
             name: "FerryLogTests",
-            dependencies: ["FerryLog", "CCRC32C", "FerryTestSupport", "ferry-crash-child", "ferry-dump"]
+            dependencies: [
+                "FerryLog", "CCRC32C", "FerryTestSupport", "ferry-crash-child", "ferry-dump",
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
     ]
 )

@@ -200,7 +200,7 @@ import Testing
         let dir = try TemporaryDirectory()
         let log = try WriteAheadLog.open(at: dir.path, options: testOptions(.fsync, segmentSize: 8192))
         let writer = Task {
-            try await appendPosts(log, 0..<1500, batchSize: 3)
+            _ = try await appendPosts(log, 0..<1500, batchSize: 3)
         }
         var seen = 0
         var lastLSN = LSN(0)

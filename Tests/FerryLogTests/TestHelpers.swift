@@ -1,11 +1,13 @@
 @_spi(Testing) import FerryLog
 import FerryTestSupport
+import Logging
 import Testing
 
 /// Options for small, fast test stores.
 func testOptions(_ durability: Durability = .fsync, segmentSize: Int = 64 << 10) -> LogOptions {
     var o = LogOptions(durability: durability, segmentSize: segmentSize)
     o.frameTargetSize = 4096
+    o.logger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })  // failures are expected here
     return o
 }
 
@@ -59,4 +61,47 @@ func logError(sourceLocation: SourceLocation = #_sourceLocation, _ body: () thro
         Issue.record("expected a LogError, got \(error)", sourceLocation: sourceLocation)
         return nil
     }
+}
+
+/// Frame boundaries of a segment file, parsed the way FORMAT.md describes (independently of the
+/// log's own reader): (offset, frame type, stored length, first LSN, record count).
+struct ParsedFrame {
+    var offset: Int
+    var type: UInt8
+    var storedLength: Int
+    var firstLSN: UInt64
+    var records: Int
+    var end: Int { offset + 32 + storedLength }
+}
+
+func parseFrames(_ bytes: [UInt8]) -> [ParsedFrame] {
+    func u32(_ o: Int) -> Int { Int(bytes[o]) | Int(bytes[o + 1]) << 8 | Int(bytes[o + 2]) << 16 | Int(bytes[o + 3]) << 24 }
+    func u64(_ o: Int) -> UInt64 { (0..<8).reduce(UInt64(0)) { $0 | UInt64(bytes[o + $1]) << (8 * $1) } }
+    var frames: [ParsedFrame] = []
+    var o = 64
+    while o + 32 <= bytes.count {
+        let f = ParsedFrame(offset: o, type: bytes[o + 4], storedLength: u32(o + 8), firstLSN: u64(o + 16), records: u32(o + 24))
+        guard f.end <= bytes.count else { break }
+        frames.append(f)
+        o = f.end
+    }
+    return frames
+}
+
+/// A store of `segments`+ sealed segments: posts appended one per batch (one frame each).
+func multiSegmentStore(records: Int = 400, segmentSize: Int = 8192) async throws -> TemporaryDirectory {
+    try await writeStore(records, batchSize: 1, options: testOptions(.fsync, segmentSize: segmentSize))
+}
+
+/// Writes a copy of `files` (name → bytes) into a fresh directory.
+func storeWith(_ files: [String: [UInt8]]) throws -> TemporaryDirectory {
+    let dir = try TemporaryDirectory()
+    for (name, bytes) in files { try Files.write(dir.sub(name), bytes) }
+    return dir
+}
+
+func readStore(_ dir: TemporaryDirectory) throws -> [String: [UInt8]] {
+    var out: [String: [UInt8]] = [:]
+    for name in try segmentFiles(dir.path) { out[name] = try Files.read(dir.sub(name)) }
+    return out
 }

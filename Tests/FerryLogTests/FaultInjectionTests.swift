@@ -1,0 +1,173 @@
+@_spi(Testing) import FerryLog
+import FerryTestSupport
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Fails chosen system calls once armed. The log under test makes every call through it.
+final class Faults: Sendable {
+    enum Call: Sendable { case write, fdatasync, fsync, rename, unlink }
+    struct Plan: Sendable {
+        var call: Call
+        var errno: Errno
+        /// Calls of that kind allowed to succeed after arming before the first failure.
+        var after: Int
+        /// When set, a `write` first writes this many bytes (a short write) instead of failing.
+        var shortWriteBytes: Int?
+        /// Keep failing after the first failure (a dead disk) rather than once.
+        var sticky = true
+    }
+
+    private let state = Mutex<(plan: Plan?, seen: Int, failed: Int)>((nil, 0, 0))
+
+    func arm(_ plan: Plan) { state.withLock { $0 = (plan, 0, 0) } }
+    var failures: Int { state.withLock { $0.failed } }
+
+    /// What to do for one call of `kind`: nil to let it through.
+    private func decide(_ kind: Call) -> (errno: Errno, short: Int?)? {
+        state.withLock { s in
+            guard let plan = s.plan, plan.call == kind else { return nil }
+            s.seen += 1
+            guard s.seen > plan.after else { return nil }
+            if !plan.sticky && s.failed > 0 { return nil }
+            s.failed += 1
+            let short = s.failed == 1 ? plan.shortWriteBytes : nil
+            return (plan.errno, short)
+        }
+    }
+
+    var system: SystemCalls {
+        var sys = SystemCalls.live
+        let live = SystemCalls.live
+        sys.write = { fd, bytes in
+            guard let d = self.decide(.write) else { return live.write(fd, bytes) }
+            if let short = d.short {
+                return live.write(fd, UnsafeRawBufferPointer(rebasing: bytes[0..<min(short, bytes.count)]))
+            }
+            return .failure(d.errno)
+        }
+        sys.fdatasync = { fd in self.decide(.fdatasync).map { .failure($0.errno) } ?? live.fdatasync(fd) }
+        sys.fsync = { fd in self.decide(.fsync).map { .failure($0.errno) } ?? live.fsync(fd) }
+        sys.rename = { a, b in self.decide(.rename).map { .failure($0.errno) } ?? live.rename(a, b) }
+        sys.unlink = { p in self.decide(.unlink).map { .failure($0.errno) } ?? live.unlink(p) }
+        return sys
+    }
+}
+
+@Suite struct FaultInjectionTests {
+    /// Appends tagged single-record batches from `writers` tasks until the log fails; returns
+    /// every acknowledged (LSN, payload).
+    func appendUntilFailure(_ log: WriteAheadLog, writers: Int, limit: Int = 400) async -> (acked: [(LSN, [UInt8])], errors: [LogError]) {
+        await withTaskGroup(of: ([(LSN, [UInt8])], LogError?).self) { group in
+            for w in 0..<writers {
+                group.addTask {
+                    var acked: [(LSN, [UInt8])] = []
+                    for n in 0..<limit {
+                        let payload = Payloads.tagged(writer: w, batch: n, record: 0)
+                        var b = LogBatch()
+                        b.append(kind: 1, payload: payload)
+                        do {
+                            let r = try await log.append(b)
+                            acked.append((r.lowerBound, payload))
+                        } catch let e as LogError {
+                            return (acked, e)
+                        } catch {
+                            return (acked, LogError?.none)
+                        }
+                    }
+                    return (acked, nil)
+                }
+            }
+            var all: [(LSN, [UInt8])] = []
+            var errors: [LogError] = []
+            for await (a, e) in group {
+                all += a
+                if let e { errors.append(e) }
+            }
+            return (all, errors)
+        }
+    }
+
+    func expectAcknowledgedRecordsSurvive(_ dir: TemporaryDirectory, _ acked: [(LSN, [UInt8])], sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let log = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        let records = Dictionary(uniqueKeysWithValues: try log.records().map { ($0.lsn, $0.payload) })
+        for (lsn, payload) in acked {
+            #expect(records[lsn] == payload, "acknowledged LSN \(lsn) lost", sourceLocation: sourceLocation)
+        }
+        // LSNs are contiguous from the start.
+        #expect(records.keys.sorted() == (1...UInt64(records.count)).map { LSN($0) }, sourceLocation: sourceLocation)
+        try await log.close()
+    }
+
+    static let cases: [(String, Faults.Plan, Int)] = [
+        ("EIO from fdatasync", .init(call: .fdatasync, errno: .EIO, after: 25), 1),
+        ("EIO from fdatasync, 8 writers", .init(call: .fdatasync, errno: .EIO, after: 25), 8),
+        ("ENOSPC from write", .init(call: .write, errno: .ENOSPC, after: 30), 1),
+        ("ENOSPC from write, 8 writers", .init(call: .write, errno: .ENOSPC, after: 30), 8),
+        ("short write then ENOSPC", .init(call: .write, errno: .ENOSPC, after: 30, shortWriteBytes: 50), 4),
+        ("EIO from the directory fsync of a roll", .init(call: .fsync, errno: .EIO, after: 0), 2),
+        ("EIO from the rename of a roll", .init(call: .rename, errno: .EIO, after: 0), 2),
+    ]
+
+    @Test(arguments: cases.indices)
+    func aFailedWriteOrSyncStopsTheLogAndLosesNothingAcknowledged(_ i: Int) async throws {
+        let (_, plan, writers) = Self.cases[i]
+        let dir = try TemporaryDirectory()
+        let faults = Faults()
+        var options = testOptions(.fsync, segmentSize: 8192)
+        options.system = faults.system
+        let log = try WriteAheadLog.open(at: dir.path, options: options)
+        faults.arm(plan)
+        let (acked, errors) = await appendUntilFailure(log, writers: writers)
+        #expect(faults.failures >= 1)
+        #expect(errors.count == writers, "every writer saw the failure")
+        for e in errors {
+            #expect(e.code == .failed)
+            #expect(e.errno == plan.errno)
+        }
+        #expect(log.failure?.code == .failed)
+        // Fail-stop: later appends and syncs fail at once, without touching the disk.
+        let callsBefore = faults.failures
+        await #expect(throws: LogError.self) { try await log.append({ var b = LogBatch(); b.append(kind: 1, payload: [1]); return b }()) }
+        await #expect(throws: LogError.self) { try await log.sync() }
+        #expect(faults.failures == callsBefore)
+        await #expect(throws: LogError.self) { try await log.close() }
+        try await expectAcknowledgedRecordsSurvive(dir, acked)
+    }
+
+    @Test func shortWritesThatCompleteAreNotErrors() async throws {
+        let dir = try TemporaryDirectory()
+        var options = testOptions(.fsync, segmentSize: 8192)
+        let live = SystemCalls.live
+        options.system.write = { fd, bytes in live.write(fd, UnsafeRawBufferPointer(rebasing: bytes[0..<min(7, bytes.count)])) }
+        let log = try WriteAheadLog.open(at: dir.path, options: options)
+        try await appendPosts(log, 0..<300, batchSize: 4)
+        try await log.close()
+        let reopened = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        #expect(reopened.recovery.isClean)
+        expectPosts(try reopened.records(), count: 300)
+        try await reopened.close()
+    }
+
+    @Test func aBackgroundWriteFailureInNoneModeFailsLaterAppendsAndSync() async throws {
+        let dir = try TemporaryDirectory()
+        let faults = Faults()
+        var options = testOptions(.none)
+        options.system = faults.system
+        let log = try WriteAheadLog.open(at: dir.path, options: options)
+        try await appendPosts(log, 0..<10)
+        try await log.sync()
+        faults.arm(.init(call: .write, errno: .EIO, after: 0))
+        try await appendPosts(log, 10..<20)
+        await #expect(throws: LogError.self) { try await log.sync() }
+        #expect(log.failure?.errno == .EIO)
+        await #expect(throws: LogError.self) { try await appendPosts(log, 20..<21) }
+        try? await log.close()
+        let reopened = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        #expect(try reopened.records().count == 10)
+        try await reopened.close()
+    }
+}

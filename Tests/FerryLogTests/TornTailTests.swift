@@ -1,0 +1,117 @@
+@_spi(Testing) import FerryLog
+import FerryTestSupport
+import Testing
+
+@Suite struct TornTailTests {
+    @Test func truncationAtEveryByteOfTheLastFramesLeavesExactlyThePrefix() async throws {
+        let dir = try await writeStore(40, batchSize: 2, options: testOptions(.fsync))
+        let files = try readStore(dir)
+        #expect(files.count == 1)
+        let (name, bytes) = files.first!
+        let frames = parseFrames(bytes)
+        #expect(frames.count == 20)
+        let from = frames[frames.count - 3].offset
+        for cut in from...bytes.count {
+            let trial = try storeWith([name: Array(bytes[0..<cut])])
+            let log = try WriteAheadLog.open(at: trial.path, options: testOptions())
+            let whole = frames.filter { $0.end <= cut }
+            let boundary = whole.last?.end ?? 64
+            let expected = whole.map(\.records).reduce(0, +)
+            expectPosts(try log.records(), count: expected)
+            #expect(log.nextLSN == LSN(UInt64(expected + 1)))
+            if cut == boundary {
+                #expect(log.recovery.tornTail == nil, "cut at \(cut)")
+            } else {
+                #expect(log.recovery.tornTail?.offset == Int64(boundary), "cut at \(cut)")
+                #expect(log.recovery.tornTail?.discardedBytes == Int64(cut - boundary), "cut at \(cut)")
+                #expect(try Files.size(trial.sub(name)) == boundary)
+            }
+            // The log continues from there.
+            try await appendPosts(log, expected..<(expected + 1))
+            try await log.close()
+            let again = try WriteAheadLog.open(at: trial.path, options: testOptions())
+            #expect(again.recovery.isClean)
+            expectPosts(try again.records(), count: expected + 1)
+            try await again.close()
+        }
+    }
+
+    @Test(arguments: ["zeros", "garbage", "a frame header of zeros"])
+    func junkAfterTheLastFrameIsATornTail(_ junk: String) async throws {
+        let dir = try await writeStore(30, batchSize: 3, options: testOptions(.fsync))
+        let name = try segmentFiles(dir.path)[0]
+        let size = try Files.size(dir.sub(name))
+        let bytes: [UInt8] = switch junk {
+        case "zeros": [UInt8](repeating: 0, count: 8192)
+        case "garbage": Payloads.random(5000, seed: 77)
+        default: [UInt8](repeating: 0, count: 32)
+        }
+        try Files.append(dir.sub(name), bytes)
+        let verify = try LogInspection.inspect(dir.path)
+        #expect(verify.firstProblem?.severity == .tornTail)
+        #expect(verify.firstProblem?.offset == Int64(size))
+        let log = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        #expect(log.recovery.tornTail?.offset == Int64(size))
+        #expect(log.recovery.tornTail?.discardedBytes == Int64(bytes.count))
+        expectPosts(try log.records(), count: 30)
+        try await log.close()
+    }
+
+    @Test func aValidFrameAfterJunkMakesItCorruptionNotATornTail() async throws {
+        let dir = try await writeStore(10, batchSize: 1, options: testOptions(.fsync))
+        let name = try segmentFiles(dir.path)[0]
+        let bytes = try Files.read(dir.sub(name))
+        let frames = parseFrames(bytes)
+        // Damage the second-to-last frame's body: the last frame is still valid after it.
+        let victim = frames[frames.count - 2]
+        try Files.flipBit(dir.sub(name), byte: victim.offset + 40, bit: 3)
+        let e = logError { _ = try WriteAheadLog.open(at: dir.path, options: testOptions()) }
+        #expect(e?.code == .corruption)
+        #expect(e?.offset == Int64(victim.offset))
+        #expect(e?.file?.hasSuffix(name) == true)
+        // Nothing was truncated.
+        #expect(try Files.size(dir.sub(name)) == bytes.count)
+    }
+
+    @Test func aHugeLengthFieldAllocatesNothingAndIsATornTail() async throws {
+        let dir = try await writeStore(5, options: testOptions(.fsync))
+        let name = try segmentFiles(dir.path)[0]
+        let size = try Files.size(dir.sub(name))
+        let (_, baseline) = try runMeasuringMemory(Locations.executable("ferry-dump"), ["verify", dir.path])
+        // A header with a valid checksum announcing a 60 MiB body, followed by 100 bytes.
+        try Files.append(dir.sub(name), craftedFrameHeader(storedLength: 60 << 20, rawLength: 60 << 20, firstLSN: 6, records: 1) + [UInt8](repeating: 1, count: 100))
+        let (result, maxRSS) = try runMeasuringMemory(Locations.executable("ferry-dump"), ["verify", dir.path])
+        #expect(result == 1, "verify should report a torn tail")
+        #expect(maxRSS - baseline < 8 << 20,
+                "ferry-dump used \((maxRSS - baseline) >> 20) MiB more to read a 60 MiB length claim than to read the store without it")
+        let log = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        #expect(log.recovery.tornTail?.offset == Int64(size))
+        expectPosts(try log.records(), count: 5)
+        try await log.close()
+    }
+
+    @Test func aLengthBeyondTheFormatLimitIsNotTrustedEvenWithAValidChecksum() async throws {
+        let dir = try await writeStore(5, options: testOptions(.fsync))
+        let name = try segmentFiles(dir.path)[0]
+        try Files.append(dir.sub(name), craftedFrameHeader(storedLength: 0xFFFF_FFF0, rawLength: 0xFFFF_FFF0, firstLSN: 6, records: 1))
+        let log = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        #expect(log.recovery.tornTail?.reason.contains("exceeds the limit") == true)
+        expectPosts(try log.records(), count: 5)
+        try await log.close()
+    }
+}
+
+/// A frame header with a correct header checksum (and any lengths), built per FORMAT.md.
+func craftedFrameHeader(type: UInt8 = 1, codec: UInt8 = 1, storedLength: UInt32, rawLength: UInt32, firstLSN: UInt64, records: UInt32, bodyCRC: UInt32 = 0) -> [UInt8] {
+    var h = [UInt8](repeating: 0, count: 32)
+    func put<T: FixedWidthInteger>(_ v: T, _ at: Int) { withUnsafeBytes(of: v.littleEndian) { for (i, b) in $0.enumerated() { h[at + i] = b } } }
+    h[4] = type
+    h[5] = codec
+    put(storedLength, 8)
+    put(rawLength, 12)
+    put(firstLSN, 16)
+    put(records, 24)
+    put(bodyCRC, 28)
+    put(crc32c(Array(h[4..<32])), 0)
+    return h
+}
