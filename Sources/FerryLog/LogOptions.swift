@@ -62,8 +62,8 @@ public struct LogOptions: Sendable {
     /// several are waiting. Default 64 KiB.
     public var frameTargetSize: Int = 64 << 10
     /// With ``Durability/none`` and ``Durability/interval(_:)``: how long appended records may
-    /// wait in memory before they are written to the operating system. Default 2 ms.
-    public var flushDelay: Duration = .milliseconds(2)
+    /// wait in memory before they are written to the operating system. Default 5 ms.
+    public var flushDelay: Duration = .milliseconds(5)
     /// Appends wait while this many bytes are waiting to be written. Default 16 MiB.
     public var maxPendingBytes: Int = 16 << 20
     /// Where the log reports recoveries and failures.

@@ -16,52 +16,44 @@ extension WriteAheadLog {
     public func append(_ batch: LogBatch) async throws -> ClosedRange<LSN> {
         if let problem = batch.problem { throw LogError(.invalidArgument, problem) }
         if options.durability.mode == .fsync {
-            var assigned: ClosedRange<LSN>?
-            try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
-                let outcome = shared.withLock { s -> Enqueued in
-                    if let refusal = refusal(s) { return .refused(refusal) }
-                    let range = enqueue(batch, &s)
-                    s.waiters.append(Waiter(target: range.upperBound + 1, durable: true, continuation: c))
-                    return .accepted(range, runNow: claimRun(&s))
-                }
-                switch outcome {
-                case .refused(let e): c.resume(throwing: e)
-                case .accepted(let range, let runNow):
-                    assigned = range
-                    if runNow { queue.async { self.runWriter() } }
-                case .acceptedDelayed, .full: fatalError("unreachable: fsync appends are neither delayed nor held back")
-                }
+            // The writer thread does the I/O and resumes us; no thread of Swift's cooperative
+            // pool is ever held in a write or fdatasync. Appenders waiting at the same time
+            // share one sync (the writer gathers them, see WriteAheadLog+Writer.swift).
+            let range = try shared.withLock { s -> ClosedRange<LSN> in
+                if let refusal = refusal(s) { throw refusal }
+                return enqueue(batch, &s)
             }
-            return assigned!
+            try await waitUntilDurable(range.upperBound + 1)
+            return range
         }
         while true {
             let outcome = shared.withLock { s -> Enqueued in
                 if let refusal = refusal(s) { return .refused(refusal) }
                 if !s.pending.isEmpty && s.pending.count + batch.encodedSize > options.maxPendingBytes { return .full }
                 let range = enqueue(batch, &s)
-                if s.pending.count >= options.frameTargetSize { return .accepted(range, runNow: claimRun(&s)) }
+                if s.pending.count >= options.frameTargetSize { return .accepted(range, claimRun(&s)) }
                 if !s.runQueued && !s.delayedQueued {
                     s.delayedQueued = true
                     return .acceptedDelayed(range)
                 }
-                return .accepted(range, runNow: false)
+                return .accepted(range, .nothing)
             }
             switch outcome {
             case .refused(let e): throw e
-            case .accepted(let range, let runNow):
-                if runNow { queue.async { self.runWriter() } }
+            case .accepted(let range, let start):
+                startWriter(start)
                 return range
             case .acceptedDelayed(let range):
                 queue.asyncAfter(deadline: .now() + options.flushDelay.dispatchInterval) { self.runDelayed() }
                 return range
             case .full:
                 await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
-                    let wait = shared.withLock { s -> (wait: Bool, runNow: Bool) in
-                        guard s.failure == nil, !s.pending.isEmpty else { return (false, false) }
+                    let wait = shared.withLock { s -> (wait: Bool, start: WriterStart) in
+                        guard s.failure == nil, !s.pending.isEmpty else { return (false, .nothing) }
                         s.spaceWaiters.append(c)
-                        return (true, claimRun(&s))
+                        return (true, claimRun(&s, urgent: true))
                     }
-                    if wait.runNow { queue.async { self.runWriter() } }
+                    startWriter(wait.start)
                     if !wait.wait { c.resume() }
                 }
             }
@@ -106,7 +98,7 @@ extension WriteAheadLog {
     // MARK: - Internals of appending
 
     private enum Enqueued {
-        case accepted(ClosedRange<LSN>, runNow: Bool)
+        case accepted(ClosedRange<LSN>, WriterStart)
         case acceptedDelayed(ClosedRange<LSN>)
         case refused(LogError)
         case full
@@ -127,27 +119,76 @@ extension WriteAheadLog {
         return first...(s.nextLSN - 1)
     }
 
-    /// Marks a writer run as queued; true if the caller must queue it.
-    private func claimRun(_ s: inout Shared) -> Bool {
-        if s.runQueued { return false }
-        s.runQueued = true
-        return true
+    enum WriterStart {
+        case nothing
+        /// Queue a writer run.
+        case schedule
+        /// Wake the writer that waits for work.
+        case signal
+    }
+
+    /// Decides, under the lock, how work just added reaches the writer. `urgent` work (a sync
+    /// or flush someone waits for, a full buffer) ends a gather early.
+    func claimRun(_ s: inout Shared, urgent: Bool = false) -> WriterStart {
+        switch s.writerWaiting {
+        case .gather(let target):
+            guard urgent || s.waiters.count >= target else { return .nothing }
+            s.writerWaiting = .no
+            return .signal
+        case .no:
+            if s.runQueued { return .nothing }
+            s.runQueued = true
+            return .schedule
+        }
+    }
+
+    func startWriter(_ start: WriterStart) {
+        switch start {
+        case .nothing: break
+        case .schedule: queue.async { self.runWriter() }
+        case .signal: wake.signal()
+        }
+    }
+
+    /// Returns once records below `target` are durable (at once if they are).
+    private func waitUntilDurable(_ target: LSN) async throws {
+        if let done = shared.withLock({ s -> Result<Void, LogError>? in
+            if s.durableLSN >= target { return .success(()) }
+            if let f = s.failure { return .failure(f) }
+            return nil
+        }) {
+            return try done.get()
+        }
+        try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
+            let outcome = shared.withLock { s -> (Result<Void, LogError>?, WriterStart) in
+                if s.durableLSN >= target { return (.success(()), .nothing) }
+                if let f = s.failure { return (.failure(f), .nothing) }
+                s.waiters.append(Waiter(target: target, durable: true, continuation: c))
+                // In .fsync mode every round syncs; otherwise ask for one, now.
+                let explicit = options.durability.mode != .fsync
+                if explicit { s.syncRequested = true }
+                return (nil, claimRun(&s, urgent: explicit))
+            }
+            startWriter(outcome.1)
+            if let r = outcome.0 { c.resume(with: r.mapError { $0 as any Error }) }
+        }
     }
 
     private func wait(durable: Bool) async throws {
+        let target = try shared.withLock { s -> LSN in
+            if let f = s.failure { throw f }
+            return s.nextLSN
+        }
+        if durable { return try await waitUntilDurable(target) }
         try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
-            let outcome = shared.withLock { s -> (done: Bool, error: LogError?, runNow: Bool) in
-                if let f = s.failure { return (true, f, false) }
-                let target = s.nextLSN
-                if (durable ? s.durableLSN : s.writtenLSN) >= target { return (true, nil, false) }
-                s.waiters.append(Waiter(target: target, durable: durable, continuation: c))
-                if durable { s.syncRequested = true }
-                return (false, nil, claimRun(&s))
+            let outcome = shared.withLock { s -> (Result<Void, LogError>?, WriterStart) in
+                if s.writtenLSN >= target { return (.success(()), .nothing) }
+                if let f = s.failure { return (.failure(f), .nothing) }
+                s.waiters.append(Waiter(target: target, durable: false, continuation: c))
+                return (nil, claimRun(&s, urgent: true))
             }
-            if outcome.runNow { queue.async { self.runWriter() } }
-            if outcome.done {
-                if let e = outcome.error { c.resume(throwing: e) } else { c.resume() }
-            }
+            startWriter(outcome.1)
+            if let r = outcome.0 { c.resume(with: r.mapError { $0 as any Error }) }
         }
     }
 }

@@ -15,77 +15,123 @@ extension WriteAheadLog {
     /// Bytes of frames the writer collects before it calls `write`.
     private static let writeChunk = 1 << 20
 
+    /// The delayed flush of ``Durability/none`` and ``Durability/interval(_:)`` appends.
     func runDelayed() {
-        shared.withLock { s in
+        let start = shared.withLock { s -> WriterStart in
             s.delayedQueued = false
-            s.runQueued = true
+            return claimRun(&s, urgent: true)
         }
-        runWriter()
+        if case .schedule = start { runWriter() } else { startWriter(start) }
     }
 
+    /// The periodic sync of ``Durability/interval(_:)``.
     func runSyncTimer() {
-        shared.withLock { s in
+        let start = shared.withLock { s -> WriterStart in
+            s.syncTimerQueued = false
             s.syncRequested = true
-            s.runQueued = true
+            return claimRun(&s, urgent: true)
         }
-        writer.withLock { $0.syncTimerQueued = false }
-        runWriter()
+        if case .schedule = start { runWriter() } else { startWriter(start) }
     }
 
+    /// The background writer: rounds until there is no work (gathering appenders where that
+    /// pays, see ``nextRound(_:inFlight:)``).
     func runWriter() {
         writer.withLock { w in
-            while let round = takeRound(&w) {
-                for c in round.spaceWaiters { c.resume() }
-                do {
-                    try write(round, &w)
-                } catch let error as LogError {
-                    fail(error)
-                    return
-                } catch {
-                    fail(LogError(.io, "\(error)"))
-                    return
+            var inFlight = 0
+            while let round = nextRound(&w, inFlight: inFlight) {
+                guard let answered = perform(round, &w) else { return }
+                inFlight = answered
+            }
+        }
+    }
+
+    /// Writes a round; returns how many appenders are in flight, or nil if the log failed.
+    private func perform(_ round: Round, _ w: inout Writer) -> Int? {
+        for c in round.spaceWaiters { c.resume() }
+        do {
+            return try write(round, &w)
+        } catch let error as LogError {
+            fail(error)
+        } catch {
+            fail(LogError(.io, "\(error)"))
+        }
+        return nil
+    }
+
+    private enum Next {
+        case round(Round)
+        case wait(Duration)
+        case stop
+    }
+
+    /// The next round of work. With `inFlight` > 1 appenders waiting for durability (or just
+    /// answered, and likely to be back within microseconds), it first waits until they are all
+    /// waiting, or one `fdatasync`'s time has passed, so that one sync serves them all.
+    /// Returns nil (with `runQueued` cleared) when there is nothing to do.
+    private func nextRound(_ w: inout Writer, inFlight: Int) -> Round? {
+        var gathered = inFlight < 2
+        let gatherFor = min(max(w.lastSyncDuration, .microseconds(20)), .milliseconds(2))
+        while true {
+            let next = shared.withLock { s -> Next in
+                guard s.failure == nil, !w.closed else {
+                    s.runQueued = false
+                    return .stop
+                }
+                let hasWork = !s.pending.isEmpty || (s.syncRequested && (w.unsynced || !s.waiters.isEmpty))
+                if hasWork && !gathered && s.waiters.count < inFlight && !s.syncRequested {
+                    gathered = true
+                    s.writerWaiting = .gather(inFlight)
+                    return .wait(gatherFor)
+                }
+                if hasWork { return .round(takeRound(&s, &w)) }
+                s.syncRequested = false
+                s.runQueued = false
+                return .stop
+            }
+            switch next {
+            case .round(let r): return r
+            case .stop: return nil
+            case .wait(let d):
+                if wake.wait(timeout: .now() + d.dispatchInterval) == .timedOut {
+                    // An enqueuer that cleared `writerWaiting` has signalled (or is about to):
+                    // take that signal so the semaphore stays balanced.
+                    let signalled = shared.withLock { s in
+                        defer { s.writerWaiting = .no }
+                        return s.writerWaiting == .no
+                    }
+                    if signalled { wake.wait() }
                 }
             }
         }
     }
 
-    private func takeRound(_ w: inout Writer) -> Round? {
+    private func takeRound(_ s: inout Shared, _ w: inout Writer) -> Round {
         let intervalDue: Bool
         if case .interval(let period) = options.durability.mode {
             intervalDue = w.lastSync.duration(to: .now) >= period
         } else {
             intervalDue = false
         }
-        let unsynced = w.unsynced
-        return shared.withLock { s -> Round? in
-            guard s.failure == nil, !w.closed else {
-                s.runQueued = false
-                return nil
-            }
-            let hasData = !s.pending.isEmpty
-            let sync = s.syncRequested && (hasData || unsynced || !s.waiters.isEmpty)
-            guard hasData || sync else {
-                s.runQueued = false
-                s.syncRequested = false
-                return nil
-            }
-            w.taken.removeAll(keepingCapacity: true)
-            w.takenBatches.removeAll(keepingCapacity: true)
-            swap(&s.pending, &w.taken)
-            swap(&s.pendingBatches, &w.takenBatches)
-            let first = s.pendingFirstLSN
-            s.pendingFirstLSN = s.nextLSN
-            s.syncRequested = false
-            let space = s.spaceWaiters
-            s.spaceWaiters.removeAll()
-            let fsyncMode = options.durability.mode == .fsync
-            return Round(firstLSN: first, records: s.nextLSN.rawValue - first.rawValue,
-                         sync: sync || (hasData && fsyncMode) || ((hasData || unsynced) && intervalDue),
-                         spaceWaiters: space)
-        }
+        let hasData = !s.pending.isEmpty
+        let sync = s.syncRequested && (hasData || w.unsynced || !s.waiters.isEmpty)
+        w.taken.removeAll(keepingCapacity: true)
+        w.takenBatches.removeAll(keepingCapacity: true)
+        swap(&s.pending, &w.taken)
+        swap(&s.pendingBatches, &w.takenBatches)
+        let first = s.pendingFirstLSN
+        s.pendingFirstLSN = s.nextLSN
+        s.syncRequested = false
+        let space = s.spaceWaiters
+        s.spaceWaiters.removeAll()
+        let fsyncMode = options.durability.mode == .fsync
+        return Round(firstLSN: first, records: s.nextLSN.rawValue - first.rawValue,
+                     sync: sync || (hasData && fsyncMode) || ((hasData || w.unsynced) && intervalDue),
+                     spaceWaiters: space)
     }
 
-    private func write(_ round: Round, _ w: inout Writer) throws {
+    /// Writes a round; returns how many appenders are in flight after it (see ``publish``).
+    private func write(_ round: Round, _ w: inout Writer) throws -> Int {
         var lsn = round.firstLSN
         if round.records > 0 {
             let target = options.frameTargetSize
@@ -116,16 +162,22 @@ extension WriteAheadLog {
         }
         precondition(lsn == round.firstLSN + round.records, "writer lost track of LSNs")
         if round.sync && w.unsynced {
+            let start = ContinuousClock.now
             try w.segment.sync(system)
-            w.unsynced = false
             w.lastSync = .now
+            w.lastSyncDuration = start.duration(to: w.lastSync)
+            w.unsynced = false
         }
-        publish(written: lsn, durable: round.sync || !w.unsynced, &w)
-        if case .interval(let period) = options.durability.mode, w.unsynced, !w.syncTimerQueued {
-            w.syncTimerQueued = true
+        let answered = publish(written: lsn, durable: round.sync || !w.unsynced, round: round, synced: round.sync, &w)
+        let armTimer = w.unsynced && shared.withLock { s in
+            defer { s.syncTimerQueued = true }
+            return !s.syncTimerQueued
+        }
+        if case .interval(let period) = options.durability.mode, armTimer {
             let due = period - w.lastSync.duration(to: .now)
             queue.asyncAfter(deadline: .now() + max(due, .zero).dispatchInterval) { self.runSyncTimer() }
         }
+        return answered
     }
 
     /// Adds one data frame to the output, rolling to a new segment first if this one is full.
@@ -138,12 +190,14 @@ extension WriteAheadLog {
             try roll(nextLSN: firstLSN, &w)
         }
         w.segment.noteFrame(firstLSN: firstLSN, at: w.segment.size + Int64(w.out.count))
+        w.framesInRound += 1
         FrameEncoder.appendDataFrame(records: records, firstLSN: firstLSN, count: count, to: &w.out)
         if w.out.count >= Self.writeChunk { try writeOut(&w) }
     }
 
     private func writeOut(_ w: inout Writer) throws {
         guard w.out.count > 0 else { return }
+        w.bytesInRound += UInt64(w.out.count)
         try w.segment.write(w.out.bytes, system: system)
         w.out.removeAll()
     }
@@ -165,26 +219,44 @@ extension WriteAheadLog {
         shared.withLock { s in
             s.sealed.append(sealed)
             s.active = active
+            s.statistics.rolls += 1
+            s.statistics.syncs += 1
         }
     }
 
     /// Makes records below `written` visible to readers and resumes the waiters now satisfied.
-    private func publish(written: LSN, durable: Bool, _ w: inout Writer) {
+    /// Returns how many appenders are in flight (0 if none waiting for durability was answered).
+    private func publish(written: LSN, durable: Bool, round: Round, synced: Bool, _ w: inout Writer) -> Int {
+        let frames = w.framesInRound, bytes = w.bytesInRound
+        w.framesInRound = 0
+        w.bytesInRound = 0
         let active = SegmentInfo(name: w.segment.name, seq: w.segment.seq, firstLSN: w.segment.firstLSN, nextLSN: written,
                                  size: w.segment.size, sealed: false, index: w.segment.index)
-        let ready = shared.withLock { s -> [UnsafeContinuation<Void, any Error>] in
+        let (ready, inFlight) = shared.withLock { s -> ([UnsafeContinuation<Void, any Error>], Int) in
             s.writtenLSN = written
             if durable { s.durableLSN = written }
             s.active = active
+            s.statistics.records += round.records
+            s.statistics.rounds += 1
+            s.statistics.frames += frames
+            s.statistics.bytesWritten += bytes
+            if synced { s.statistics.syncs += 1 }
             var ready: [UnsafeContinuation<Void, any Error>] = []
+            var durableCount = 0
             s.waiters.removeAll { waiter in
                 let done = waiter.target <= (waiter.durable ? s.durableLSN : s.writtenLSN)
-                if done { ready.append(waiter.continuation) }
+                if done {
+                    ready.append(waiter.continuation)
+                    if waiter.durable { durableCount += 1 }
+                }
                 return done
             }
-            return ready
+            // Appenders in flight: those just answered (who may come back) plus those already
+            // waiting — counted now, before any answered one can come back and be counted twice.
+            return (ready, durableCount == 0 ? 0 : durableCount + s.waiters.count { $0.durable })
         }
         for c in ready { c.resume() }
+        return inFlight
     }
 
     /// Stops the log for good after a write or sync failure: nothing is retried and assumed good.

@@ -32,6 +32,8 @@ public final class WriteAheadLog: Sendable {
     let queue: DispatchQueue
     let shared: Mutex<Shared>
     let writer: Mutex<Writer>
+    /// Wakes the writer while it waits for work (cheaper than queueing a new run).
+    let wake = DispatchSemaphore(value: 0)
 
     var logger: Logger { options.logger }
     var system: SystemCalls { options.system }
@@ -147,11 +149,17 @@ public final class WriteAheadLog: Sendable {
         var active: SegmentInfo
         var waiters: [Waiter] = []
         var spaceWaiters: [UnsafeContinuation<Void, Never>] = []
+        /// A writer run is queued or running (enqueuers then do not queue another).
         var runQueued = false
+        /// The running writer is blocked on ``WriteAheadLog/wake`` waiting for work.
+        var writerWaiting: WriterWait = .no
         var delayedQueued = false
+        /// An ``Durability/interval(_:)`` sync is scheduled.
+        var syncTimerQueued = false
         var syncRequested = false
         var failure: LogError?
         var closed = false
+        var statistics = LogStatistics()
 
         init(nextLSN: LSN, firstLSN: LSN, sealed: [SegmentInfo], active: SegmentInfo) {
             self.nextLSN = nextLSN
@@ -164,6 +172,13 @@ public final class WriteAheadLog: Sendable {
         }
 
         var segments: [SegmentInfo] { sealed + [active] }
+    }
+
+    /// What the writer, blocked on ``WriteAheadLog/wake``, waits for.
+    enum WriterWait: Equatable {
+        case no
+        /// This many durability waiters (appenders in flight), so that one sync serves them all.
+        case gather(Int)
     }
 
     struct BatchMark {
@@ -188,9 +203,12 @@ public final class WriteAheadLog: Sendable {
         var takenBatches: [BatchMark] = []
         var out: OutputBuffer
         var lastSync = ContinuousClock.now
+        /// How long the last `fdatasync` took: the scale for how long to gather appenders.
+        var lastSyncDuration: Duration = .microseconds(200)
         var unsynced = false
-        var syncTimerQueued = false
         var closed = false
+        var framesInRound: UInt64 = 0
+        var bytesInRound: UInt64 = 0
 
         init(segment: consuming SegmentWriter, lock: consuming FileHandle, frameTarget: Int) {
             self.segment = segment
@@ -213,4 +231,6 @@ public final class WriteAheadLog: Sendable {
     public var segments: [SegmentInfo] { shared.withLock { $0.segments } }
     /// The error that stopped the log, if one did.
     public var failure: LogError? { shared.withLock { $0.failure } }
+    /// Counters of the writer's work since the log was opened.
+    public var statistics: LogStatistics { shared.withLock { $0.statistics } }
 }
