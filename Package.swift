@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "FerryLog", targets: ["FerryLog"]),
         .executable(name: "ferry-dump", targets: ["ferry-dump"]),
         .executable(name: "ferry-bench", targets: ["ferry-bench"]),
+        .executable(name: "ferry-demo", targets: ["ferry-demo"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -38,6 +39,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+
+        .executableTarget(name: "ferry-demo", dependencies: ["FerryLog"]),
 
         // Peers for the bench only; the libraries never link them.
         .systemLibrary(name: "CLevelDB", path: "Benchmarks/CLevelDB", providers: [.apt(["libleveldb-dev"])]),

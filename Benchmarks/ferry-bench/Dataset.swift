@@ -17,7 +17,7 @@ struct Dataset: Sendable {
                      "tide", "dock", "north", "south", "lantern", "rope", "signal", "anchor", "current", "pier"]
         for i in 0..<count {
             var body = ""
-            for _ in 0..<(7 + Int(g.next() % 5)) { body += words[Int(g.next() % UInt64(words.count))] + " " }
+            for _ in 0..<(10 + Int(g.next() % 5)) { body += words[Int(g.next() % UInt64(words.count))] + " " }
             let json = #"{"author":"user\#(g.next() % 50_000)","title":"Post number \#(i)","body":"\#(body)","likes":\#(g.next() % 10_000),"ts":\#(1_700_000_000_000 + UInt64(i) * 37 + g.next() % 1000),"tags":["\#(words[Int(g.next() % 20)])","\#(words[Int(g.next() % 20)])"]}"#
             bytes.append(contentsOf: json.utf8)
             offsets.append(bytes.count)

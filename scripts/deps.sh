@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build needs, if they are missing. Safe to run again.
+#   liblz4-dev       the LZ4 codec the log compresses frames with
+#   libleveldb-dev   LevelDB, a peer in ferry-bench (the library never links it)
+#   libsqlite3-dev   SQLite, a peer in ferry-bench
+#   pkg-config       how SwiftPM finds liblz4 and sqlite3
+set -euo pipefail
+needed=()
+for pkg in liblz4-dev libleveldb-dev libsqlite3-dev pkg-config; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || needed+=("$pkg")
+done
+if [ ${#needed[@]} -gt 0 ]; then
+  echo "installing: ${needed[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${needed[@]}" >/dev/null
+fi
