@@ -32,12 +32,7 @@ struct LogBench: AsyncParsableCommand {
             let t = try await measureInterleaved(runs: runs, [
                 Contender(engine: "ferry", prepare: { try common.scratch("none") }, body: { dir in
                     let log = try WriteAheadLog.open(at: dir, options: LogOptions(durability: .none))
-                    var batch = LogBatch(capacity: 512)
-                    for i in 0..<records {
-                        batch.removeAll()
-                        data.withRecord(i) { batch.append(kind: 1, payload: $0) }
-                        try await log.append(batch)
-                    }
+                    try await appendOneByOne(log, data, 0..<records)
                     try await log.close()
                 }, cleanup: { dir in
                     if replayDir == nil { replayDir = dir } else { remove(dir) }
@@ -62,13 +57,7 @@ struct LogBench: AsyncParsableCommand {
             let t = try await measureInterleaved(runs: runs, [
                 Contender(engine: "ferry", prepare: { try common.scratch("s64") }) { dir in
                     let log = try WriteAheadLog.open(at: dir, options: LogOptions(durability: .none))
-                    var batch = LogBatch(capacity: 512)
-                    for i in 0..<sync64Records {
-                        batch.removeAll()
-                        data.withRecord(i) { batch.append(kind: 1, payload: $0) }
-                        try await log.append(batch)
-                        if i % 64 == 63 { try await log.sync() }
-                    }
+                    try await appendOneByOne(log, data, 0..<sync64Records, syncEvery: 64)
                     try await log.close()
                 },
                 Contender(engine: "raw", prepare: { try common.scratch("raw64") }) { dir in
@@ -92,12 +81,7 @@ struct LogBench: AsyncParsableCommand {
             let t = try await measureInterleaved(runs: runs, [
                 Contender(engine: "ferry", prepare: { try common.scratch("f1") }) { dir in
                     let log = try WriteAheadLog.open(at: dir, options: LogOptions(durability: .fsync))
-                    var batch = LogBatch(capacity: 512)
-                    for i in 0..<syncRecords {
-                        batch.removeAll()
-                        data.withRecord(i) { batch.append(kind: 1, payload: $0) }
-                        try await log.append(batch)
-                    }
+                    try await appendOneByOne(log, data, 0..<syncRecords)
                     try await log.close()
                 },
                 Contender(engine: "raw", prepare: { try common.scratch("raw1") }) { dir in
@@ -124,14 +108,7 @@ struct LogBench: AsyncParsableCommand {
                     let log = try WriteAheadLog.open(at: dir, options: LogOptions(durability: .fsync))
                     try await withThrowingTaskGroup(of: Void.self) { group in
                         for w in 0..<16 {
-                            group.addTask {
-                                var batch = LogBatch(capacity: 512)
-                                for n in 0..<perWriter {
-                                    batch.removeAll()
-                                    data.withRecord((w * perWriter + n) % data.count) { batch.append(kind: 1, payload: $0) }
-                                    try await log.append(batch)
-                                }
-                            }
+                            group.addTask { try await appendOneByOne(log, data, (w * perWriter)..<((w + 1) * perWriter)) }
                         }
                         try await group.waitForAll()
                     }
@@ -207,6 +184,18 @@ struct LogBench: AsyncParsableCommand {
                 print("  replay                         \(human(r.opsPerSecond)) records/s  (goal ≥ 5M)")
             }
         }
+    }
+}
+
+/// Appends records `range` of the dataset one per batch, calling `sync()` after every
+/// `syncEvery` records when given.
+func appendOneByOne(_ log: WriteAheadLog, _ data: Dataset, _ range: Range<Int>, syncEvery: Int? = nil) async throws {
+    var batch = LogBatch(capacity: 512)
+    for i in range {
+        batch.removeAll()
+        data.withRecord(i % data.count) { batch.append(kind: 1, payload: $0) }
+        try await log.append(batch)
+        if let n = syncEvery, (i - range.lowerBound) % n == n - 1 { try await log.sync() }
     }
 }
 

@@ -16,7 +16,7 @@ enum SegmentReading {
     ) throws -> LSN {
         var next = from
         for seg in segments where seg.nextLSN > next && seg.firstLSN <= through {
-            guard next >= seg.firstLSN || seg.firstLSN == next else {
+            guard next >= seg.firstLSN else {
                 throw LogError(.recordsUnavailable, "records \(next)–\(seg.firstLSN - 1) are not in the log",
                                file: directory.path(seg.name))
             }

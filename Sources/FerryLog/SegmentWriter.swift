@@ -56,6 +56,11 @@ struct SegmentWriter: ~Copyable {
         }
     }
 
+    /// What readers may see of this segment: everything written, records below `nextLSN`.
+    func info(nextLSN: LSN, sealed: Bool = false) -> SegmentInfo {
+        SegmentInfo(name: name, seq: seq, firstLSN: firstLSN, nextLSN: nextLSN, size: size, sealed: sealed, index: index)
+    }
+
     func sync(_ system: SystemCalls) throws {
         if case .failure(let e) = system.fdatasync(file.fd) { throw LogError.io("fdatasync", path: file.path, e) }
     }

@@ -209,13 +209,11 @@ extension WriteAheadLog {
         FrameEncoder.appendHeaderOnlyFrame(.seal(nextLSN: nextLSN), to: &w.out)
         try writeOut(&w)
         try w.segment.sync(system)
-        let sealed = SegmentInfo(name: w.segment.name, seq: w.segment.seq, firstLSN: w.segment.firstLSN,
-                                 nextLSN: nextLSN, size: w.segment.size, sealed: true, index: w.segment.index)
+        let sealed = w.segment.info(nextLSN: nextLSN, sealed: true)
         let created = options.fixedCreationTime ?? wallClockNanos()
         w.segment = try SegmentWriter.create(in: directory, storeID: storeID, seq: w.segment.seq + 1,
                                              firstLSN: nextLSN, createdNanos: created)
-        let active = SegmentInfo(name: w.segment.name, seq: w.segment.seq, firstLSN: nextLSN, nextLSN: nextLSN,
-                                 size: w.segment.size, sealed: false, index: [])
+        let active = w.segment.info(nextLSN: nextLSN)
         shared.withLock { s in
             s.sealed.append(sealed)
             s.active = active
@@ -230,8 +228,7 @@ extension WriteAheadLog {
         let frames = w.framesInRound, bytes = w.bytesInRound
         w.framesInRound = 0
         w.bytesInRound = 0
-        let active = SegmentInfo(name: w.segment.name, seq: w.segment.seq, firstLSN: w.segment.firstLSN, nextLSN: written,
-                                 size: w.segment.size, sealed: false, index: w.segment.index)
+        let active = w.segment.info(nextLSN: written)
         let (ready, inFlight) = shared.withLock { s -> ([UnsafeContinuation<Void, any Error>], Int) in
             s.writtenLSN = written
             if durable { s.durableLSN = written }

@@ -101,8 +101,7 @@ public final class WriteAheadLog: Sendable {
         self.directory = directory
         self.queue = DispatchQueue(label: "ferry.log.writer")
         let next = report.nextLSN
-        let active = SegmentInfo(name: segment.name, seq: segment.seq, firstLSN: segment.firstLSN, nextLSN: next,
-                                 size: segment.size, sealed: false, index: segment.index)
+        let active = segment.info(nextLSN: next)
         self.shared = Mutex(Shared(nextLSN: next, firstLSN: report.firstLSN, sealed: sealed, active: active))
         self.writer = Mutex(Writer(segment: segment, lock: lock, frameTarget: options.frameTargetSize))
     }
