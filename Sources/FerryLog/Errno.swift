@@ -8,16 +8,26 @@ import Darwin
 
 /// A POSIX error number, as returned by a failed system call.
 public struct Errno: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The `errno` value.
     public var rawValue: Int32
+    /// An error number.
     public init(rawValue: Int32) { self.rawValue = rawValue }
 
+    /// I/O error.
     public static let EIO = Errno(rawValue: Glibc_EIO)
+    /// No space left on device.
     public static let ENOSPC = Errno(rawValue: Glibc_ENOSPC)
+    /// No such file or directory.
     public static let ENOENT = Errno(rawValue: Glibc_ENOENT)
+    /// Interrupted system call (the wrappers retry it).
     public static let EINTR = Errno(rawValue: Glibc_EINTR)
+    /// The operation would block (a lock held by someone else).
     public static let EWOULDBLOCK = Errno(rawValue: Glibc_EWOULDBLOCK)
+    /// The file exists.
     public static let EEXIST = Errno(rawValue: Glibc_EEXIST)
+    /// Not a directory.
     public static let ENOTDIR = Errno(rawValue: Glibc_ENOTDIR)
+    /// Invalid argument.
     public static let EINVAL = Errno(rawValue: Glibc_EINVAL)
 
     /// The calling thread's current `errno`.

@@ -16,9 +16,13 @@ public struct RecordView {
 
 /// One record, owned.
 public struct LogRecord: Hashable, Sendable {
+    /// The record's position in the log.
     public var lsn: LSN
+    /// The record's type byte.
     public var kind: UInt8
+    /// The record's bytes.
     public var payload: [UInt8]
+    /// A record.
     public init(lsn: LSN, kind: UInt8, payload: [UInt8]) {
         self.lsn = lsn
         self.kind = kind

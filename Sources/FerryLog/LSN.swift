@@ -5,13 +5,20 @@
 public struct LSN: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible,
     ExpressibleByIntegerLiteral, Codable
 {
+    /// The number.
     public var rawValue: UInt64
+    /// The LSN with this number.
     public init(rawValue: UInt64) { self.rawValue = rawValue }
+    /// The LSN with this number.
     public init(_ value: UInt64) { self.rawValue = value }
+    /// The LSN with this number.
     public init(integerLiteral value: UInt64) { self.rawValue = value }
 
+    /// Log order.
     public static func < (a: LSN, b: LSN) -> Bool { a.rawValue < b.rawValue }
+    /// The LSN `n` records later.
     public static func + (a: LSN, n: UInt64) -> LSN { LSN(a.rawValue + n) }
+    /// The LSN `n` records earlier.
     public static func - (a: LSN, n: UInt64) -> LSN { LSN(a.rawValue - n) }
 
     /// The LSN of a store's first record.
@@ -19,15 +26,20 @@ public struct LSN: RawRepresentable, Hashable, Comparable, Sendable, CustomStrin
 
     public var description: String { String(rawValue) }
 
+    /// Decodes the number.
     public init(from decoder: any Decoder) throws { rawValue = try UInt64(from: decoder) }
+    /// Encodes the number.
     public func encode(to encoder: any Encoder) throws { try rawValue.encode(to: encoder) }
 }
 
 /// The 16-byte identity of a store, fixed when the store is created and written into every
 /// segment header. A segment with another store's id is refused.
 public struct StoreID: Hashable, Sendable, CustomStringConvertible {
+    /// The first 8 bytes.
     public var high: UInt64
+    /// The last 8 bytes.
     public var low: UInt64
+    /// An id from its two halves.
     public init(high: UInt64, low: UInt64) { self.high = high; self.low = low }
 
     static func random() -> StoreID {

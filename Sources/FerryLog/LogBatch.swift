@@ -17,6 +17,7 @@ public struct LogBatch: Sendable {
         bytes.reserveCapacity(capacity)
     }
 
+    /// True when the batch holds no record.
     public var isEmpty: Bool { count == 0 }
     /// Bytes of the encoded records (payloads plus 2–6 bytes of framing each).
     public var encodedSize: Int { bytes.count }

@@ -4,16 +4,22 @@
 public struct LogInspection: Sendable {
     /// One segment's figures.
     public struct Segment: Sendable {
+        /// Name, sequence number, LSN range, readable size, sealed or not.
         public var info: SegmentInfo
+        /// The file's size, including any torn tail.
         public var fileSize: Int64
+        /// Data frames read.
         public var dataFrames: Int
+        /// Records in those frames.
         public var records: UInt64
         /// Bytes of frame bodies as stored (compressed) and before compression.
         public var storedBodyBytes: Int64
         public var rawBodyBytes: Int64
     }
 
+    /// The store directory.
     public let path: String
+    /// The store's id, from its headers (nil if none could be read).
     public let storeID: StoreID?
     /// Segments from the start of the log, oldest first.
     public let segments: [Segment]
@@ -40,6 +46,7 @@ public struct LogInspection: Sendable {
     /// The first problem: what `ferry-dump verify` reports. Nil when the store is sound.
     public var firstProblem: StoreProblem? { problems.first }
 
+    /// The LSN of the oldest record kept.
     public var firstLSN: LSN? { segments.first?.info.firstLSN }
     /// The LSN after the last readable record.
     public var nextLSN: LSN? { segments.last?.info.nextLSN }

@@ -76,8 +76,10 @@ public struct LogOptions: Sendable {
     /// The creation time written into new segment headers (the clock when nil); fixtures fix it.
     @_spi(Testing) public var fixedCreationTime: UInt64?
 
+    /// The defaults: `.fsync`, 8 MiB segments, strict recovery.
     public init() {}
 
+    /// The defaults, with these changed.
     public init(durability: Durability, segmentSize: Int = 8 << 20, recovery: RecoveryMode = .strict) {
         self.durability = durability
         self.segmentSize = segmentSize
@@ -90,12 +92,15 @@ public struct RecoveryReport: Sendable, CustomStringConvertible {
     /// A torn tail that was truncated.
     public struct TornTail: Sendable, Equatable {
         /// The segment's file name.
+        /// The segment's file name.
         public var segment: String
         /// Where the torn frame started; the segment now ends here.
+        /// Where the damage started.
         public var offset: Int64
         /// How many bytes were cut.
         public var discardedBytes: Int64
         /// What was wrong with the bytes.
+        /// What was wrong.
         public var reason: String
     }
 
@@ -110,6 +115,7 @@ public struct RecoveryReport: Sendable, CustomStringConvertible {
 
     /// True when the store did not exist and was created.
     public var created = false
+    /// The torn tail truncated, if there was one.
     public var tornTail: TornTail?
     /// Everything a salvage open dropped; empty unless ``RecoveryMode/salvage`` was chosen and needed.
     public var salvaged: [Loss] = []
@@ -121,6 +127,7 @@ public struct RecoveryReport: Sendable, CustomStringConvertible {
     public var firstLSN: LSN = .first
     /// The LSN the next append gets.
     public var nextLSN: LSN = .first
+    /// Segments in the log after the open.
     public var segmentCount = 0
 
     /// True when the open found nothing to repair.

@@ -18,10 +18,13 @@ public struct StoreProblem: Sendable, Equatable, CustomStringConvertible {
         /// A format version, codec or frame type this build does not read. An open refuses it.
         case unsupported
     }
+    /// Torn tail, corruption, or unsupported format.
     public var severity: Severity
     /// The segment (or other file) name, relative to the store directory.
     public var file: String
+    /// The byte offset in ``file`` where the problem starts.
     public var offset: Int64
+    /// What is wrong.
     public var message: String
 
     public var description: String { "\(severity) in \(file) at offset \(offset): \(message)" }

@@ -12,17 +12,27 @@ import Darwin
 /// disk only through a value of this type, so tests can replace single calls to inject faults
 /// (`EIO` from `fdatasync`, `ENOSPC` or a short count from `write`) into the production code path.
 @_spi(Testing) public struct SystemCalls: Sendable {
+    /// `open(2)`, always with `O_CLOEXEC`.
     public var open: @Sendable (_ path: String, _ flags: Int32, _ mode: mode_t) -> Result<Int32, Errno>
+    /// `close(2)`; never retried.
     public var close: @Sendable (_ fd: Int32) -> Result<Void, Errno>
+    /// `pread(2)`.
     public var pread: @Sendable (_ fd: Int32, _ into: UnsafeMutableRawBufferPointer, _ offset: Int64) -> Result<Int, Errno>
     /// One `write(2)`; it may write fewer bytes than asked (callers loop through ``writeAll``).
     public var write: @Sendable (_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Result<Int, Errno>
+    /// `fdatasync(2)` (`F_FULLFSYNC` on Apple platforms).
     public var fdatasync: @Sendable (_ fd: Int32) -> Result<Void, Errno>
+    /// `fsync(2)` (`F_FULLFSYNC` on Apple platforms); used on directories.
     public var fsync: @Sendable (_ fd: Int32) -> Result<Void, Errno>
+    /// `ftruncate(2)`.
     public var ftruncate: @Sendable (_ fd: Int32, _ length: Int64) -> Result<Void, Errno>
+    /// The size from `fstat(2)`.
     public var fileSize: @Sendable (_ fd: Int32) -> Result<Int64, Errno>
+    /// `rename(2)`.
     public var rename: @Sendable (_ from: String, _ to: String) -> Result<Void, Errno>
+    /// `unlink(2)`.
     public var unlink: @Sendable (_ path: String) -> Result<Void, Errno>
+    /// `mkdir(2)` with mode 0755.
     public var mkdir: @Sendable (_ path: String) -> Result<Void, Errno>
     /// `flock(LOCK_EX | LOCK_NB)`.
     public var lockExclusive: @Sendable (_ fd: Int32) -> Result<Void, Errno>
