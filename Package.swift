@@ -5,6 +5,7 @@ let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v15)],
     products: [
+        .library(name: "Ferry", targets: ["Ferry"]),
         .library(name: "FerryLog", targets: ["FerryLog"]),
         .executable(name: "ferry-dump", targets: ["ferry-dump"]),
         .executable(name: "ferry-bench", targets: ["ferry-bench"]),
@@ -28,6 +29,15 @@ let package = Package(
             name: "FerryLog",
             dependencies: [
                 "CLZ4", "CCRC32C",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // The database: the Realtime Database data model on the log.
+        .target(
+            name: "Ferry",
+            dependencies: [
+                "FerryLog",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -69,6 +79,11 @@ let package = Package(
             name: "ferry-fixtures",
             dependencies: ["FerryLog", "FerryTestSupport"],
             path: "Tests/ferry-fixtures"
+        ),
+        .testTarget(
+            name: "FerryTests",
+            dependencies: ["Ferry", "FerryLog", "FerryTestSupport"],
+            exclude: ["Conformance"]
         ),
         .testTarget(
             name: "FerryLogTests",

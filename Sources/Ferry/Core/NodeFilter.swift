@@ -1,0 +1,218 @@
+/// Where a filter can find complete children it does not hold (to refill a limited window).
+protocol CompleteChildSource {
+    func completeChild(_ key: String) -> Node?
+    func child(after post: NamedNode, index: QueryIndex, reverse: Bool) -> NamedNode?
+}
+
+struct NoCompleteChildSource: CompleteChildSource {
+    func completeChild(_ key: String) -> Node? { nil }
+    func child(after post: NamedNode, index: QueryIndex, reverse: Bool) -> NamedNode? { nil }
+}
+
+/// Applies changes to a view's cached node, keeping only what the query selects, and
+/// reports the resulting child changes.
+protocol NodeFilter: Sendable {
+    var index: QueryIndex { get }
+    var filtersNodes: Bool { get }
+    var indexedFilter: IndexedFilter { get }
+    func updateChild(_ snap: IndexedNode, key: String, newChild: Node, affectedPath: Path,
+                     source: any CompleteChildSource, accumulator: ChildChangeAccumulator?) -> IndexedNode
+    func updateFullNode(_ old: IndexedNode, _ new: IndexedNode, accumulator: ChildChangeAccumulator?) -> IndexedNode
+    func updatePriority(_ priority: Node, _ snap: IndexedNode) -> IndexedNode
+}
+
+/// No filtering: every child, ordered by the index.
+struct IndexedFilter: NodeFilter {
+    let index: QueryIndex
+    var filtersNodes: Bool { false }
+    var indexedFilter: IndexedFilter { self }
+
+    func updateChild(_ snap: IndexedNode, key: String, newChild: Node, affectedPath: Path,
+                     source: any CompleteChildSource, accumulator: ChildChangeAccumulator?) -> IndexedNode {
+        let node = snap.node
+        let oldChild = node.getImmediateChild(key)
+        if oldChild.getChild(affectedPath) == newChild.getChild(affectedPath) && oldChild.isEmpty == newChild.isEmpty {
+            // Nothing changed (a child entering or leaving through a null at affectedPath is
+            // told apart by the emptiness check).
+            return snap
+        }
+        if let accumulator {
+            if newChild.isEmpty {
+                if node.hasChild(key) { accumulator.track(.removed(key, oldChild)) }
+            } else if oldChild.isEmpty {
+                accumulator.track(.added(key, newChild))
+            } else {
+                accumulator.track(.changed(key, newChild, old: oldChild))
+            }
+        }
+        if node.isLeaf && newChild.isEmpty { return snap }
+        return snap.updatingChild(key, newChild)
+    }
+
+    func updateFullNode(_ old: IndexedNode, _ new: IndexedNode, accumulator: ChildChangeAccumulator?) -> IndexedNode {
+        if let accumulator {
+            old.node.forEachChild { key, child in
+                if !new.node.hasChild(key) { accumulator.track(.removed(key, child)) }
+            }
+            new.node.forEachChild { key, child in
+                let oldChild = old.node.getImmediateChild(key)
+                if oldChild.isEmpty {
+                    accumulator.track(.added(key, child))
+                } else if oldChild != child {
+                    accumulator.track(.changed(key, child, old: oldChild))
+                }
+            }
+        }
+        return new
+    }
+
+    func updatePriority(_ priority: Node, _ snap: IndexedNode) -> IndexedNode {
+        snap.node.isEmpty ? snap : snap.updatingPriority(priority)
+    }
+}
+
+/// Children within a start and end boundary.
+struct RangedFilter: NodeFilter {
+    let index: QueryIndex
+    let indexedFilter: IndexedFilter
+    let startPost: NamedNode
+    let endPost: NamedNode
+    let startInclusive: Bool
+    let endInclusive: Bool
+
+    init(params: QueryParams) {
+        index = params.index
+        indexedFilter = IndexedFilter(index: params.index)
+        startPost = params.startPost
+        endPost = params.endPost
+        startInclusive = !params.startAfter
+        endInclusive = !params.endBefore
+    }
+
+    var filtersNodes: Bool { true }
+
+    func withinStart(_ n: NamedNode) -> Bool {
+        let c = index.compare(startPost, n)
+        return startInclusive ? c <= 0 : c < 0
+    }
+
+    func withinEnd(_ n: NamedNode) -> Bool {
+        let c = index.compare(n, endPost)
+        return endInclusive ? c <= 0 : c < 0
+    }
+
+    func matches(_ key: String, _ node: Node) -> Bool {
+        let n = NamedNode(name: key, node: node)
+        return withinStart(n) && withinEnd(n)
+    }
+
+    func updateChild(_ snap: IndexedNode, key: String, newChild: Node, affectedPath: Path,
+                     source: any CompleteChildSource, accumulator: ChildChangeAccumulator?) -> IndexedNode {
+        let child = matches(key, newChild) ? newChild : .empty
+        return indexedFilter.updateChild(snap, key: key, newChild: child, affectedPath: affectedPath, source: source, accumulator: accumulator)
+    }
+
+    func updateFullNode(_ old: IndexedNode, _ new: IndexedNode, accumulator: ChildChangeAccumulator?) -> IndexedNode {
+        var filtered: IndexedNode
+        if new.node.isLeaf {
+            filtered = IndexedNode(.empty, index: index)
+        } else {
+            // Queries do not support priorities.
+            filtered = new.updatingPriority(.empty)
+            new.node.forEachChild { key, child in
+                if !matches(key, child) { filtered = filtered.updatingChild(key, .empty) }
+            }
+        }
+        return indexedFilter.updateFullNode(old, filtered, accumulator: accumulator)
+    }
+
+    func updatePriority(_ priority: Node, _ snap: IndexedNode) -> IndexedNode { snap }
+}
+
+/// At most `limit` children from one end of the range, refilled from outside the window when
+/// a child leaves it.
+struct LimitedFilter: NodeFilter {
+    let ranged: RangedFilter
+    let index: QueryIndex
+    let limit: Int
+    let reverse: Bool
+
+    init(params: QueryParams) {
+        ranged = RangedFilter(params: params)
+        index = params.index
+        limit = params.limit ?? Int.max
+        reverse = !params.isViewFromLeft
+    }
+
+    var filtersNodes: Bool { true }
+    var indexedFilter: IndexedFilter { ranged.indexedFilter }
+
+    private func withinDirectionalStart(_ n: NamedNode) -> Bool { reverse ? ranged.withinEnd(n) : ranged.withinStart(n) }
+    private func withinDirectionalEnd(_ n: NamedNode) -> Bool { reverse ? ranged.withinStart(n) : ranged.withinEnd(n) }
+
+    func updateChild(_ snap: IndexedNode, key: String, newChild: Node, affectedPath: Path,
+                     source: any CompleteChildSource, accumulator: ChildChangeAccumulator?) -> IndexedNode {
+        let child = ranged.matches(key, newChild) ? newChild : .empty
+        if snap.node.getImmediateChild(key) == child { return snap }
+        if snap.node.numChildren < limit {
+            return ranged.indexedFilter.updateChild(snap, key: key, newChild: child, affectedPath: affectedPath, source: source, accumulator: accumulator)
+        }
+        return fullLimitUpdate(snap, key: key, newChild: child, source: source, accumulator: accumulator)
+    }
+
+    private func fullLimitUpdate(_ old: IndexedNode, key: String, newChild: Node, source: any CompleteChildSource,
+                                 accumulator: ChildChangeAccumulator?) -> IndexedNode {
+        precondition(old.node.numChildren == limit, "a full window holds exactly `limit` children")
+        guard let boundary = reverse ? old.firstChild : old.lastChild else { return old }
+        let inRange = ranged.matches(key, newChild)
+        if old.node.hasChild(key) {
+            let oldChild = old.node.getImmediateChild(key)
+            var next = source.child(after: boundary, index: index, reverse: reverse)
+            if let n = next, n.name == key || old.node.hasChild(n.name) {
+                // A child updated in the write tree but not yet in this window: skip it.
+                next = source.child(after: n, index: index, reverse: reverse)
+            }
+            let candidate = NamedNode(name: key, node: newChild)
+            let remains = inRange && !newChild.isEmpty && (next.map { index.compare($0, candidate, reverse: reverse) >= 0 } ?? true)
+            if remains {
+                accumulator?.track(.changed(key, newChild, old: oldChild))
+                return old.updatingChild(key, newChild)
+            }
+            accumulator?.track(.removed(key, oldChild))
+            let without = old.updatingChild(key, .empty)
+            if let n = next, ranged.matches(n.name, n.node) {
+                accumulator?.track(.added(n.name, n.node))
+                return without.updatingChild(n.name, n.node)
+            }
+            return without
+        } else if newChild.isEmpty {
+            return old  // a child outside the window was deleted
+        } else if inRange {
+            if index.compare(boundary, NamedNode(name: key, node: newChild), reverse: reverse) >= 0 {
+                accumulator?.track(.removed(boundary.name, boundary.node))
+                accumulator?.track(.added(key, newChild))
+                return old.updatingChild(key, newChild).updatingChild(boundary.name, .empty)
+            }
+            return old
+        }
+        return old
+    }
+
+    func updateFullNode(_ old: IndexedNode, _ new: IndexedNode, accumulator: ChildChangeAccumulator?) -> IndexedNode {
+        var filtered: IndexedNode
+        if new.node.isLeaf || new.node.isEmpty {
+            filtered = IndexedNode(.empty, index: index)
+        } else {
+            filtered = IndexedNode(new.node, index: index).updatingPriority(.empty)
+            var count = 0
+            let items = filtered.ordered
+            for item in reverse ? items.reversed() : items {
+                let inRange = count < limit && withinDirectionalStart(item) && withinDirectionalEnd(item)
+                if inRange { count += 1 } else { filtered = filtered.updatingChild(item.name, .empty) }
+            }
+        }
+        return ranged.indexedFilter.updateFullNode(old, filtered, accumulator: accumulator)
+    }
+
+    func updatePriority(_ priority: Node, _ snap: IndexedNode) -> IndexedNode { snap }
+}

@@ -1,0 +1,68 @@
+/// How a query orders children.
+enum QueryIndex: Hashable, Sendable {
+    /// By priority, then key (the default).
+    case priority
+    case key
+    case value
+    /// By the value at a child path, then key.
+    case child(Path)
+
+    /// Orders two named nodes; ties in the indexed value are broken by key.
+    func compare(_ a: NamedNode, _ b: NamedNode) -> Int {
+        let c: Int
+        switch self {
+        case .key: return KeyOrder.compare(a.name, b.name)
+        case .priority: c = Node.compare(a.node.priority, b.node.priority)
+        case .value: c = Node.compare(a.node, b.node)
+        case .child(let path): c = Node.compare(a.node.getChild(path), b.node.getChild(path))
+        }
+        return c != 0 ? c : KeyOrder.compare(a.name, b.name)
+    }
+
+    func compare(_ a: NamedNode, _ b: NamedNode, reverse: Bool) -> Int {
+        reverse ? compare(b, a) : compare(a, b)
+    }
+
+    /// Whether a child's position can differ between the two nodes.
+    func indexedValueChanged(_ old: Node, _ new: Node) -> Bool {
+        switch self {
+        case .key: false
+        case .priority: old.priority != new.priority
+        case .value: old != new
+        case .child(let path): old.getChild(path) != new.getChild(path)
+        }
+    }
+
+    /// Whether ordering by this index can differ from key order for some child of `node`.
+    func needsOwnOrder(for node: Node) -> Bool {
+        switch self {
+        case .key: return false
+        case .priority:
+            if case .children(let c, _) = node { return c.entries.contains { !$0.node.priority.isEmpty } }
+            return false
+        case .value, .child: return node.numChildren > 1
+        }
+    }
+
+    var minPost: NamedNode { NamedNode(name: KeyOrder.minName, node: .empty) }
+
+    var maxPost: NamedNode {
+        switch self {
+        case .priority: NamedNode(name: KeyOrder.maxName, node: .leaf(.post, priority: .max))
+        case .key: NamedNode(name: KeyOrder.maxName, node: .empty)
+        case .value: NamedNode(name: KeyOrder.maxName, node: .max)
+        case .child(let path): NamedNode(name: KeyOrder.maxName, node: Node.empty.updatingChild(path, .max))
+        }
+    }
+
+    /// A boundary node placed where `value` (with key `name`) sorts in this index.
+    func makePost(_ value: Node, name: String) -> NamedNode {
+        switch self {
+        case .priority: NamedNode(name: name, node: .leaf(.post, priority: value))
+        case .key:
+            if case .leaf(.string(let s), _) = value { NamedNode(name: s, node: .empty) } else { NamedNode(name: name, node: .empty) }
+        case .value: NamedNode(name: name, node: value)
+        case .child(let path): NamedNode(name: name, node: Node.empty.updatingChild(path, value))
+        }
+    }
+}

@@ -1,0 +1,140 @@
+/// One query's view at one location: its cached data, its registrations, and the events
+/// each operation raises for them.
+final class View {
+    let query: QuerySpec
+    let processor: ViewProcessor
+    private(set) var viewCache: ViewCache
+    private(set) var registrations: [EventRegistration] = []
+
+    init(query: QuerySpec, initial: ViewCache) {
+        self.query = query
+        let filter = query.params.nodeFilter
+        processor = ViewProcessor(filter: filter)
+        let indexFilter = IndexedFilter(index: query.index)
+        let empty = IndexedNode(.empty, index: query.index)
+        // The server cache is only indexed here; filtering it waits for tagged data.
+        let server = indexFilter.updateFullNode(empty, IndexedNode(initial.serverCache.node, index: query.index), accumulator: nil)
+        let event = filter.updateFullNode(empty, IndexedNode(initial.eventCache.node, index: query.index), accumulator: nil)
+        viewCache = ViewCache(
+            eventCache: CacheNode(indexed: event, isFullyInitialized: initial.eventCache.isFullyInitialized, isFiltered: filter.filtersNodes),
+            serverCache: CacheNode(indexed: server, isFullyInitialized: initial.serverCache.isFullyInitialized, isFiltered: indexFilter.filtersNodes))
+    }
+
+    var isEmpty: Bool { registrations.isEmpty }
+    var serverCache: Node { viewCache.serverCache.node }
+    var eventCache: CacheNode { viewCache.eventCache }
+
+    /// The complete server data at `path` below this view, if the view has it.
+    func completeServerCache(for path: Path) -> Node? {
+        guard let cache = viewCache.completeServerSnap else { return nil }
+        // A filtered view's cache is complete only for the children it holds.
+        if query.loadsAllData || (!path.isEmpty && !cache.getImmediateChild(path.front!).isEmpty) {
+            return cache.getChild(path)
+        }
+        return nil
+    }
+
+    func add(_ registration: EventRegistration) { registrations.append(registration) }
+
+    /// Removes one registration (or all, when nil); returns those removed.
+    @discardableResult
+    func remove(_ registration: EventRegistration?) -> [EventRegistration] {
+        guard let registration else {
+            defer { registrations = [] }
+            return registrations
+        }
+        let removed = registrations.filter { $0 === registration }
+        registrations.removeAll { $0 === registration }
+        return removed
+    }
+
+    func apply(_ operation: Operation, writes: WriteTreeRef, completeServerCache: Node?) -> (changes: [Change], events: [Event]) {
+        let (newCache, changes) = processor.apply(operation, to: viewCache, writes: writes, completeCache: completeServerCache)
+        precondition(newCache.serverCache.isFullyInitialized || !viewCache.serverCache.isFullyInitialized,
+                     "a complete server cache never becomes incomplete")
+        viewCache = newCache
+        return (changes, EventGenerator.events(for: changes, eventCache: newCache.eventCache.indexed, registrations: registrations, query: query))
+    }
+
+    /// The events a new registration gets at once: a child_added per child, and a value event
+    /// when the data is complete.
+    func initialEvents(for registration: EventRegistration) -> [Event] {
+        let event = viewCache.eventCache
+        var changes = event.indexed.ordered.map { Change.added($0.name, $0.node) }
+        if event.isFullyInitialized { changes.append(.value(event.node)) }
+        return EventGenerator.events(for: changes, eventCache: event.indexed, registrations: [registration], query: query)
+    }
+}
+
+/// The views at one location (usually one; a default view and some queries at most).
+final class SyncPoint {
+    private(set) var views: [(params: QueryParams, view: View)] = []
+
+    var isEmpty: Bool { views.isEmpty }
+
+    func view(for query: QuerySpec) -> View? { views.first { $0.params == query.params }?.view }
+
+    /// A view that loads all data at this location, if there is one.
+    var completeView: View? { views.first { $0.params.loadsAllData }?.view }
+    var hasCompleteView: Bool { completeView != nil }
+    /// Views of queries that filter.
+    var queryViews: [View] { views.filter { !$0.params.loadsAllData }.map(\.view) }
+
+    func apply(_ operation: Operation, writes: WriteTreeRef, completeServerCache: Node?) -> [Event] {
+        if let params = operation.source.queryParams {
+            guard let view = views.first(where: { $0.params == params })?.view else { return [] }
+            return view.apply(operation, writes: writes, completeServerCache: completeServerCache).events
+        }
+        var events: [Event] = []
+        for (_, view) in views { events += view.apply(operation, writes: writes, completeServerCache: completeServerCache).events }
+        return events
+    }
+
+    /// The view for `query`, created from the writes and server cache when missing (not added).
+    func makeView(_ query: QuerySpec, writes: WriteTreeRef, serverCache: CacheNode) -> View {
+        if let existing = view(for: query) { return existing }
+        var eventCache = writes.calcCompleteEventCache(serverCache.isFullyInitialized ? serverCache.node : nil)
+        var complete = true
+        if eventCache == nil {
+            eventCache = writes.calcCompleteEventChildren(serverCache.node)
+            complete = false
+        }
+        let initial = ViewCache(
+            eventCache: CacheNode(indexed: IndexedNode(eventCache!, index: query.index), isFullyInitialized: complete, isFiltered: false),
+            serverCache: serverCache)
+        return View(query: query, initial: initial)
+    }
+
+    func addRegistration(_ registration: EventRegistration, query: QuerySpec, writes: WriteTreeRef, serverCache: CacheNode) -> [Event] {
+        let view: View
+        if let existing = self.view(for: query) {
+            view = existing
+        } else {
+            view = makeView(query, writes: writes, serverCache: serverCache)
+            views.append((query.params, view))
+        }
+        view.add(registration)
+        return view.initialEvents(for: registration)
+    }
+
+    /// Removes a registration (from every view when the query is the default one, as removing
+    /// an observer by handle does). Returns the queries whose views went away.
+    func removeRegistration(_ registration: EventRegistration?, query: QuerySpec) -> [QuerySpec] {
+        var removedQueries: [QuerySpec] = []
+        let hadCompleteView = hasCompleteView
+        for (params, view) in views where query.isDefault || params == query.params {
+            view.remove(registration)
+            if view.isEmpty {
+                views.removeAll { $0.params == params }
+                if !view.query.loadsAllData { removedQueries.append(view.query) }
+            }
+        }
+        if hadCompleteView && !hasCompleteView { removedQueries.append(.defaultQuery(at: query.path)) }
+        return removedQueries
+    }
+
+    func completeServerCache(at path: Path) -> Node? {
+        for (_, view) in views { if let c = view.completeServerCache(for: path) { return c } }
+        return nil
+    }
+}

@@ -1,0 +1,66 @@
+/// An error from the database.
+///
+/// Carries a ``Code`` to switch on and a message a person can act on; errors from the log
+/// underneath keep their ``FerryLog/LogError`` as ``underlying``.
+public struct DatabaseError: Error, Sendable, CustomStringConvertible {
+    /// What kind of failure this is. New codes may be added; match the ones you handle.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        enum Wrapped: Hashable, Sendable {
+            case invalidPath, invalidData, notCached, storage, closed, writeRejected, transactionAborted
+            case transactionTooManyRetries, invalidQuery
+        }
+        let wrapped: Wrapped
+
+        /// A key or path breaks the Realtime Database's rules; the message names the key and rule.
+        public static let invalidPath = Code(wrapped: .invalidPath)
+        /// A value cannot be stored (NaN, an unsupported type, a misplaced `.priority`, too large…).
+        public static let invalidData = Code(wrapped: .invalidData)
+        /// The data is neither available from a server nor complete in the local cache.
+        public static let notCached = Code(wrapped: .notCached)
+        /// The log or a checkpoint failed; see ``DatabaseError/underlying``.
+        public static let storage = Code(wrapped: .storage)
+        /// The database was closed.
+        public static let closed = Code(wrapped: .closed)
+        /// The server rejected a write; it was reverted locally.
+        public static let writeRejected = Code(wrapped: .writeRejected)
+        /// A transaction's update closure aborted.
+        public static let transactionAborted = Code(wrapped: .transactionAborted)
+        /// A transaction was rerun too many times because the data kept changing under it.
+        public static let transactionTooManyRetries = Code(wrapped: .transactionTooManyRetries)
+        /// A query combines constraints the Realtime Database does not allow.
+        public static let invalidQuery = Code(wrapped: .invalidQuery)
+
+        public var description: String {
+            switch wrapped {
+            case .invalidPath: "invalid path"
+            case .invalidData: "invalid data"
+            case .notCached: "not cached"
+            case .storage: "storage"
+            case .closed: "closed"
+            case .writeRejected: "write rejected"
+            case .transactionAborted: "transaction aborted"
+            case .transactionTooManyRetries: "transaction retried too often"
+            case .invalidQuery: "invalid query"
+            }
+        }
+    }
+
+    /// What kind of failure this is.
+    public var code: Code
+    /// A sentence saying what went wrong.
+    public var message: String
+    /// The error underneath (a ``FerryLog/LogError`` for ``Code/storage``), if any.
+    public var underlying: (any Error & Sendable)?
+
+    init(_ code: Code, _ message: String, underlying: (any Error & Sendable)? = nil) {
+        self.code = code
+        self.message = message
+        self.underlying = underlying
+    }
+
+    public var description: String {
+        var s = "\(code): \(message)"
+        if let underlying { s += " (\(underlying))" }
+        return s
+    }
+}

@@ -1,0 +1,216 @@
+/// JSON text in and out, for the edges of the API. The log never holds JSON (values are
+/// stored in the binary form of ValueCodec).
+enum JSON {
+    static let maxDepth = 512
+
+    static func parse(_ bytes: [UInt8]) throws -> Value {
+        var p = Parser(bytes: bytes)
+        p.skipSpace()
+        let v = try p.value(depth: 0)
+        p.skipSpace()
+        guard p.i == bytes.count else { throw p.error("unexpected text after the JSON value") }
+        return v
+    }
+
+    struct Parser {
+        let bytes: [UInt8]
+        var i = 0
+
+        func error(_ why: String) -> DatabaseError {
+            DatabaseError(.invalidData, "invalid JSON at byte \(i): \(why)")
+        }
+
+        mutating func skipSpace() {
+            while i < bytes.count, bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09 { i += 1 }
+        }
+
+        mutating func expect(_ word: String) throws {
+            for c in word.utf8 {
+                guard i < bytes.count, bytes[i] == c else { throw error("expected \(word)") }
+                i += 1
+            }
+        }
+
+        mutating func value(depth: Int) throws -> Value {
+            guard depth < JSON.maxDepth else { throw error("nested deeper than \(JSON.maxDepth)") }
+            guard i < bytes.count else { throw error("unexpected end of input") }
+            switch bytes[i] {
+            case UInt8(ascii: "n"): try expect("null"); return .null
+            case UInt8(ascii: "t"): try expect("true"); return .bool(true)
+            case UInt8(ascii: "f"): try expect("false"); return .bool(false)
+            case UInt8(ascii: "\""): return .string(try string())
+            case UInt8(ascii: "["):
+                i += 1
+                var items: [Value] = []
+                skipSpace()
+                if i < bytes.count, bytes[i] == UInt8(ascii: "]") { i += 1; return .array(items) }
+                while true {
+                    skipSpace()
+                    items.append(try value(depth: depth + 1))
+                    skipSpace()
+                    guard i < bytes.count else { throw error("unterminated array") }
+                    if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+                    if bytes[i] == UInt8(ascii: "]") { i += 1; return .array(items) }
+                    throw error("expected , or ] in an array")
+                }
+            case UInt8(ascii: "{"):
+                i += 1
+                var object: [String: Value] = [:]
+                skipSpace()
+                if i < bytes.count, bytes[i] == UInt8(ascii: "}") { i += 1; return .object(object) }
+                while true {
+                    skipSpace()
+                    guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw error("expected a key") }
+                    let key = try string()
+                    skipSpace()
+                    guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw error("expected :") }
+                    i += 1
+                    skipSpace()
+                    object[key] = try value(depth: depth + 1)
+                    skipSpace()
+                    guard i < bytes.count else { throw error("unterminated object") }
+                    if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+                    if bytes[i] == UInt8(ascii: "}") { i += 1; return .object(object) }
+                    throw error("expected , or } in an object")
+                }
+            default:
+                return try number()
+            }
+        }
+
+        mutating func number() throws -> Value {
+            let start = i
+            if i < bytes.count, bytes[i] == UInt8(ascii: "-") { i += 1 }
+            var integral = true
+            while i < bytes.count {
+                let c = bytes[i]
+                if c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9") { i += 1; continue }
+                if c == UInt8(ascii: ".") || c == UInt8(ascii: "e") || c == UInt8(ascii: "E") || c == UInt8(ascii: "+") || c == UInt8(ascii: "-") {
+                    integral = false
+                    i += 1
+                    continue
+                }
+                break
+            }
+            let text = String(decoding: bytes[start..<i], as: UTF8.self)
+            guard !text.isEmpty, text != "-" else { throw error("unexpected character") }
+            if integral, let v = Int64(text) { return .int(v) }
+            guard let d = Double(text), d.isFinite else { throw error("invalid number \(text)") }
+            return .double(d)
+        }
+
+        mutating func string() throws -> String {
+            i += 1  // opening quote
+            var out: [UInt8] = []
+            while i < bytes.count {
+                let c = bytes[i]
+                if c == UInt8(ascii: "\"") { i += 1; return String(decoding: out, as: UTF8.self) }
+                if c == UInt8(ascii: "\\") {
+                    i += 1
+                    guard i < bytes.count else { break }
+                    let e = bytes[i]
+                    i += 1
+                    switch e {
+                    case UInt8(ascii: "\""): out.append(0x22)
+                    case UInt8(ascii: "\\"): out.append(0x5C)
+                    case UInt8(ascii: "/"): out.append(0x2F)
+                    case UInt8(ascii: "b"): out.append(0x08)
+                    case UInt8(ascii: "f"): out.append(0x0C)
+                    case UInt8(ascii: "n"): out.append(0x0A)
+                    case UInt8(ascii: "r"): out.append(0x0D)
+                    case UInt8(ascii: "t"): out.append(0x09)
+                    case UInt8(ascii: "u"):
+                        var scalar = try hex4()
+                        if (0xD800..<0xDC00).contains(scalar), i + 1 < bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") {
+                            i += 2
+                            let low = try hex4()
+                            guard (0xDC00..<0xE000).contains(low) else { throw error("invalid surrogate pair") }
+                            scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        }
+                        guard let u = Unicode.Scalar(scalar) else { throw error("invalid \\u escape") }
+                        out.append(contentsOf: Array(String(Character(u)).utf8))
+                    default: throw error("invalid escape")
+                    }
+                    continue
+                }
+                if c < 0x20 { throw error("control character in a string") }
+                out.append(c)
+                i += 1
+            }
+            throw error("unterminated string")
+        }
+
+        mutating func hex4() throws -> UInt32 {
+            guard i + 4 <= bytes.count else { throw error("short \\u escape") }
+            var v: UInt32 = 0
+            for _ in 0..<4 {
+                let c = bytes[i]
+                i += 1
+                let d: UInt32
+                switch c {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): d = UInt32(c - UInt8(ascii: "0"))
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): d = UInt32(c - UInt8(ascii: "a") + 10)
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): d = UInt32(c - UInt8(ascii: "A") + 10)
+                default: throw error("invalid hex digit in \\u escape")
+                }
+                v = v * 16 + d
+            }
+            return v
+        }
+    }
+
+    static func serialize(_ v: Value) -> String {
+        var out: [UInt8] = []
+        write(v, to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func write(_ v: Value, to out: inout [UInt8]) {
+        switch v {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case .int(let i): out.append(contentsOf: String(i).utf8)
+        case .double(let d): out.append(contentsOf: formatDouble(d).utf8)
+        case .string(let s): writeString(s, to: &out)
+        case .array(let a):
+            out.append(UInt8(ascii: "["))
+            for (n, item) in a.enumerated() {
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                write(item, to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let o):
+            out.append(UInt8(ascii: "{"))
+            for (n, key) in o.keys.sorted(by: { KeyOrder.compare($0, $1) < 0 }).enumerated() {
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                writeString(key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                write(o[key]!, to: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    static func formatDouble(_ d: Double) -> String {
+        if d == d.rounded(), d.magnitude < 1e15 { return String(Int64(d)) }
+        return "\(d)"
+    }
+
+    static func writeString(_ s: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for c in s.utf8 {
+            switch c {
+            case 0x22: out.append(contentsOf: [0x5C, 0x22])
+            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case 0..<0x20:
+                let hex = String(c, radix: 16)
+                out.append(contentsOf: Array("\\u00".utf8) + Array((hex.count == 1 ? "0" + hex : hex).utf8))
+            default: out.append(c)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+}

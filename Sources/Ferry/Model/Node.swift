@@ -1,0 +1,371 @@
+/// The value of a leaf node.
+enum LeafValue: Sendable {
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    /// A server value (`{".sv": …}`) not yet resolved.
+    case deferred(Value)
+    /// The placeholder value of a query boundary ("post") node; never stored.
+    case post
+
+    /// Firebase's order of leaf types: server values, booleans, numbers, strings.
+    var typeRank: Int {
+        switch self {
+        case .deferred, .post: 0
+        case .bool: 1
+        case .int, .double: 2
+        case .string: 3
+        }
+    }
+
+    var value: Value {
+        switch self {
+        case .bool(let b): .bool(b)
+        case .int(let i): .int(i)
+        case .double(let d): .double(d)
+        case .string(let s): .string(s)
+        case .deferred(let v): v
+        case .post: .string("[PRIORITY-POST]")
+        }
+    }
+
+    var doubleValue: Double? {
+        switch self {
+        case .int(let i): Double(i)
+        case .double(let d): d
+        default: nil
+        }
+    }
+
+    static func compare(_ a: LeafValue, _ b: LeafValue) -> Int {
+        let ra = a.typeRank, rb = b.typeRank
+        if ra != rb { return ra < rb ? -1 : 1 }
+        switch (a, b) {
+        case let (.bool(x), .bool(y)): return x == y ? 0 : (x ? 1 : -1)
+        case let (.string(x), .string(y)): return x == y ? 0 : (x.utf16.lexicographicallyPrecedes(y.utf16) ? -1 : 1)
+        case let (.int(x), .int(y)): return x == y ? 0 : (x < y ? -1 : 1)
+        default:
+            if let x = a.doubleValue, let y = b.doubleValue {
+                if case let (.int(xi), .double(yd)) = (a, b), Double(xi) == yd { return 0 }
+                if case let (.double(xd), .int(yi)) = (a, b), xd == Double(yi) { return 0 }
+                return x == y ? 0 : (x < y ? -1 : 1)
+            }
+            return 0
+        }
+    }
+}
+
+extension LeafValue: Equatable, Hashable {
+    static func == (a: LeafValue, b: LeafValue) -> Bool {
+        switch (a, b) {
+        case let (.deferred(x), .deferred(y)): return x == y
+        case (.post, .post): return true
+        case (.deferred, _), (_, .deferred), (.post, _), (_, .post): return false
+        default: return a.typeRank == b.typeRank && LeafValue.compare(a, b) == 0
+        }
+    }
+
+    func hash(into h: inout Hasher) {
+        switch self {
+        case .bool(let b): h.combine(b)
+        case .int(let i): h.combine(Double(i))
+        case .double(let d): h.combine(d)
+        case .string(let s): h.combine(s)
+        case .deferred(let v): h.combine(v)
+        case .post: h.combine(-1)
+        }
+    }
+}
+
+/// A child's key with its node.
+struct NamedNode: Sendable, Equatable {
+    var name: String
+    var node: Node
+}
+
+/// A node's children, sorted in key order, none of them empty.
+struct ChildMap: Sendable, Equatable {
+    private(set) var entries: [NamedNode]
+
+    init() { entries = [] }
+    init(sorted: [NamedNode]) { entries = sorted }
+
+    var count: Int { entries.count }
+    var isEmpty: Bool { entries.isEmpty }
+
+    /// The position of `key`, or where it would be inserted.
+    func search(_ key: String) -> (index: Int, found: Bool) {
+        var lo = 0, hi = entries.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            let c = KeyOrder.compare(entries[mid].name, key)
+            if c == 0 { return (mid, true) }
+            if c < 0 { lo = mid + 1 } else { hi = mid }
+        }
+        return (lo, false)
+    }
+
+    subscript(key: String) -> Node? {
+        let (i, found) = search(key)
+        return found ? entries[i].node : nil
+    }
+
+    /// Sets (or, for an empty node, removes) a child.
+    func updating(_ key: String, _ node: Node) -> ChildMap {
+        var copy = self
+        let (i, found) = search(key)
+        if node.isEmpty {
+            if found { copy.entries.remove(at: i) }
+        } else if found {
+            copy.entries[i].node = node
+        } else {
+            copy.entries.insert(NamedNode(name: key, node: node), at: i)
+        }
+        return copy
+    }
+}
+
+/// A node of the data tree: empty (null), a leaf, or children; leaves and non-empty children
+/// may carry a priority (an empty, number or string leaf node). Immutable.
+indirect enum Node: Sendable {
+    case empty
+    case leaf(LeafValue, priority: Node)
+    case children(ChildMap, priority: Node)
+    /// Greater than every other node; used only as a query boundary.
+    case max
+
+    var isEmpty: Bool { if case .empty = self { true } else { false } }
+    var isLeaf: Bool { if case .leaf = self { true } else { false } }
+
+    var priority: Node {
+        switch self {
+        case .leaf(_, let p), .children(_, let p): p
+        case .empty, .max: .empty
+        }
+    }
+
+    var childMap: ChildMap {
+        if case .children(let c, _) = self { return c }
+        return ChildMap()
+    }
+
+    var numChildren: Int { childMap.count }
+
+    func hasChild(_ key: String) -> Bool { !getImmediateChild(key).isEmpty }
+
+    func getImmediateChild(_ key: String) -> Node {
+        if key == ".priority" { return priority }
+        if case .children(let c, _) = self { return c[key] ?? .empty }
+        return .empty
+    }
+
+    func getChild(_ path: Path) -> Node {
+        var node = self
+        for key in path.keys {
+            node = node.getImmediateChild(key)
+            if node.isEmpty { return .empty }
+        }
+        return node
+    }
+
+    func updatingPriority(_ p: Node) -> Node {
+        switch self {
+        case .leaf(let v, _): return .leaf(v, priority: p)
+        case .children(let c, _): return .children(c, priority: p)
+        case .empty, .max: return self
+        }
+    }
+
+    func updatingImmediateChild(_ key: String, _ child: Node) -> Node {
+        if key == ".priority" { return updatingPriority(child) }
+        switch self {
+        case .children(let c, let p):
+            let updated = c.updating(key, child)
+            return updated.isEmpty ? .empty : .children(updated, priority: p)
+        case .leaf(_, let p):
+            // Removing a child of a leaf changes nothing; adding one replaces the leaf.
+            if child.isEmpty { return self }
+            return .children(ChildMap().updating(key, child), priority: p)
+        case .empty:
+            if child.isEmpty { return self }
+            return .children(ChildMap().updating(key, child), priority: .empty)
+        case .max:
+            return self
+        }
+    }
+
+    func updatingChild(_ path: Path, _ child: Node) -> Node {
+        guard let front = path.front else { return child }
+        if front == ".priority" {
+            precondition(path.count == 1, ".priority must be the last key of a path")
+            return updatingPriority(child)
+        }
+        let updated = getImmediateChild(front).updatingChild(path.popFront, child)
+        return updatingImmediateChild(front, updated)
+    }
+
+    /// Calls `body` for each child in key order.
+    func forEachChild(_ body: (String, Node) throws -> Void) rethrows {
+        if case .children(let c, _) = self { for e in c.entries { try body(e.name, e.node) } }
+    }
+
+    /// The Realtime Database's value order for nodes: empty < leaves (by type, then value) <
+    /// objects (all alike) < max.
+    static func compare(_ a: Node, _ b: Node) -> Int {
+        switch (a, b) {
+        case (.max, .max): return 0
+        case (.max, _): return 1
+        case (_, .max): return -1
+        case (.empty, .empty): return 0
+        case (.empty, _): return -1
+        case (_, .empty): return 1
+        case let (.leaf(x, _), .leaf(y, _)): return LeafValue.compare(x, y)
+        case (.leaf, .children): return -1
+        case (.children, .leaf): return 1
+        case (.children, .children): return 0
+        }
+    }
+}
+
+extension Node: Equatable, Hashable {
+    static func == (a: Node, b: Node) -> Bool {
+        switch (a, b) {
+        case (.empty, .empty), (.max, .max): return true
+        case let (.leaf(x, p), .leaf(y, q)): return x == y && p == q
+        case let (.children(x, p), .children(y, q)): return p == q && x == y
+        default: return false
+        }
+    }
+
+    func hash(into h: inout Hasher) {
+        switch self {
+        case .empty: h.combine(0)
+        case .max: h.combine(1)
+        case .leaf(let v, let p):
+            h.combine(v)
+            h.combine(p)
+        case .children(let c, let p):
+            h.combine(c.count)
+            for e in c.entries.prefix(8) {
+                h.combine(e.name)
+                h.combine(e.node)
+            }
+            h.combine(p)
+        }
+    }
+}
+
+extension Node {
+    /// The node's value: a leaf's value, an object of children (an array when its keys are
+    /// dense integers), or null. With `export`, priorities are included (`.priority`, and
+    /// `{".value": v, ".priority": p}` for leaves) and arrays are never made.
+    func value(export: Bool = false) -> Value {
+        switch self {
+        case .empty, .max: return .null
+        case .leaf(let v, let p):
+            if export, !p.isEmpty { return .object([".value": v.value, ".priority": p.value()]) }
+            return v.value
+        case .children(let c, let p):
+            var object: [String: Value] = [:]
+            object.reserveCapacity(c.count + 1)
+            var allIntegers = !export
+            var maxKey = 0
+            for e in c.entries {
+                object[e.name] = e.node.value(export: export)
+                if allIntegers {
+                    if let k = arrayIndex(e.name) { maxKey = Swift.max(maxKey, k) } else { allIntegers = false }
+                }
+            }
+            if allIntegers && maxKey < 2 * c.count {
+                var array = [Value](repeating: .null, count: maxKey + 1)
+                for (k, v) in object { array[arrayIndex(k)!] = v }
+                return .array(array)
+            }
+            if export, !p.isEmpty { object[".priority"] = p.value() }
+            return .object(object)
+        }
+    }
+
+    /// Builds a node from a value, checking it: keys, priorities, server values, numbers.
+    /// - Throws: ``DatabaseError`` with code ``DatabaseError/Code/invalidData`` naming where.
+    init(_ value: Value, path: Path = .root) throws {
+        self = try Node.build(value, at: path, depth: 0)
+    }
+
+    private static func build(_ value: Value, at path: Path, depth: Int) throws -> Node {
+        guard depth <= 512 else { throw DatabaseError(.invalidData, "the value at \(path) is nested too deeply") }
+        switch value {
+        case .null: return .empty
+        case .bool(let b): return .leaf(.bool(b), priority: .empty)
+        case .int(let i): return .leaf(.int(i), priority: .empty)
+        case .double(let d):
+            guard d.isFinite else { throw DatabaseError(.invalidData, "the number at \(path) is \(d); only finite numbers can be stored") }
+            return .leaf(.double(d), priority: .empty)
+        case .string(let s): return .leaf(.string(s), priority: .empty)
+        case .array(let items):
+            var entries: [NamedNode] = []
+            for (i, item) in items.enumerated() {
+                let child = try build(item, at: path.child(String(i)), depth: depth + 1)
+                if !child.isEmpty { entries.append(NamedNode(name: String(i), node: child)) }
+            }
+            entries.sort { KeyOrder.compare($0.name, $1.name) < 0 }
+            return entries.isEmpty ? .empty : .children(ChildMap(sorted: entries), priority: .empty)
+        case .object(let object):
+            let priority = try object[".priority"].map { try priorityNode($0, at: path) } ?? .empty
+            if let sv = object[".sv"] {
+                try validateServerValue(sv, at: path)
+                guard object.keys.allSatisfy({ $0 == ".sv" || $0 == ".priority" }) else {
+                    throw DatabaseError(.invalidData, "the server value at \(path) has other keys beside .sv")
+                }
+                return .leaf(.deferred([".sv": sv]), priority: priority)
+            }
+            if let v = object[".value"] {
+                guard object.keys.allSatisfy({ $0 == ".value" || $0 == ".priority" }) else {
+                    throw DatabaseError(.invalidData, "the value at \(path) has .value beside keys other than .priority")
+                }
+                let inner = try build(v, at: path, depth: depth + 1)
+                return inner.isEmpty ? .empty : inner.updatingPriority(priority)
+            }
+            var entries: [NamedNode] = []
+            entries.reserveCapacity(object.count)
+            for (key, child) in object where key != ".priority" {
+                do { try Path.validate(key: key) } catch let e as DatabaseError {
+                    throw DatabaseError(.invalidData, "at \(path): \(e.message)")
+                }
+                let node = try build(child, at: path.child(key), depth: depth + 1)
+                if !node.isEmpty { entries.append(NamedNode(name: key, node: node)) }
+            }
+            guard !entries.isEmpty else { return .empty }
+            entries.sort { KeyOrder.compare($0.name, $1.name) < 0 }
+            return .children(ChildMap(sorted: entries), priority: priority)
+        }
+    }
+
+    /// A priority: null, a number or a string.
+    static func priorityNode(_ value: Value, at path: Path) throws -> Node {
+        switch value {
+        case .null: return .empty
+        case .int, .double, .string: return try Node(value, path: path)
+        default:
+            throw DatabaseError(.invalidData, "the priority at \(path) is \(value); a priority must be a string, a number or null")
+        }
+    }
+
+    static func validateServerValue(_ sv: Value, at path: Path) throws {
+        switch sv {
+        case .string("timestamp"): return
+        case .object(let o) where o.count == 1:
+            if let n = o["increment"], n.number != nil { return }
+        default: break
+        }
+        throw DatabaseError(.invalidData, "the server value at \(path) is \(sv); only \"timestamp\" and {\"increment\": number} exist")
+    }
+}
+
+/// The index of an array element: a non-negative integer key without leading zeros.
+func arrayIndex(_ key: String) -> Int? {
+    guard let first = key.utf8.first, key.utf8.count <= 9 else { return nil }
+    if first == UInt8(ascii: "0") && key.utf8.count > 1 { return nil }
+    return Int(key)
+}
