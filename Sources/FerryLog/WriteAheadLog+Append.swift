@@ -19,10 +19,7 @@ extension WriteAheadLog {
             // The writer thread does the I/O and resumes us; no thread of Swift's cooperative
             // pool is ever held in a write or fdatasync. Appenders waiting at the same time
             // share one sync (the writer gathers them, see WriteAheadLog+Writer.swift).
-            let range = try shared.withLock { s -> ClosedRange<LSN> in
-                if let refusal = refusal(s) { throw refusal }
-                return enqueue(batch, &s)
-            }
+            let range = try enqueue(batch)
             try await waitUntilDurable(range.upperBound + 1)
             return range
         }
@@ -58,6 +55,44 @@ extension WriteAheadLog {
                 }
             }
         }
+    }
+
+    /// Takes a batch into the log without waiting: it gets its LSNs at once, and is written
+    /// (and synced, per the durability mode) in the background. Pair it with
+    /// ``awaitDurability(of:)``: the two together are ``append(_:)``, split so that a caller
+    /// can order its own state by LSN under its own lock and wait outside it.
+    ///
+    /// Unlike ``append(_:)`` it never waits for room: it is for callers that bound their own
+    /// pending data.
+    ///
+    /// - Throws: ``LogError`` as ``append(_:)`` does, at once.
+    public func enqueue(_ batch: LogBatch) throws -> ClosedRange<LSN> {
+        if let problem = batch.problem { throw LogError(.invalidArgument, problem) }
+        let (range, start, delayed) = try shared.withLock { s -> (ClosedRange<LSN>, WriterStart, Bool) in
+            if let refusal = refusal(s) { throw refusal }
+            let range = enqueue(batch, &s)
+            if options.durability.mode == .fsync || s.pending.count >= options.frameTargetSize {
+                return (range, claimRun(&s), false)
+            }
+            if !s.runQueued && !s.delayedQueued {
+                s.delayedQueued = true
+                return (range, .nothing, true)
+            }
+            return (range, .nothing, false)
+        }
+        startWriter(start)
+        if delayed { queue.asyncAfter(deadline: .now() + options.flushDelay.dispatchInterval) { self.runDelayed() } }
+        return range
+    }
+
+    /// Waits until the records in `range` are acknowledged per the durability mode: durable
+    /// (`fdatasync`) with ``Durability/fsync``; at once with the other modes.
+    public func awaitDurability(of range: ClosedRange<LSN>) async throws {
+        guard options.durability.mode == .fsync else {
+            if let f = failure { throw f }
+            return
+        }
+        try await waitUntilDurable(range.upperBound + 1)
     }
 
     /// Waits until every record appended before the call has been written to the operating

@@ -34,6 +34,8 @@ public final class WriteAheadLog: Sendable {
     let writer: Mutex<Writer>
     /// Wakes the writer while it waits for work (cheaper than queueing a new run).
     let wake = DispatchSemaphore(value: 0)
+    /// Open segments and decompressed frames for ``withRecord(at:_:)``.
+    let recordCache = Mutex(RecordCache())
 
     var logger: Logger { options.logger }
     var system: SystemCalls { options.system }

@@ -1,0 +1,139 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A segment kept open for random reads.
+final class SegmentCursor {
+    let name: String
+    var reader: FrameReader
+
+    init(name: String, reader: consuming FrameReader) {
+        self.name = name
+        self.reader = reader
+    }
+}
+
+/// A decompressed data frame and where each of its records starts.
+final class CachedFrame: Sendable {
+    let firstLSN: LSN
+    let bytes: [UInt8]
+    /// Offsets of kind byte, payload start and payload length, three per record.
+    let layout: [UInt32]
+
+    init(firstLSN: LSN, bytes: [UInt8], layout: [UInt32]) {
+        self.firstLSN = firstLSN
+        self.bytes = bytes
+        self.layout = layout
+    }
+
+    var count: Int { layout.count / 3 }
+}
+
+/// Open segments and recently decompressed frames, for reading single records by LSN.
+/// Bounded: a few open segments and a few frames (least recently used are dropped).
+final class RecordCache {
+    private var cursors: [SegmentCursor] = []
+    private var frames: [(segment: UInt64, offset: Int64, frame: CachedFrame)] = []
+    static let maxCursors = 8
+    static let maxFrames = 32
+
+    func cursor(for segment: SegmentInfo, directory: StoreDirectory) throws -> SegmentCursor {
+        if let i = cursors.firstIndex(where: { $0.name == segment.name }) {
+            let c = cursors.remove(at: i)
+            c.reader.limit = segment.size
+            cursors.append(c)
+            return c
+        }
+        let file = try directory.open(segment.name, flags: O_RDONLY)
+        let c = SegmentCursor(name: segment.name, reader: FrameReader(file: file, system: directory.system, limit: segment.size))
+        cursors.append(c)
+        if cursors.count > Self.maxCursors { cursors.removeFirst() }
+        return c
+    }
+
+    func frame(segment: UInt64, offset: Int64) -> CachedFrame? {
+        guard let i = frames.firstIndex(where: { $0.segment == segment && $0.offset == offset }) else { return nil }
+        let entry = frames.remove(at: i)
+        frames.append(entry)
+        return entry.frame
+    }
+
+    func store(_ frame: CachedFrame, segment: UInt64, offset: Int64) {
+        frames.append((segment, offset, frame))
+        if frames.count > Self.maxFrames { frames.removeFirst() }
+    }
+
+    /// Forgets a deleted segment.
+    func drop(_ name: String) { cursors.removeAll { $0.name == name } }
+}
+
+extension WriteAheadLog {
+    /// Calls `body` with the record at `lsn`, which must have been written (below ``writtenLSN``)
+    /// and not deleted. Recently read frames are cached decompressed, so reading neighbours is cheap.
+    ///
+    /// - Throws: ``LogError`` — ``LogError/Code/recordsUnavailable`` for an LSN outside the
+    ///   written, kept range; ``LogError/Code/corruption`` naming file and offset.
+    public func withRecord<R>(at lsn: LSN, _ body: (RecordView) throws -> R) throws -> R {
+        let (segments, first, written) = shared.withLock { s in (s.segments, s.firstLSN, s.writtenLSN) }
+        guard lsn >= first, lsn < written else {
+            throw LogError(.recordsUnavailable, "record \(lsn) is not in the written log (\(first)..<\(written))", file: path)
+        }
+        var lo = 0, hi = segments.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if segments[mid].nextLSN <= lsn { lo = mid + 1 } else { hi = mid }
+        }
+        guard lo < segments.count, segments[lo].firstLSN <= lsn else {
+            throw LogError(.recordsUnavailable, "no segment holds record \(lsn)", file: path)
+        }
+        let segment = segments[lo]
+        let frame = try recordCache.withLock { cache in try locateFrame(lsn, in: segment, cache: cache) }
+        let i = Int(lsn.rawValue - frame.firstLSN.rawValue)
+        return try frame.bytes.withUnsafeBytes { raw in
+            let kind = raw[Int(frame.layout[3 * i])]
+            let start = Int(frame.layout[3 * i + 1]), length = Int(frame.layout[3 * i + 2])
+            return try body(RecordView(lsn: lsn, kind: kind, payload: UnsafeRawBufferPointer(rebasing: raw[start..<start + length])))
+        }
+    }
+
+    private func locateFrame(_ lsn: LSN, in segment: SegmentInfo, cache: RecordCache) throws -> CachedFrame {
+        let cursor = try cache.cursor(for: segment, directory: directory)
+        var (offset, expected) = segment.seek(to: lsn)
+        while offset < segment.size {
+            let frameOffset = offset
+            func corrupt(_ why: String) -> LogError { LogError(.corruption, why, file: directory.path(segment.name), offset: frameOffset) }
+            switch try cursor.reader.readFrame(at: offset) {
+            case .end: break
+            case .incomplete(let why), .invalid(let why): throw corrupt(why)
+            case .unsupported(let why): throw LogError(.unsupportedFormat, why, file: directory.path(segment.name), offset: frameOffset)
+            case .frame(let h, let stored):
+                guard h.firstLSN == expected else { throw corrupt("LSN discontinuity: expected \(expected), found \(h.firstLSN)") }
+                if h.kind == .data && lsn < h.nextLSN {
+                    if let cached = cache.frame(segment: segment.seq, offset: frameOffset) { return cached }
+                    guard let raw = cursor.reader.rawBody(of: h, body: stored) else { throw corrupt("the frame body does not decompress") }
+                    var layout: [UInt32] = []
+                    layout.reserveCapacity(Int(h.recordCount) * 3)
+                    let base = raw.baseAddress
+                    let ok = RecordDecoding.forEach(in: raw, header: h) { r in
+                        layout.append(UInt32(UnsafeRawPointer(r.payload.baseAddress ?? base!) - base! - 1 - Varint.length(UInt32(r.payload.count))))
+                        layout.append(UInt32((r.payload.baseAddress ?? base!) - base!))
+                        layout.append(UInt32(r.payload.count))
+                    }
+                    guard ok else { throw corrupt("the frame's records do not match its header") }
+                    let frame = CachedFrame(firstLSN: h.firstLSN, bytes: Array(raw), layout: layout)
+                    cache.store(frame, segment: segment.seq, offset: frameOffset)
+                    return frame
+                }
+                offset += Int64(h.frameSize)
+                expected = h.nextLSN
+                continue
+            }
+            break
+        }
+        throw LogError(.recordsUnavailable, "record \(lsn) was not found in \(segment.name)", file: directory.path(segment.name))
+    }
+}
