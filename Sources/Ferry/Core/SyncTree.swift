@@ -15,7 +15,9 @@ protocol ServerCacheSource: AnyObject {
 /// affects — descendants first, then the location, then ancestors — collecting the events.
 final class SyncTree {
     private(set) var syncPoints = ImmutableTree<SyncPoint>.empty
-    private(set) var writeTree = WriteTree()
+    let writeTree: WriteTree
+
+    init(writeTree: WriteTree = WriteTree()) { self.writeTree = writeTree }
     private var tagToQuery: [Int: QuerySpec] = [:]
     private var queryToTag: [QuerySpec: Int] = [:]
     private var nextTag = 1
@@ -24,14 +26,14 @@ final class SyncTree {
 
     // MARK: Local writes
 
-    func applyUserOverwrite(_ path: Path, _ node: Node, writeID: Int64, visible: Bool = true) -> [Event] {
-        writeTree.addOverwrite(path, node, writeID: writeID, visible: visible)
+    func applyUserOverwrite(_ path: Path, _ node: Node, writeID: Int64, visible: Bool = true, ref: ValueRef? = nil) -> [Event] {
+        writeTree.addOverwrite(path, node, writeID: writeID, visible: visible, ref: ref)
         guard visible else { return [] }
         return applyToSyncPoints(.overwrite(.user, path, node))
     }
 
-    func applyUserMerge(_ path: Path, _ children: CompoundWrite, writeID: Int64) -> [Event] {
-        writeTree.addMerge(path, children, writeID: writeID)
+    func applyUserMerge(_ path: Path, _ children: CompoundWrite, writeID: Int64, refs: [Path: ValueRef]? = nil) -> [Event] {
+        writeTree.addMerge(path, children, writeID: writeID, refs: refs)
         return applyToSyncPoints(.merge(.user, path, children))
     }
 

@@ -12,57 +12,128 @@ struct WriteRecord: Sendable {
 
     var isOverwrite: Bool { if case .overwrite = change { true } else { false } }
 
-    /// Whether this write fully determines the data at `path`.
-    func covers(_ other: Path) -> Bool {
+    /// The locations this write fully determines.
+    var writtenPaths: [Path] {
         switch change {
-        case .overwrite: return path.contains(other)
+        case .overwrite: return [path]
         case .merge(let m):
-            var found = false
-            m.forEachWrite { p, _ in if path.child(p).contains(other) { found = true } }
-            return found
+            var out: [Path] = []
+            m.forEachWrite { p, _ in out.append(path.child(p)) }
+            return out
         }
     }
+
+    func covers(_ other: Path) -> Bool { writtenPaths.contains { $0.contains(other) } }
+}
+
+/// A value in the overlay: the node itself, or where it sits in a log record.
+enum ValueHandle: Sendable {
+    case inline(Node)
+    case stored(ValueRef)
+}
+
+struct OverlayEntry: Sendable {
+    var writeID: Int64
+    var value: ValueHandle
+}
+
+/// Where stored values and records are read from (the database's log, or its memory).
+protocol StoredValues: AnyObject {
+    func node(_ ref: ValueRef) -> Node
+    /// The write with this id, values resolved as the local view shows them.
+    func writeRecord(_ id: Int64) -> WriteRecord?
+    /// Where each value of the write sits, for rebuilding the overlay.
+    func writeValues(_ id: Int64) -> [(Path, ValueHandle)]
 }
 
 /// Every pending local write, and the result of layering the visible ones, so that views can
 /// compute what the user sees: server data with local writes on top.
-struct WriteTree: Sendable {
-    /// The visible writes, layered.
-    private(set) var visibleWrites = CompoundWrite.empty
-    /// Every pending write, oldest first.
-    private(set) var allWrites: [WriteRecord] = []
+///
+/// The layered writes live in an index from path to value (the overlay) rather than in a tree
+/// of nodes: an entry below another is newer and overrides that part of it. Values are read
+/// (from the log, for a persistent store) only where a view or a read needs them.
+final class WriteTree {
+    private(set) var overlay = PathIndex<OverlayEntry>()
+    private(set) var pending = PendingList()
     private(set) var lastWriteID: Int64 = -1
+    /// Ids of invisible (transaction) writes.
+    private var hidden: Set<Int64> = []
+    weak var stored: (any StoredValues)?
 
-    mutating func addOverwrite(_ path: Path, _ node: Node, writeID: Int64, visible: Bool) {
+    var pendingCount: Int { pending.count }
+
+    func value(_ handle: ValueHandle) -> Node {
+        switch handle {
+        case .inline(let n): return n
+        case .stored(let ref): return stored?.node(ref) ?? .empty
+        }
+    }
+
+    // MARK: Adding and removing writes
+
+    /// Records a set. `ref` says where its (resolved) value is stored; nil keeps it inline.
+    func addOverwrite(_ path: Path, _ node: Node, writeID: Int64, visible: Bool, ref: ValueRef? = nil) {
         precondition(writeID > lastWriteID, "write ids must increase")
-        allWrites.append(WriteRecord(writeID: writeID, path: path, change: .overwrite(node), visible: visible))
-        if visible { visibleWrites = visibleWrites.addingWrite(node, at: path) }
+        let inline = ref == nil ? WriteRecord(writeID: writeID, path: path, change: .overwrite(node), visible: visible) : nil
+        pending.append(writeID, path: path, isOverwrite: true, visible: visible, inline: inline)
+        if visible {
+            layer(.init(writeID: writeID, value: ref.map { .stored($0) } ?? .inline(node)), at: path)
+        } else {
+            hidden.insert(writeID)
+        }
         lastWriteID = writeID
     }
 
-    mutating func addMerge(_ path: Path, _ children: CompoundWrite, writeID: Int64) {
+    /// Records an update; `refs` (relative path → stored value) parallel the merge's writes.
+    func addMerge(_ path: Path, _ children: CompoundWrite, writeID: Int64, refs: [Path: ValueRef]? = nil) {
         precondition(writeID > lastWriteID, "write ids must increase")
-        allWrites.append(WriteRecord(writeID: writeID, path: path, change: .merge(children), visible: true))
-        visibleWrites = visibleWrites.addingCompoundWrite(children, at: path)
+        let inline = refs == nil ? WriteRecord(writeID: writeID, path: path, change: .merge(children), visible: true) : nil
+        pending.append(writeID, path: path, isOverwrite: false, visible: true, inline: inline)
+        children.forEachWrite { relative, node in
+            let handle: ValueHandle = refs?[relative].map { .stored($0) } ?? .inline(node)
+            layer(OverlayEntry(writeID: writeID, value: handle), at: path.child(relative))
+        }
         lastWriteID = writeID
     }
 
-    func write(_ writeID: Int64) -> WriteRecord? { allWrites.first { $0.writeID == writeID } }
+    private func layer(_ entry: OverlayEntry, at path: Path) {
+        let key = PathKey.encode(path)
+        overlay.removeAll(withPrefix: key)
+        overlay.set(key, entry)
+    }
+
+    func write(_ writeID: Int64) -> WriteRecord? {
+        guard let i = pending.index(of: writeID) else { return nil }
+        return record(at: i)
+    }
+
+    private func record(at i: Int) -> WriteRecord? {
+        let id = pending.ids[i]
+        return pending.inlineRecord(id) ?? stored?.writeRecord(id)
+    }
+
+    /// Whether the write at index `i` fully determines `path`.
+    private func covers(_ i: Int, _ path: Path) -> Bool {
+        if pending.isOverwrite(at: i) { return pending.path(at: i).contains(path) }
+        return record(at: i)?.covers(path) ?? false
+    }
 
     /// Removes a write (acknowledged or rejected). Returns whether it may have been visible,
     /// so that views must be re-evaluated.
-    mutating func removeWrite(_ writeID: Int64) -> Bool {
-        guard let index = allWrites.firstIndex(where: { $0.writeID == writeID }) else { return false }
-        let removed = allWrites.remove(at: index)
-        var wasVisible = removed.visible
+    func removeWrite(_ writeID: Int64) -> Bool {
+        guard let index = pending.index(of: writeID) else { return false }
+        let removedPath = pending.path(at: index)
+        let removedRecord = pending.isOverwrite(at: index) ? nil : record(at: index)
+        var wasVisible = pending.isVisible(at: index)
+        pending.remove(at: index)
+        hidden.remove(writeID)
         var overlaps = false
-        var i = allWrites.count - 1
+        var i = pending.count - 1
         while wasVisible && i >= 0 {
-            let current = allWrites[i]
-            if current.visible {
-                if i >= index && current.covers(removed.path) {
+            if pending.isVisible(at: i) {
+                if i >= index && covers(i, removedPath) {
                     wasVisible = false  // a later write shadows it completely
-                } else if removed.path.contains(current.path) {
+                } else if removedPath.contains(pending.path(at: i)) {
                     overlaps = true
                 }
             }
@@ -70,57 +141,130 @@ struct WriteTree: Sendable {
         }
         if !wasVisible { return false }
         if overlaps {
-            visibleWrites = Self.layer(allWrites, root: .root) { $0.visible }
+            rebuildOverlay()
+        } else if let removedRecord {
+            for p in removedRecord.writtenPaths { overlay.removeAll(withPrefix: PathKey.encode(p)) }
         } else {
-            switch removed.change {
-            case .overwrite: visibleWrites = visibleWrites.removingWrite(at: removed.path)
-            case .merge(let m):
-                m.forEachWrite { p, _ in visibleWrites = visibleWrites.removingWrite(at: removed.path.child(p)) }
-            }
+            overlay.removeAll(withPrefix: PathKey.encode(removedPath))
         }
         return true
     }
 
-    mutating func removeAllWrites() -> [WriteRecord] {
-        defer {
-            allWrites = []
-            visibleWrites = .empty
+    /// Re-layers every visible pending write, oldest first.
+    private func rebuildOverlay() {
+        overlay.removeAll()
+        for i in 0..<pending.count where pending.isVisible(at: i) {
+            let id = pending.ids[i]
+            if let record = pending.inlineRecord(id) {
+                switch record.change {
+                case .overwrite(let n): layer(OverlayEntry(writeID: id, value: .inline(n)), at: record.path)
+                case .merge(let m): m.forEachWrite { p, n in layer(OverlayEntry(writeID: id, value: .inline(n)), at: record.path.child(p)) }
+                }
+            } else {
+                let base = pending.path(at: i)
+                for (p, handle) in stored?.writeValues(id) ?? [] { layer(OverlayEntry(writeID: id, value: handle), at: base.child(p)) }
+            }
         }
-        return allWrites
     }
 
+    func removeAllWrites() -> [WriteRecord] {
+        let all = (0..<pending.count).compactMap { record(at: $0) }
+        pending.removeAll()
+        overlay.removeAll()
+        hidden = []
+        return all
+    }
+
+    /// The pending writes, oldest first (read from storage as needed).
+    var allWrites: [WriteRecord] { (0..<pending.count).compactMap { record(at: $0) } }
+
+    // MARK: The layered visible writes
+
+    /// The entry deepest on the chain from the root to `path`, if any: the write that
+    /// determines the data at `path` (below it, newer entries may override parts).
+    private func deepestChainEntry(_ path: Path) -> (path: Path, entry: OverlayEntry)? {
+        guard !overlay.isEmpty else { return nil }
+        var found: (Path, OverlayEntry)?
+        var current = Path.root
+        var key: [UInt8] = []
+        if let e = overlay.get(key) { found = (current, e) }
+        for k in path.keys {
+            key.append(contentsOf: k.utf8)
+            key.append(0)
+            current = current.child(k)
+            if let e = overlay.get(key) { found = (current, e) }
+        }
+        return found
+    }
+
+    /// Entries strictly below `path`, oldest write first (ties in key order).
+    private func entries(below path: Path) -> [(Path, OverlayEntry)] {
+        let prefix = PathKey.encode(path)
+        var out: [(key: ArraySlice<UInt8>, entry: OverlayEntry)] = []
+        overlay.forEach(withPrefix: prefix) { k, e in if k.count > prefix.count { out.append((k, e)) } }
+        out.sort { $0.entry.writeID != $1.entry.writeID ? $0.entry.writeID < $1.entry.writeID : $0.key.lexicographicallyPrecedes($1.key) }
+        return out.map { (PathKey.decode($0.key.dropFirst(prefix.count)), $0.entry) }
+    }
+
+    /// The node visible writes fully determine at `path`, or nil.
+    func completeNode(at path: Path) -> Node? {
+        guard let (chainPath, entry) = deepestChainEntry(path) else { return nil }
+        var node = value(entry.value).getChild(chainPath.relative(to: path))
+        for (relative, e) in entries(below: path) { node = node.updatingChild(relative, value(e.value)) }
+        return node
+    }
+
+    func hasCompleteWrite(at path: Path) -> Bool { deepestChainEntry(path) != nil }
+
+    /// The visible writes at and below `path`, as a compound write rooted there.
+    func childCompoundWrite(at path: Path) -> CompoundWrite {
+        if let node = completeNode(at: path) { return CompoundWrite(tree: ImmutableTree(node)) }
+        var result = CompoundWrite.empty
+        for (relative, e) in entries(below: path) { result = result.addingWrite(value(e.value), at: relative) }
+        return result
+    }
+
+    /// Whether any visible write is at, above or below `path` (the data there has pending writes).
+    func hasVisibleWrite(touching path: Path) -> Bool {
+        deepestChainEntry(path) != nil || overlay.hasKey(withPrefix: PathKey.encode(path))
+    }
+
+    // MARK: Computing what views see
+
     /// The node a visible write fully determines at `path`, or nil.
-    func shadowingWrite(_ path: Path) -> Node? { visibleWrites.completeNode(at: path) }
+    func shadowingWrite(_ path: Path) -> Node? { completeNode(at: path) }
 
     /// The complete data at `path`: server data (when complete) with writes on top. Nil when
     /// neither is complete there.
     func calcCompleteEventCache(_ path: Path, completeServerCache: Node?, excluding: Set<Int64>? = nil,
                                 includeHidden: Bool = false) -> Node? {
-        if excluding == nil && !includeHidden {
-            if let shadowing = visibleWrites.completeNode(at: path) { return shadowing }
-            let subMerge = visibleWrites.childCompoundWrite(at: path)
+        if excluding == nil && (!includeHidden || hidden.isEmpty) {
+            if let shadowing = completeNode(at: path) { return shadowing }
+            let subMerge = childCompoundWrite(at: path)
             if subMerge.isEmpty { return completeServerCache }
             if completeServerCache == nil && !subMerge.hasCompleteWrite(at: .root) { return nil }
             return subMerge.apply(to: completeServerCache ?? .empty)
         }
-        let merge = visibleWrites.childCompoundWrite(at: path)
+        let merge = childCompoundWrite(at: path)
         if !includeHidden && merge.isEmpty { return completeServerCache }
         if !includeHidden && completeServerCache == nil && !merge.hasCompleteWrite(at: .root) { return nil }
-        let layered = Self.layer(allWrites, root: path) { record in
-            (record.visible || includeHidden) && !(excluding?.contains(record.writeID) ?? false)
-                && (record.path.contains(path) || path.contains(record.path))
+        let related = (0..<pending.count).filter { i in
+            let p = pending.path(at: i)
+            return (pending.isVisible(at: i) || includeHidden) && !(excluding?.contains(pending.ids[i]) ?? false)
+                && (p.contains(path) || path.contains(p))
         }
+        let layered = Self.layer(related.compactMap { record(at: $0) }, root: path) { _ in true }
         return layered.apply(to: completeServerCache ?? .empty)
     }
 
     /// The children at `path` known completely: from writes, or server children with writes on top.
     func calcCompleteEventChildren(_ path: Path, completeServerChildren: Node) -> Node {
         var result = Node.empty
-        if let topLevel = visibleWrites.completeNode(at: path) {
+        if let topLevel = completeNode(at: path) {
             topLevel.forEachChild { k, n in result = result.updatingImmediateChild(k, n) }
             return result
         }
-        let merge = visibleWrites.childCompoundWrite(at: path)
+        let merge = childCompoundWrite(at: path)
         completeServerChildren.forEachChild { k, n in
             result = result.updatingImmediateChild(k, merge.childCompoundWrite(at: Path(keys: [k])).apply(to: n))
         }
@@ -132,8 +276,8 @@ struct WriteTree: Sendable {
     /// when a write shadows it (no events).
     func calcEventCacheAfterServerOverwrite(_ path: Path, childPath: Path, existingEventSnap: Node?, existingServerSnap: Node?) -> Node? {
         let full = path.child(childPath)
-        if visibleWrites.hasCompleteWrite(at: full) { return nil }
-        let childMerge = visibleWrites.childCompoundWrite(at: full)
+        if hasCompleteWrite(at: full) { return nil }
+        let childMerge = childCompoundWrite(at: full)
         let server = (existingServerSnap ?? .empty).getChild(childPath)
         return childMerge.isEmpty ? server : childMerge.apply(to: server)
     }
@@ -141,15 +285,15 @@ struct WriteTree: Sendable {
     /// The complete child `key` of `path` after writes, or nil.
     func calcCompleteChild(_ path: Path, key: String, serverCache: CacheNode) -> Node? {
         let childPath = path.child(key)
-        if let shadowing = visibleWrites.completeNode(at: childPath) { return shadowing }
+        if let shadowing = completeNode(at: childPath) { return shadowing }
         guard serverCache.isComplete(forChild: key) else { return nil }
-        return visibleWrites.childCompoundWrite(at: childPath).apply(to: serverCache.node.getImmediateChild(key))
+        return childCompoundWrite(at: childPath).apply(to: serverCache.node.getImmediateChild(key))
     }
 
     /// The first child after `post` in index order, with writes applied — to refill a limited
     /// window when a child leaves it.
     func calcNextNode(_ path: Path, after post: NamedNode, completeServerData: Node?, reverse: Bool, index: QueryIndex) -> NamedNode? {
-        let merge = visibleWrites.childCompoundWrite(at: path)
+        let merge = childCompoundWrite(at: path)
         let toIterate: Node
         if let shadowing = merge.completeNode(at: .root) {
             toIterate = shadowing

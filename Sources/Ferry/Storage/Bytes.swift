@@ -1,0 +1,101 @@
+/// Appends little-endian integers, varints and strings to a byte array.
+struct ByteWriter {
+    var bytes: [UInt8]
+
+    init(capacity: Int = 256) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+    }
+
+    var count: Int { bytes.count }
+
+    mutating func u8(_ v: UInt8) { bytes.append(v) }
+
+    mutating func varint(_ value: UInt64) {
+        var v = value
+        while v >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
+            v >>= 7
+        }
+        bytes.append(UInt8(v))
+    }
+
+    mutating func signed(_ value: Int64) { varint(UInt64(bitPattern: (value << 1) ^ (value >> 63))) }
+
+    mutating func double(_ d: Double) {
+        withUnsafeBytes(of: d.bitPattern.littleEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    mutating func string(_ s: String) {
+        var s = s
+        s.withUTF8 { utf8 in
+            varint(UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    mutating func path(_ p: Path) {
+        varint(UInt64(p.count))
+        for k in p.keys { string(k) }
+    }
+}
+
+/// Reads what ByteWriter wrote, with bounds checks: damaged input is an error, never a trap.
+struct ByteReader {
+    let bytes: UnsafeRawBufferPointer
+    var offset: Int
+
+    init(_ bytes: UnsafeRawBufferPointer, offset: Int = 0) {
+        self.bytes = bytes
+        self.offset = offset
+    }
+
+    var atEnd: Bool { offset >= bytes.count }
+
+    static func damaged(_ why: String) -> DatabaseError { DatabaseError(.storage, "a stored record is damaged: \(why)") }
+
+    mutating func u8() throws -> UInt8 {
+        guard offset < bytes.count else { throw Self.damaged("unexpected end") }
+        defer { offset += 1 }
+        return bytes[offset]
+    }
+
+    mutating func varint() throws -> UInt64 {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let b = try u8()
+            guard shift < 64 else { throw Self.damaged("varint too long") }
+            result |= UInt64(b & 0x7F) << shift
+            if b < 0x80 { return result }
+            shift += 7
+        }
+    }
+
+    mutating func signed() throws -> Int64 {
+        let v = try varint()
+        return Int64(bitPattern: (v >> 1) ^ (0 &- (v & 1)))
+    }
+
+    mutating func double() throws -> Double {
+        guard offset + 8 <= bytes.count else { throw Self.damaged("unexpected end") }
+        defer { offset += 8 }
+        return Double(bitPattern: UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
+    }
+
+    mutating func string() throws -> String {
+        let n = Int(try varint())
+        guard n <= bytes.count - offset else { throw Self.damaged("string longer than the record") }
+        defer { offset += n }
+        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]), as: UTF8.self)
+    }
+
+    mutating func path() throws -> Path {
+        let n = Int(try varint())
+        guard n <= 64 else { throw Self.damaged("a path of \(n) keys") }
+        var keys: [String] = []
+        keys.reserveCapacity(n)
+        for _ in 0..<n { keys.append(try string()) }
+        return Path(keys: keys)
+    }
+}

@@ -1,0 +1,263 @@
+/// The kinds of records the database writes to the log (the log's kind byte).
+enum RecordKind: UInt8 {
+    /// A local set (overwrite) at a path; its LSN is its write id.
+    case localSet = 1
+    /// A local multi-path update (merge) at a path.
+    case localUpdate = 2
+    /// The server says: this is the whole value at a path.
+    case serverPut = 3
+    /// The server says: these children of a path now have these values.
+    case serverMerge = 4
+    /// The server acknowledged (or rejected) a local write.
+    case ack = 5
+}
+
+/// Where a value sits inside a record's payload.
+struct ValueRef: Sendable, Hashable {
+    var lsn: UInt64
+    var offset: UInt32
+    var length: UInt32
+}
+
+/// A decoded record: paths and the positions of its values, not the values themselves (replay
+/// indexes records without decoding values).
+struct RecordSummary {
+    var kind: RecordKind
+    var path: Path
+    /// Relative paths and value positions: one, at the root, for sets and puts.
+    var values: [(path: Path, range: Range<Int>)]
+    var hidden = false
+    var time: Int64 = 0
+    var ackedWrite: Int64 = 0
+    var revert = false
+}
+
+enum RecordCodec {
+    /// A local set. The value is stored as given (server values unresolved, to be sent as
+    /// such); when it holds server values, the locally resolved form follows, and that is the
+    /// one the local view uses — so replay does not depend on the clock or on data at replay time.
+    static func localSet(path: Path, value: Node, resolved: Node?, time: Int64, hidden: Bool) -> (bytes: [UInt8], range: Range<Int>) {
+        var w = ByteWriter()
+        w.u8((hidden ? 1 : 0) | (resolved != nil ? 2 : 0))
+        w.signed(time)
+        w.path(path)
+        var start = w.count
+        ValueCodec.encode(value, into: &w)
+        if let resolved {
+            start = w.count
+            ValueCodec.encode(resolved, into: &w)
+        }
+        return (w.bytes, start..<w.count)
+    }
+
+    static func localUpdate(path: Path, children: [(Path, Node, Node?)], time: Int64) -> (bytes: [UInt8], ranges: [(Path, Range<Int>)]) {
+        var w = ByteWriter()
+        w.u8(0)
+        w.signed(time)
+        w.path(path)
+        w.varint(UInt64(children.count))
+        var ranges: [(Path, Range<Int>)] = []
+        for (p, value, resolved) in children {
+            w.path(p)
+            w.u8(resolved != nil ? 2 : 0)
+            var start = w.count
+            ValueCodec.encode(value, into: &w)
+            if let resolved {
+                start = w.count
+                ValueCodec.encode(resolved, into: &w)
+            }
+            ranges.append((p, start..<w.count))
+        }
+        return (w.bytes, ranges)
+    }
+
+    static func serverPut(path: Path, value: Node) -> (bytes: [UInt8], range: Range<Int>) {
+        var w = ByteWriter()
+        w.path(path)
+        let start = w.count
+        ValueCodec.encode(value, into: &w)
+        return (w.bytes, start..<w.count)
+    }
+
+    static func serverMerge(path: Path, children: [(Path, Node)]) -> (bytes: [UInt8], ranges: [(Path, Range<Int>)]) {
+        var w = ByteWriter()
+        w.path(path)
+        w.varint(UInt64(children.count))
+        var ranges: [(Path, Range<Int>)] = []
+        for (p, value) in children {
+            w.path(p)
+            let start = w.count
+            ValueCodec.encode(value, into: &w)
+            ranges.append((p, start..<w.count))
+        }
+        return (w.bytes, ranges)
+    }
+
+    static func ack(writeID: Int64, revert: Bool) -> [UInt8] {
+        var w = ByteWriter(capacity: 12)
+        w.signed(writeID)
+        w.u8(revert ? 1 : 0)
+        return w.bytes
+    }
+
+    /// Reads a record's structure. For values stored twice (unresolved, then resolved) the
+    /// range is the resolved one.
+    static func summarize(kind raw: UInt8, _ payload: UnsafeRawBufferPointer) throws -> RecordSummary {
+        guard let kind = RecordKind(rawValue: raw) else {
+            throw DatabaseError(.storage, "the log holds a record of unknown kind \(raw); it was written by a newer Ferry")
+        }
+        var r = ByteReader(payload)
+        switch kind {
+        case .localSet:
+            let flags = try r.u8()
+            let time = try r.signed()
+            let path = try r.path()
+            var start = r.offset
+            try ValueCodec.skip(&r)
+            if flags & 2 != 0 {
+                start = r.offset
+                try ValueCodec.skip(&r)
+            }
+            return RecordSummary(kind: kind, path: path, values: [(.root, start..<r.offset)], hidden: flags & 1 != 0, time: time)
+        case .localUpdate:
+            _ = try r.u8()
+            let time = try r.signed()
+            let path = try r.path()
+            let n = Int(try r.varint())
+            var values: [(path: Path, range: Range<Int>)] = []
+            for _ in 0..<n {
+                let p = try r.path()
+                let flags = try r.u8()
+                var start = r.offset
+                try ValueCodec.skip(&r)
+                if flags & 2 != 0 {
+                    start = r.offset
+                    try ValueCodec.skip(&r)
+                }
+                values.append((p, start..<r.offset))
+            }
+            return RecordSummary(kind: kind, path: path, values: values, time: time)
+        case .serverPut:
+            let path = try r.path()
+            let start = r.offset
+            try ValueCodec.skip(&r)
+            return RecordSummary(kind: kind, path: path, values: [(.root, start..<r.offset)])
+        case .serverMerge:
+            let path = try r.path()
+            let n = Int(try r.varint())
+            var values: [(path: Path, range: Range<Int>)] = []
+            for _ in 0..<n {
+                let p = try r.path()
+                let start = r.offset
+                try ValueCodec.skip(&r)
+                values.append((p, start..<r.offset))
+            }
+            return RecordSummary(kind: kind, path: path, values: values)
+        case .ack:
+            let id = try r.signed()
+            let revert = try r.u8() != 0
+            return RecordSummary(kind: kind, path: .root, values: [], ackedWrite: id, revert: revert)
+        }
+    }
+
+    /// The unresolved values of a local write (what the server must receive).
+    static func unresolvedValues(kind: RecordKind, _ payload: UnsafeRawBufferPointer) throws -> [(Path, Node)] {
+        var r = ByteReader(payload)
+        switch kind {
+        case .localSet:
+            let flags = try r.u8()
+            _ = try r.signed()
+            _ = try r.path()
+            _ = flags
+            return [(.root, try ValueCodec.decode(&r, depth: 0))]
+        case .localUpdate:
+            _ = try r.u8()
+            _ = try r.signed()
+            _ = try r.path()
+            let n = Int(try r.varint())
+            var out: [(Path, Node)] = []
+            for _ in 0..<n {
+                let p = try r.path()
+                let flags = try r.u8()
+                out.append((p, try ValueCodec.decode(&r, depth: 0)))
+                if flags & 2 != 0 { try ValueCodec.skip(&r) }
+            }
+            return out
+        default:
+            return []
+        }
+    }
+}
+
+extension ValueCodec {
+    /// Steps over one encoded value without building it.
+    static func skip(_ r: inout ByteReader, depth: Int = 0) throws {
+        guard depth < 600 else { throw ByteReader.damaged("a value nested too deeply") }
+        guard let tag = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
+        switch tag {
+        case .empty, .false, .true, .timestamp: return
+        case .int, .incrementInt: _ = try r.varint()
+        case .double, .incrementDouble: _ = try r.double()
+        case .string:
+            let n = Int(try r.varint())
+            guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("string longer than the record") }
+            r.offset += n
+        case .withPriority:
+            try skip(&r, depth: depth + 1)
+            try skip(&r, depth: depth + 1)
+        case .children:
+            let n = Int(try r.varint())
+            guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
+            for _ in 0..<n {
+                let k = Int(try r.varint())
+                guard k <= r.bytes.count - r.offset else { throw ByteReader.damaged("key longer than the record") }
+                r.offset += k
+                try skip(&r, depth: depth + 1)
+            }
+        }
+    }
+}
+
+/// Resolves server values for the local view: a timestamp becomes the (corrected) local time;
+/// an increment adds to the number already there (a non-number counts as 0; integer overflow
+/// falls back to a double).
+enum ServerValueResolver {
+    static func containsDeferred(_ node: Node) -> Bool {
+        switch node {
+        case .leaf(.deferred, _): return true
+        case .children(let c, _): return c.entries.contains { containsDeferred($0.node) }
+        default: return false
+        }
+    }
+
+    static func resolve(_ node: Node, existing: Node, time: Int64) -> Node {
+        switch node {
+        case .leaf(.deferred(let sv), let p):
+            return resolveLeaf(sv, existing: existing, time: time).updatingPriority(p)
+        case .children(let c, let p):
+            var entries = c.entries
+            for i in entries.indices {
+                entries[i].node = resolve(entries[i].node, existing: existing.getImmediateChild(entries[i].name), time: time)
+            }
+            let kept = entries.filter { !$0.node.isEmpty }
+            return kept.isEmpty ? .empty : .children(ChildMap(sorted: kept), priority: p)
+        default:
+            return node
+        }
+    }
+
+    private static func resolveLeaf(_ sv: Value, existing: Node, time: Int64) -> Node {
+        guard case .object(let o) = sv, let spec = o[".sv"] else { return .empty }
+        if case .string("timestamp") = spec { return .leaf(.int(time), priority: .empty) }
+        guard case .object(let inc) = spec, let delta = inc["increment"] else { return .empty }
+        let base: LeafValue
+        if case .leaf(let v, _) = existing, v.doubleValue != nil { base = v } else { base = .int(0) }
+        switch (base, delta) {
+        case let (.int(a), .int(b)):
+            let (sum, overflow) = a.addingReportingOverflow(b)
+            return .leaf(overflow ? .double(Double(a) + Double(b)) : .int(sum), priority: .empty)
+        default:
+            return .leaf(.double((base.doubleValue ?? 0) + (delta.number ?? 0)), priority: .empty)
+        }
+    }
+}
