@@ -37,7 +37,7 @@ let package = Package(
         .target(
             name: "Ferry",
             dependencies: [
-                "FerryLog",
+                "FerryLog", "CCRC32C",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

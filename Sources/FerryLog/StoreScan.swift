@@ -190,3 +190,19 @@ func readSmallFile(_ directory: StoreDirectory, _ name: String, limit: Int) thro
     bytes.removeSubrange(n...)
     return bytes
 }
+
+/// Reads a whole file, sized by `fstat`.
+func readWholeFile(_ directory: StoreDirectory, _ name: String) throws -> [UInt8] {
+    let file = try directory.open(name, flags: O_RDONLY)
+    let size: Int64
+    switch directory.system.fileSize(file.fd) {
+    case .success(let s): size = s
+    case .failure(let e): throw LogError.io("fstat", path: file.path, e)
+    }
+    var bytes = [UInt8](repeating: 0, count: Int(size))
+    switch bytes.withUnsafeMutableBytes({ directory.system.preadFully(file.fd, $0, at: 0) }) {
+    case .success(let n) where n == Int(size): return bytes
+    case .success: throw LogError(.io, "the file changed size while being read", file: file.path)
+    case .failure(let e): throw LogError.io("read", path: file.path, e)
+    }
+}

@@ -77,7 +77,7 @@ final class SpecRunner {
             switch type {
             case "listen":
                 let query = QuerySpec(path: path(step["path"]), params: try params(step["params"]))
-                let registration = EventRegistration(id: nextRegistration, types: Set(DataEventType.allCases)) { _ in }
+                let registration = EventRegistration(id: nextRegistration, types: Set(DataEventType.allCases)) { _, _ in }
                 nextRegistration += 1
                 events = tree.addEventRegistration(registration, for: query)
                 if case .int(let id)? = step["callbackId"] { registrations[Int(id)] = (registration, query) }

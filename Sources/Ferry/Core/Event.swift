@@ -6,9 +6,10 @@ final class EventRegistration: Sendable, CustomStringConvertible {
     let types: Set<DataEventType>
     /// Also deliver value events whose only change is metadata (fromCache, hasPendingWrites).
     let includeMetadataChanges: Bool
-    let handler: @Sendable (Event) -> Void
+    let handler: @Sendable (Event, SnapshotMetadata) -> Void
 
-    init(id: UInt64, types: Set<DataEventType>, includeMetadataChanges: Bool = false, handler: @escaping @Sendable (Event) -> Void) {
+    init(id: UInt64, types: Set<DataEventType>, includeMetadataChanges: Bool = false,
+         handler: @escaping @Sendable (Event, SnapshotMetadata) -> Void) {
         self.id = id
         self.types = types
         self.includeMetadataChanges = includeMetadataChanges

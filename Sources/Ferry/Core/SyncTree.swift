@@ -212,6 +212,17 @@ final class SyncTree {
         return writeTree.calcCompleteEventCache(path, completeServerCache: serverCache, excluding: excluding, includeHidden: true)
     }
 
+    /// Whether a view that loads all data exists at or above `path` (the server keeps its data
+    /// up to date there).
+    func hasCompleteView(covering path: Path) -> Bool {
+        var found = false
+        syncPoints.forEachOnPath(path) { _, sp in
+            found = found || sp.hasCompleteView
+            return !found
+        }
+        return found
+    }
+
     /// The view for a query, if one exists.
     func view(for query: QuerySpec) -> View? { syncPoints.value(at: query.path)?.view(for: query) }
 

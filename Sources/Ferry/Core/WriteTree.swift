@@ -26,20 +26,8 @@ struct WriteRecord: Sendable {
     func covers(_ other: Path) -> Bool { writtenPaths.contains { $0.contains(other) } }
 }
 
-/// A value in the overlay: the node itself, or where it sits in a log record.
-enum ValueHandle: Sendable {
-    case inline(Node)
-    case stored(ValueRef)
-}
-
-struct OverlayEntry: Sendable {
-    var writeID: Int64
-    var value: ValueHandle
-}
-
-/// Where stored values and records are read from (the database's log, or its memory).
-protocol StoredValues: AnyObject {
-    func node(_ ref: ValueRef) -> Node
+/// Where pending writes' records are read from (the database's log).
+protocol StoredValues: ValueReader {
     /// The write with this id, values resolved as the local view shows them.
     func writeRecord(_ id: Int64) -> WriteRecord?
     /// Where each value of the write sits, for rebuilding the overlay.
@@ -53,21 +41,16 @@ protocol StoredValues: AnyObject {
 /// of nodes: an entry below another is newer and overrides that part of it. Values are read
 /// (from the log, for a persistent store) only where a view or a read needs them.
 final class WriteTree {
-    private(set) var overlay = PathIndex<OverlayEntry>()
+    let overlay = LayeredIndex()
     private(set) var pending = PendingList()
     private(set) var lastWriteID: Int64 = -1
     /// Ids of invisible (transaction) writes.
     private var hidden: Set<Int64> = []
-    weak var stored: (any StoredValues)?
+    weak var stored: (any StoredValues)? {
+        didSet { overlay.reader = stored }
+    }
 
     var pendingCount: Int { pending.count }
-
-    func value(_ handle: ValueHandle) -> Node {
-        switch handle {
-        case .inline(let n): return n
-        case .stored(let ref): return stored?.node(ref) ?? .empty
-        }
-    }
 
     // MARK: Adding and removing writes
 
@@ -77,7 +60,7 @@ final class WriteTree {
         let inline = ref == nil ? WriteRecord(writeID: writeID, path: path, change: .overwrite(node), visible: visible) : nil
         pending.append(writeID, path: path, isOverwrite: true, visible: visible, inline: inline)
         if visible {
-            layer(.init(writeID: writeID, value: ref.map { .stored($0) } ?? .inline(node)), at: path)
+            overlay.set(LayeredEntry(seq: writeID, value: ref.map { .stored($0) } ?? .inline(node)), at: path)
         } else {
             hidden.insert(writeID)
         }
@@ -91,15 +74,9 @@ final class WriteTree {
         pending.append(writeID, path: path, isOverwrite: false, visible: true, inline: inline)
         children.forEachWrite { relative, node in
             let handle: ValueHandle = refs?[relative].map { .stored($0) } ?? .inline(node)
-            layer(OverlayEntry(writeID: writeID, value: handle), at: path.child(relative))
+            overlay.set(LayeredEntry(seq: writeID, value: handle), at: path.child(relative))
         }
         lastWriteID = writeID
-    }
-
-    private func layer(_ entry: OverlayEntry, at path: Path) {
-        let key = PathKey.encode(path)
-        overlay.removeAll(withPrefix: key)
-        overlay.set(key, entry)
     }
 
     func write(_ writeID: Int64) -> WriteRecord? {
@@ -143,9 +120,9 @@ final class WriteTree {
         if overlaps {
             rebuildOverlay()
         } else if let removedRecord {
-            for p in removedRecord.writtenPaths { overlay.removeAll(withPrefix: PathKey.encode(p)) }
+            for p in removedRecord.writtenPaths { overlay.removeSubtree(p) }
         } else {
-            overlay.removeAll(withPrefix: PathKey.encode(removedPath))
+            overlay.removeSubtree(removedPath)
         }
         return true
     }
@@ -157,12 +134,12 @@ final class WriteTree {
             let id = pending.ids[i]
             if let record = pending.inlineRecord(id) {
                 switch record.change {
-                case .overwrite(let n): layer(OverlayEntry(writeID: id, value: .inline(n)), at: record.path)
-                case .merge(let m): m.forEachWrite { p, n in layer(OverlayEntry(writeID: id, value: .inline(n)), at: record.path.child(p)) }
+                case .overwrite(let n): overlay.set(LayeredEntry(seq: id, value: .inline(n)), at: record.path)
+                case .merge(let m): m.forEachWrite { p, n in overlay.set(LayeredEntry(seq: id, value: .inline(n)), at: record.path.child(p)) }
                 }
             } else {
                 let base = pending.path(at: i)
-                for (p, handle) in stored?.writeValues(id) ?? [] { layer(OverlayEntry(writeID: id, value: handle), at: base.child(p)) }
+                for (p, handle) in stored?.writeValues(id) ?? [] { overlay.set(LayeredEntry(seq: id, value: handle), at: base.child(p)) }
             }
         }
     }
@@ -178,56 +155,37 @@ final class WriteTree {
     /// The pending writes, oldest first (read from storage as needed).
     var allWrites: [WriteRecord] { (0..<pending.count).compactMap { record(at: $0) } }
 
+    /// Restores pending writes and their overlay from a checkpoint (values stay stored).
+    func restore(pending list: [(Int64, UInt8, Path)], overlay restored: LayeredIndex) {
+        pending.removeAll()
+        overlay.removeAll()
+        hidden = []
+        for (id, flags, path) in list {
+            let visible = flags & PendingList.visibleFlag != 0
+            pending.append(id, path: path, isOverwrite: flags & PendingList.overwriteFlag != 0, visible: visible, inline: nil)
+            if !visible { hidden.insert(id) }
+            lastWriteID = id
+        }
+        restored.forEach { key, e in overlay.set(e, at: PathKey.decode(key)) }
+    }
+
     // MARK: The layered visible writes
 
-    /// The entry deepest on the chain from the root to `path`, if any: the write that
-    /// determines the data at `path` (below it, newer entries may override parts).
-    private func deepestChainEntry(_ path: Path) -> (path: Path, entry: OverlayEntry)? {
-        guard !overlay.isEmpty else { return nil }
-        var found: (Path, OverlayEntry)?
-        var current = Path.root
-        var key: [UInt8] = []
-        if let e = overlay.get(key) { found = (current, e) }
-        for k in path.keys {
-            key.append(contentsOf: k.utf8)
-            key.append(0)
-            current = current.child(k)
-            if let e = overlay.get(key) { found = (current, e) }
-        }
-        return found
-    }
-
-    /// Entries strictly below `path`, oldest write first (ties in key order).
-    private func entries(below path: Path) -> [(Path, OverlayEntry)] {
-        let prefix = PathKey.encode(path)
-        var out: [(key: ArraySlice<UInt8>, entry: OverlayEntry)] = []
-        overlay.forEach(withPrefix: prefix) { k, e in if k.count > prefix.count { out.append((k, e)) } }
-        out.sort { $0.entry.writeID != $1.entry.writeID ? $0.entry.writeID < $1.entry.writeID : $0.key.lexicographicallyPrecedes($1.key) }
-        return out.map { (PathKey.decode($0.key.dropFirst(prefix.count)), $0.entry) }
-    }
-
     /// The node visible writes fully determine at `path`, or nil.
-    func completeNode(at path: Path) -> Node? {
-        guard let (chainPath, entry) = deepestChainEntry(path) else { return nil }
-        var node = value(entry.value).getChild(chainPath.relative(to: path))
-        for (relative, e) in entries(below: path) { node = node.updatingChild(relative, value(e.value)) }
-        return node
-    }
+    func completeNode(at path: Path) -> Node? { overlay.completeNode(at: path) }
 
-    func hasCompleteWrite(at path: Path) -> Bool { deepestChainEntry(path) != nil }
+    func hasCompleteWrite(at path: Path) -> Bool { overlay.isComplete(at: path) }
 
     /// The visible writes at and below `path`, as a compound write rooted there.
     func childCompoundWrite(at path: Path) -> CompoundWrite {
         if let node = completeNode(at: path) { return CompoundWrite(tree: ImmutableTree(node)) }
         var result = CompoundWrite.empty
-        for (relative, e) in entries(below: path) { result = result.addingWrite(value(e.value), at: relative) }
+        for (relative, e) in overlay.entries(below: path) { result = result.addingWrite(overlay.value(e.value), at: relative) }
         return result
     }
 
     /// Whether any visible write is at, above or below `path` (the data there has pending writes).
-    func hasVisibleWrite(touching path: Path) -> Bool {
-        deepestChainEntry(path) != nil || overlay.hasKey(withPrefix: PathKey.encode(path))
-    }
+    func hasVisibleWrite(touching path: Path) -> Bool { overlay.touches(path) }
 
     // MARK: Computing what views see
 

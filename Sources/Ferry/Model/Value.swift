@@ -98,7 +98,7 @@ public enum ServerValue {
 
     /// Adds `delta` to the number stored (a non-number counts as 0). Until the server's value
     /// arrives, the local view applies it to the local value; integer overflow falls back to double.
-    public static func increment(_ delta: Int64) -> Value { [".sv": ["increment": .int(delta)]] }
+    public static func increment<T: BinaryInteger>(_ delta: T) -> Value { [".sv": ["increment": .int(Int64(delta))]] }
     /// Adds `delta` to the number stored (a non-number counts as 0).
-    public static func increment(_ delta: Double) -> Value { [".sv": ["increment": .double(delta)]] }
+    public static func increment<T: BinaryFloatingPoint>(_ delta: T) -> Value { [".sv": ["increment": .double(Double(delta))]] }
 }

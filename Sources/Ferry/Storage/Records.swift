@@ -30,6 +30,8 @@ struct RecordSummary {
     var time: Int64 = 0
     var ackedWrite: Int64 = 0
     var revert = false
+    /// For an ack: the write's value was copied into the server cache.
+    var appliedToServerCache = false
 }
 
 enum RecordCodec {
@@ -93,10 +95,13 @@ enum RecordCodec {
         return (w.bytes, ranges)
     }
 
-    static func ack(writeID: Int64, revert: Bool) -> [UInt8] {
+    /// An acknowledgement (or, with `revert`, a rejection) of a local write. `applied`: the
+    /// write's value was copied into the server cache (decided when it happened, so that replay
+    /// does the same).
+    static func ack(writeID: Int64, revert: Bool, applied: Bool) -> [UInt8] {
         var w = ByteWriter(capacity: 12)
         w.signed(writeID)
-        w.u8(revert ? 1 : 0)
+        w.u8((revert ? 1 : 0) | (applied ? 2 : 0))
         return w.bytes
     }
 
@@ -155,8 +160,9 @@ enum RecordCodec {
             return RecordSummary(kind: kind, path: path, values: values)
         case .ack:
             let id = try r.signed()
-            let revert = try r.u8() != 0
-            return RecordSummary(kind: kind, path: .root, values: [], ackedWrite: id, revert: revert)
+            let flags = try r.u8()
+            return RecordSummary(kind: kind, path: .root, values: [], ackedWrite: id, revert: flags & 1 != 0,
+                                 appliedToServerCache: flags & 2 != 0)
         }
     }
 

@@ -62,6 +62,24 @@ enum ValueCodec {
         }
     }
 
+    /// An upper bound of the encoded size, computed without encoding (UTF-8 counts are O(1)).
+    static func sizeBound(_ node: Node) -> Int {
+        switch node {
+        case .empty, .max: return 1
+        case .leaf(let v, let p):
+            let own: Int
+            switch v {
+            case .string(let s): own = 11 + s.utf8.count
+            default: own = 11
+            }
+            return own + (p.isEmpty ? 0 : 1 + sizeBound(p))
+        case .children(let c, let p):
+            var total = 11 + (p.isEmpty ? 0 : 1 + sizeBound(p))
+            for e in c.entries { total += 10 + e.name.utf8.count + sizeBound(e.node) }
+            return total
+        }
+    }
+
     static func encode(_ node: Node) -> [UInt8] {
         var w = ByteWriter()
         encode(node, into: &w)

@@ -1,0 +1,181 @@
+import Dispatch
+import FerryLog
+import Logging
+import Synchronization
+
+/// How a ``Database`` stores and delivers.
+public struct DatabaseOptions: Sendable {
+    /// When a write's `await` returns: after `fdatasync` (``Durability/fsync``, the default),
+    /// or at once with periodic or no syncing. See ``FerryLog/Durability``.
+    public var durability: Durability = .fsync
+    /// The log's segment size. Default 8 MiB.
+    public var segmentSize: Int = 8 << 20
+    /// What an open does with a damaged log. Default: refuse, naming file and offset.
+    public var recovery: RecoveryMode = .strict
+    /// Where listeners are called. Nil (the default): on the thread that raised the events,
+    /// one at a time, in order. A serial queue (the main queue, say): there, in order.
+    public var callbackQueue: DispatchQueue?
+    /// Write a checkpoint when closing, so that the next open replays nothing. Default true.
+    public var checkpointOnClose = true
+    /// Where the database logs recoveries and failures.
+    public var logger = Logger(label: "ferry")
+
+    public init() {}
+
+    public init(durability: Durability) { self.durability = durability }
+}
+
+/// An embedded, offline-first database with the Realtime Database's data model: a JSON tree
+/// of locations, listeners that fire at once on local writes, queries, transactions.
+///
+/// Every change is a record in a write-ahead log; the data is rebuilt on open by replaying it
+/// (from the last checkpoint). A memory-only database (``inMemory(options:)``) behaves the
+/// same while the process lives and writes nothing.
+///
+/// `Database` is `Sendable`: use it from any task. Writes are applied in one order (the log's);
+/// listeners are called in that order.
+public final class Database: Sendable {
+    let engine: Mutex<Engine>
+    let delivery: EventDelivery
+    let log: WriteAheadLog?
+    let options: DatabaseOptions
+    let pushIDs = Mutex(PushIDGenerator())
+    /// The store directory (nil for a memory-only database).
+    public let path: String?
+    /// What opening the log found (nil for a memory-only database).
+    public let recovery: RecoveryReport?
+
+    /// The largest encoded write accepted (as the Realtime Database's 16 MB per write).
+    public static let maxWriteSize = 16 << 20
+
+    private init(engine: sending Engine, log: WriteAheadLog?, path: String?, options: DatabaseOptions) {
+        self.engine = Mutex(engine)
+        self.log = log
+        self.path = path
+        self.options = options
+        self.recovery = log?.recovery
+        self.delivery = EventDelivery(queue: options.callbackQueue)
+    }
+
+    /// Opens (creating if absent) the database stored in the directory `path`, replaying its
+    /// log from the last checkpoint.
+    ///
+    /// - Throws: ``DatabaseError`` — ``DatabaseError/Code/storage`` wrapping a
+    ///   ``FerryLog/LogError`` (store in use, corruption naming file and offset, unsupported format).
+    public static func open(at path: String, options: DatabaseOptions = DatabaseOptions()) throws -> Database {
+        var logOptions = LogOptions(durability: options.durability, segmentSize: options.segmentSize, recovery: options.recovery)
+        logOptions.logger = options.logger
+        let log: WriteAheadLog
+        do {
+            log = try WriteAheadLog.open(at: path, options: logOptions)
+        } catch let e as LogError {
+            throw DatabaseError(.storage, "cannot open the store at \(path): \(e)", underlying: e)
+        }
+        let engine = Engine(log: log, logger: options.logger)
+        do {
+            let start = try engine.loadLatestCheckpoint()
+            var failure: (any Error)?
+            try log.forEachRecord(from: max(LSN(start), log.firstLSN)) { r in
+                do {
+                    try engine.replay(kind: r.kind, lsn: Int64(r.lsn.rawValue), payload: r.payload)
+                } catch {
+                    failure = error
+                    throw error
+                }
+            }
+            if let failure { throw failure }
+            if let f = engine.failure { throw f }
+        } catch let e as DatabaseError {
+            Task { try? await log.close() }
+            throw e
+        } catch {
+            Task { try? await log.close() }
+            throw DatabaseError(.storage, "replaying the log of \(path) failed: \(error)", underlying: error as? LogError)
+        }
+        return Database(engine: engine, log: log, path: path, options: options)
+    }
+
+    /// A database that keeps everything in memory and writes nothing to disk (for data that
+    /// must not be stored). It behaves like a stored one while the process lives.
+    public static func inMemory(options: DatabaseOptions = DatabaseOptions()) -> Database {
+        Database(engine: Engine(log: nil, logger: options.logger), log: nil, path: nil, options: options)
+    }
+
+    /// The root location.
+    public var root: DatabaseReference { DatabaseReference(database: self, path: .root) }
+
+    /// The location at `path` (like `"users/ada"`).
+    /// - Throws: ``DatabaseError/Code/invalidPath`` naming the key and the rule it breaks.
+    public func reference(_ path: String) throws -> DatabaseReference {
+        DatabaseReference(database: self, path: try Path(validating: path))
+    }
+
+    /// Writes a checkpoint (if stored), waits for every write to be durable, and closes the log.
+    /// Later calls throw ``DatabaseError/Code/closed``.
+    public func close() async throws {
+        if log != nil && options.checkpointOnClose { try? await checkpoint() }
+        engine.withLock { $0.closed = true }
+        if let log {
+            do { try await log.close() } catch { throw DatabaseError(.storage, "closing the log failed: \(error)", underlying: error as? LogError) }
+        }
+    }
+
+    /// Writes a compact image of the stored state (the server cache and the pending writes, as
+    /// references into the log), so that the next open replays only what came after it.
+    public func checkpoint() async throws {
+        guard let log else { return }
+        let (bytes, lsn) = try engine.withLock { e -> ([UInt8], UInt64) in
+            try e.checkUsable()
+            return (e.checkpointBytes(storeID: log.storeID, nextLSN: log.nextLSN.rawValue), log.nextLSN.rawValue)
+        }
+        do {
+            try await log.sync()  // every record the checkpoint refers to must be durable first
+            let name = Checkpoint.fileName(lsn)
+            try log.writeSideFile(named: name, contents: bytes)
+            try log.removeSideFiles(named: try log.sideFiles(withPrefix: Checkpoint.prefix).filter { $0 != name })
+        } catch {
+            throw DatabaseError(.storage, "writing a checkpoint failed: \(error)", underlying: error as? LogError)
+        }
+        engine.withLock { $0.checkpointLSN = lsn }
+    }
+
+    // MARK: Running operations
+
+    /// Runs `body` on the engine under the lock (in the log's order), delivers the events it
+    /// raised, waits for the record's durability per the durability mode, and returns its id.
+    func perform(_ body: (Engine) throws -> (Int64?, [Event])) async throws -> Int64? {
+        let (id, seq) = try engine.withLock { e -> (Int64?, UInt64) in
+            let (id, events) = try body(e)
+            let delivered = e.finish(events)
+            e.pruneRecent()
+            return (id, delivery.enqueue(delivered))
+        }
+        delivery.drain()
+        if let id, let log {
+            do {
+                let lsn = LSN(UInt64(id))
+                try await log.awaitDurability(of: lsn...lsn)
+            } catch {
+                let e = engine.withLock { $0.storageError(error) }
+                throw e
+            }
+        }
+        await delivery.waitDelivered(seq)
+        return id
+    }
+
+    /// Like ``perform(_:)`` for operations that write nothing (registrations).
+    func raise(_ body: (Engine) throws -> [Event]) rethrows {
+        let seq = try engine.withLock { e -> UInt64 in
+            let events = try body(e)
+            return delivery.enqueue(e.finish(events))
+        }
+        _ = seq
+        delivery.drain()
+    }
+}
+
+extension Database: Hashable {
+    public static func == (a: Database, b: Database) -> Bool { a === b }
+    public func hash(into h: inout Hasher) { h.combine(ObjectIdentifier(self)) }
+}

@@ -1,0 +1,329 @@
+import Foundation
+import Synchronization
+
+/// A query: a location with an order, a range and a limit. Built from a
+/// ``DatabaseReference`` and observed or read like one; the rules are the Realtime Database's
+/// (one order, one start, one end, one limit; `queryEqual` is a start and an end).
+public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
+    public let database: Database
+    /// The location queried.
+    public let path: Path
+    let params: QueryParams
+    var orderSet = false
+
+    init(database: Database, path: Path, params: QueryParams = .default) {
+        self.database = database
+        self.path = path
+        self.params = params
+    }
+
+    var spec: QuerySpec { QuerySpec(path: path, params: params) }
+
+    /// The location.
+    public var ref: DatabaseReference { DatabaseReference(database: database, path: path) }
+
+    public var description: String { "\(path) \(params)" }
+
+    public static func == (a: DatabaseQuery, b: DatabaseQuery) -> Bool { a.database === b.database && a.spec == b.spec }
+    public func hash(into h: inout Hasher) { h.combine(spec) }
+
+    // MARK: Order
+
+    private func ordered(_ index: QueryIndex) throws -> DatabaseQuery {
+        if orderSet { throw DatabaseError(.invalidQuery, "a query can have only one order") }
+        var q = self
+        q.orderSet = true
+        var p = params
+        p.index = index
+        q = DatabaseQuery(database: database, path: path, params: p)
+        q.orderSet = true
+        try q.checkBounds()
+        return q
+    }
+
+    /// Children ordered by the value at `childPath` (then by key).
+    public func queryOrdered(byChild childPath: String) throws -> DatabaseQuery {
+        let p = try Path(validating: childPath)
+        if p.isEmpty || ["$key", "$value", "$priority"].contains(childPath) || p.keys.contains(".priority") {
+            throw DatabaseError(.invalidQuery, "\"\(childPath)\" cannot be ordered by; use queryOrderedByKey, ByValue or ByPriority")
+        }
+        return try ordered(.child(p))
+    }
+
+    /// Children ordered by key (integer keys first, numerically).
+    public func queryOrderedByKey() throws -> DatabaseQuery { try ordered(.key) }
+    /// Children ordered by value: null < false < true < numbers < strings < objects.
+    public func queryOrderedByValue() throws -> DatabaseQuery { try ordered(.value) }
+    /// Children ordered by priority (the default order, made explicit).
+    public func queryOrderedByPriority() throws -> DatabaseQuery { try ordered(.priority) }
+
+    // MARK: Range
+
+    private func bound(_ value: Value, _ key: String?) throws -> (Node, String?) {
+        if let key { try Path.validate(key: key) }
+        switch params.index {
+        case .key:
+            guard case .string = value else { throw DatabaseError(.invalidQuery, "with queryOrderedByKey, range values must be strings (keys)") }
+            guard key == nil else { throw DatabaseError(.invalidQuery, "with queryOrderedByKey, a range takes no child key") }
+            return (try Node(value), nil)
+        case .priority:
+            return (try Node.priorityNode(value, at: path), key)
+        default:
+            if case .object = value { throw DatabaseError(.invalidQuery, "range values must be null, booleans, numbers or strings") }
+            if case .array = value { throw DatabaseError(.invalidQuery, "range values must be null, booleans, numbers or strings") }
+            return (try Node(value), key)
+        }
+    }
+
+    private func withParams(_ change: (inout QueryParams) throws -> Void) throws -> DatabaseQuery {
+        var p = params
+        try change(&p)
+        var q = DatabaseQuery(database: database, path: path, params: p)
+        q.orderSet = orderSet
+        try q.checkBounds()
+        return q
+    }
+
+    private func checkBounds() throws {
+        if params.index == .key {
+            for (set, node) in [(params.startSet, params.startValue), (params.endSet, params.endValue)] where set {
+                if case .leaf(.string, _) = node { continue }
+                throw DatabaseError(.invalidQuery, "with queryOrderedByKey, range values must be strings (keys)")
+            }
+        }
+    }
+
+    /// Children from `value` (and, at that value, from `childKey`) on.
+    public func queryStarting(atValue value: Value, childKey: String? = nil) throws -> DatabaseQuery {
+        if params.startSet { throw DatabaseError(.invalidQuery, "a query can have only one start (queryStarting or queryEqual)") }
+        let (node, key) = try bound(value, childKey)
+        return try withParams { p in
+            p.startSet = true
+            p.startValue = node
+            p.startName = key
+        }
+    }
+
+    /// Children after `value` (and, at that value, after `childKey`).
+    public func queryStarting(afterValue value: Value, childKey: String? = nil) throws -> DatabaseQuery {
+        if params.startSet { throw DatabaseError(.invalidQuery, "a query can have only one start (queryStarting or queryEqual)") }
+        let (node, key) = try bound(value, childKey)
+        return try withParams { p in
+            p.startSet = true
+            p.startValue = node
+            p.startAfter = true
+            p.startName = key ?? (p.index == .key ? nil : KeyOrder.maxName)
+        }
+    }
+
+    /// Children up to `value` (and, at that value, up to `childKey`).
+    public func queryEnding(atValue value: Value, childKey: String? = nil) throws -> DatabaseQuery {
+        if params.endSet { throw DatabaseError(.invalidQuery, "a query can have only one end (queryEnding or queryEqual)") }
+        let (node, key) = try bound(value, childKey)
+        return try withParams { p in
+            p.endSet = true
+            p.endValue = node
+            p.endName = key
+        }
+    }
+
+    /// Children before `value` (and, at that value, before `childKey`).
+    public func queryEnding(beforeValue value: Value, childKey: String? = nil) throws -> DatabaseQuery {
+        if params.endSet { throw DatabaseError(.invalidQuery, "a query can have only one end (queryEnding or queryEqual)") }
+        let (node, key) = try bound(value, childKey)
+        return try withParams { p in
+            p.endSet = true
+            p.endValue = node
+            p.endBefore = true
+            p.endName = key ?? (p.index == .key ? nil : KeyOrder.minName)
+        }
+    }
+
+    /// Children equal to `value` (and, given one, with key `childKey`).
+    public func queryEqual(toValue value: Value, childKey: String? = nil) throws -> DatabaseQuery {
+        if params.startSet || params.endSet { throw DatabaseError(.invalidQuery, "queryEqual cannot be combined with queryStarting or queryEnding") }
+        let (node, key) = try bound(value, childKey)
+        return try withParams { p in
+            p.startSet = true
+            p.startValue = node
+            p.startName = key
+            p.endSet = true
+            p.endValue = node
+            p.endName = key
+        }
+    }
+
+    // MARK: Limit
+
+    /// The first `n` children in the order.
+    public func queryLimited(toFirst n: Int) throws -> DatabaseQuery { try limited(n, fromLeft: true) }
+    /// The last `n` children in the order.
+    public func queryLimited(toLast n: Int) throws -> DatabaseQuery { try limited(n, fromLeft: false) }
+
+    private func limited(_ n: Int, fromLeft: Bool) throws -> DatabaseQuery {
+        guard n > 0 else { throw DatabaseError(.invalidQuery, "a limit must be positive (got \(n))") }
+        if params.limit != nil { throw DatabaseError(.invalidQuery, "a query can have only one limit") }
+        return try withParams { p in
+            p.limit = n
+            p.viewFromLeft = fromLeft
+        }
+    }
+
+    // MARK: Listening
+
+    /// Calls `handler` for each event of `type` (once at once with the current data, then on
+    /// every change — local writes fire it before the server sees them). For child events the
+    /// second argument is the key of the previous sibling in the query's order.
+    ///
+    /// Handlers are called in order, one at a time: on ``DatabaseOptions/callbackQueue`` if
+    /// set, else on the thread that raised the events. A `value` event fires only when the
+    /// data is complete (cached from the server, or written locally in full).
+    ///
+    /// - Parameter includeMetadataChanges: also call `handler` (value events only) when only
+    ///   the snapshot's ``SnapshotMetadata`` changed.
+    @discardableResult
+    public func observe(_ type: DataEventType, includeMetadataChanges: Bool = false,
+                        andPreviousSiblingKeyWith handler: @escaping @Sendable (DataSnapshot, String?) -> Void) -> ObserverHandle {
+        observe(types: [type], includeMetadataChanges: includeMetadataChanges) { event in
+            handler(event.snapshot, event.previousSiblingKey)
+        }
+    }
+
+    /// Calls `handler` for each event of `type` (see ``observe(_:includeMetadataChanges:andPreviousSiblingKeyWith:)``).
+    @discardableResult
+    public func observe(_ type: DataEventType, includeMetadataChanges: Bool = false,
+                        with handler: @escaping @Sendable (DataSnapshot) -> Void) -> ObserverHandle {
+        observe(types: [type], includeMetadataChanges: includeMetadataChanges) { handler($0.snapshot) }
+    }
+
+    func observe(types: Set<DataEventType>, includeMetadataChanges: Bool, _ handler: @escaping @Sendable (DataEvent) -> Void) -> ObserverHandle {
+        let db = database
+        let query = spec
+        let id = database.engine.withLock { e -> UInt64 in
+            defer { e.nextRegistrationID += 1 }
+            return e.nextRegistrationID
+        }
+        let registration = EventRegistration(id: id, types: types, includeMetadataChanges: includeMetadataChanges) { event, metadata in
+            handler(DataEvent(event, metadata: metadata, database: db))
+        }
+        database.raise { e in
+            guard (try? e.checkUsable()) != nil else { return [] }
+            e.registrations[id] = RegistrationState(registration: registration, query: query, lastMetadata: nil)
+            return e.syncTree.addEventRegistration(registration, for: query)
+        }
+        return ObserverHandle(id: id)
+    }
+
+    /// Removes one observer.
+    public func removeObserver(withHandle handle: ObserverHandle) {
+        database.engine.withLock { e in
+            guard let state = e.registrations.removeValue(forKey: handle.id) else { return }
+            e.syncTree.removeEventRegistration(state.registration, for: state.query)
+        }
+    }
+
+    /// Removes every observer of this query (of a location: of every query at it).
+    public func removeAllObservers() {
+        let query = spec
+        database.engine.withLock { e in
+            let removed = e.registrations.filter { query.isDefault ? $0.value.query.path == query.path : $0.value.query == query }
+            for (id, _) in removed { e.registrations[id] = nil }
+            e.syncTree.removeEventRegistration(nil, for: query)
+        }
+    }
+
+    /// The events of `type` as an `AsyncSequence`; the observer is removed when the iterating
+    /// task is cancelled or stops iterating.
+    public func events(_ type: DataEventType = .value, includeMetadataChanges: Bool = false) -> AsyncStream<DataEvent> {
+        AsyncStream { continuation in
+            let handle = observe(types: [type], includeMetadataChanges: includeMetadataChanges) { continuation.yield($0) }
+            let q = self
+            continuation.onTermination = { _ in q.removeObserver(withHandle: handle) }
+        }
+    }
+
+    /// The values as an `AsyncSequence` of snapshots (value events).
+    public func values(includeMetadataChanges: Bool = false) -> AsyncMapSequence<AsyncStream<DataEvent>, DataSnapshot> {
+        events(.value, includeMetadataChanges: includeMetadataChanges).map(\.snapshot)
+    }
+
+    // MARK: Reading once
+
+    /// The data now: from the server when online, else from the cache.
+    ///
+    /// - Throws: ``DatabaseError/Code/notCached`` when the data is neither available from a
+    ///   server nor complete in the local cache.
+    public func getData() async throws -> DataSnapshot {
+        if let snapshot = try cachedSnapshot() { return snapshot }
+        throw DatabaseError(.notCached,
+            "the data at \(path)\(params.isDefault ? "" : " (\(params))") is neither available from a server (there is no connection) nor complete in the local cache")
+    }
+
+    /// The first value: from the cache at once when it is complete there, else the first value
+    /// event (when the data arrives).
+    public func observeSingleEvent(of type: DataEventType = .value) async -> DataSnapshot {
+        if type == .value, let cached = try? cachedSnapshot() { return cached }
+        let box = OneShot()
+        return await withCheckedContinuation { (c: CheckedContinuation<DataSnapshot, Never>) in
+            let handle = observe(types: [type], includeMetadataChanges: false) { event in
+                if box.fire() { c.resume(returning: event.snapshot) }
+            }
+            box.onFired { self.removeObserver(withHandle: handle) }
+        }
+    }
+
+    /// The complete data for this query from an active view or the stored cache, or nil.
+    func cachedSnapshot() throws -> DataSnapshot? {
+        let query = spec
+        let result = try database.engine.withLock { e -> (Node, SnapshotMetadata)? in
+            try e.checkUsable()
+            if let view = e.syncTree.view(for: query), view.eventCache.isFullyInitialized {
+                return (view.eventCache.node, e.metadata(for: query))
+            }
+            guard let node = e.visibleNode(at: query.path) else { return nil }
+            if query.loadsAllData { return (node, e.metadata(for: query)) }
+            let filtered = query.params.nodeFilter.updateFullNode(IndexedNode(.empty, index: query.index), IndexedNode(node, index: query.index), accumulator: nil)
+            return (filtered.node, e.metadata(for: query))
+        }
+        guard let (node, metadata) = result else { return nil }
+        return DataSnapshot(ref: ref, node: node, index: params.index, metadata: metadata)
+    }
+}
+
+/// Fires once, however often it is asked; runs the action given to `onFired` after it has.
+final class OneShot: Sendable {
+    private let state = Mutex<(fired: Bool, action: (@Sendable () -> Void)?)>((false, nil))
+
+    /// True the first time.
+    func fire() -> Bool {
+        let (first, action) = state.withLock { s -> (Bool, (@Sendable () -> Void)?) in
+            if s.fired { return (false, nil) }
+            s.fired = true
+            return (true, s.action)
+        }
+        if let action { DispatchQueue.global().async(execute: action) }
+        return first
+    }
+
+    func onFired(_ a: @escaping @Sendable () -> Void) {
+        let now = state.withLock { s -> Bool in
+            if s.fired { return true }
+            s.action = a
+            return false
+        }
+        if now { DispatchQueue.global().async(execute: a) }
+    }
+}
+
+extension DataEvent {
+    init(_ event: Event, metadata: SnapshotMetadata, database: Database) {
+        let ref = DatabaseReference(database: database, path: event.path)
+        if event.type == .value {
+            snapshot = DataSnapshot(ref: ref, node: event.eventCache.node, index: event.query.index, metadata: metadata)
+        } else {
+            snapshot = DataSnapshot(ref: ref, node: event.change.node, metadata: metadata)
+        }
+        type = event.type
+        previousSiblingKey = event.change.prevName
+    }
+}

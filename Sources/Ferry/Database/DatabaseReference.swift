@@ -1,0 +1,170 @@
+/// A location in a ``Database``: read it, write it, listen to it, query below it.
+public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
+    public let database: Database
+    public let path: Path
+
+    init(database: Database, path: Path) {
+        self.database = database
+        self.path = path
+    }
+
+    /// The last key of the path; nil for the root.
+    public var key: String? { path.back }
+    /// The location above; nil for the root.
+    public var parent: DatabaseReference? { path.parent.map { DatabaseReference(database: database, path: $0) } }
+    public var root: DatabaseReference { database.root }
+    /// This location as a query (all children, in the default order).
+    public var query: DatabaseQuery { DatabaseQuery(database: database, path: path) }
+    public var description: String { path.description }
+
+    /// The location at a relative path (like `"posts/p1/title"`).
+    /// - Throws: ``DatabaseError/Code/invalidPath`` naming the key and the rule, or the depth.
+    public func child(_ relativePath: String) throws -> DatabaseReference {
+        let p = path.child(try Path(validating: relativePath))
+        try p.validate()
+        return DatabaseReference(database: database, path: p)
+    }
+
+    func childUnchecked(_ relative: Path) -> DatabaseReference { DatabaseReference(database: database, path: path.child(relative)) }
+
+    /// A new child with a Firebase-compatible push id: 20 characters, chronologically ordered,
+    /// increasing within one millisecond.
+    public func childByAutoId() -> DatabaseReference {
+        let now = wallClockMillis() + database.engine.withLock { $0.serverTimeOffset }
+        let id = database.pushIDs.withLock { $0.next(now: now) }
+        return DatabaseReference(database: database, path: path.child(id))
+    }
+
+    // MARK: Writing
+
+    /// Replaces the data here (null removes it). Local listeners fire at once; the call returns
+    /// once the write is durable per ``DatabaseOptions/durability`` and its events have fired.
+    ///
+    /// - Returns: a receipt to await the server's acknowledgement with.
+    /// - Throws: ``DatabaseError/Code/invalidData`` (a bad key, NaN, a misplaced `.priority`, a
+    ///   write over 16 MB), ``DatabaseError/Code/storage``, ``DatabaseError/Code/closed``.
+    @discardableResult
+    public func setValue(_ value: Value) async throws -> WriteReceipt {
+        let node = try Node(value, path: path)
+        return try await write { e in try e.localSet(path, node) }
+    }
+
+    /// Replaces the data here, with a priority (null, a number or a string).
+    @discardableResult
+    public func setValue(_ value: Value, andPriority priority: Value) async throws -> WriteReceipt {
+        let node = try Node(value, path: path).updatingPriority(try Node.priorityNode(priority, at: path))
+        return try await write { e in try e.localSet(path, node) }
+    }
+
+    /// Replaces the data here with an `Encodable` value (encoded through JSON).
+    @discardableResult
+    public func setValue<T: Encodable>(_ encodable: T) async throws -> WriteReceipt {
+        try await setValue(try ValueCoding.encode(encodable))
+    }
+
+    /// Sets the priority of the data here (ignored while there is no data, as in Firebase).
+    @discardableResult
+    public func setPriority(_ priority: Value) async throws -> WriteReceipt {
+        let node = try Node.priorityNode(priority, at: path)
+        return try await write { e in try e.localSet(path.child(".priority"), node) }
+    }
+
+    /// Removes the data here (sets it to null).
+    @discardableResult
+    public func removeValue() async throws -> WriteReceipt { try await setValue(.null) }
+
+    /// Writes several locations at once, all or nothing: keys are paths relative to this
+    /// location (`"a/b/c"`), none inside another; null values remove.
+    @discardableResult
+    public func updateChildValues(_ values: [String: Value]) async throws -> WriteReceipt {
+        var children: [(Path, Node)] = []
+        for (key, value) in values {
+            let p = try Path(validating: key)
+            guard !p.isEmpty else { throw DatabaseError(.invalidPath, "an update key may not be empty") }
+            try path.child(p).validate()
+            children.append((p, try Node(value, path: path.child(p))))
+        }
+        children.sort { $0.0 < $1.0 }
+        for (a, b) in zip(children, children.dropFirst()) where a.0.contains(b.0) {
+            throw DatabaseError(.invalidData, "the update writes both \(a.0) and \(b.0), which is inside it")
+        }
+        guard !children.isEmpty else { return WriteReceipt(database: database, writeID: nil) }
+        return try await write { e in try e.localUpdate(path, children) }
+    }
+
+    private func write(_ body: (Engine) throws -> (Int64, [Event])) async throws -> WriteReceipt {
+        let id = try await database.perform { e in
+            let (id, events) = try body(e)
+            return (id, events)
+        }
+        return WriteReceipt(database: database, writeID: id)
+    }
+
+    // MARK: Querying and listening (as a query of everything here)
+
+    public func queryOrdered(byChild childPath: String) throws -> DatabaseQuery { try query.queryOrdered(byChild: childPath) }
+    public func queryOrderedByKey() throws -> DatabaseQuery { try query.queryOrderedByKey() }
+    public func queryOrderedByValue() throws -> DatabaseQuery { try query.queryOrderedByValue() }
+    public func queryOrderedByPriority() throws -> DatabaseQuery { try query.queryOrderedByPriority() }
+    public func queryStarting(atValue value: Value, childKey: String? = nil) throws -> DatabaseQuery { try query.queryStarting(atValue: value, childKey: childKey) }
+    public func queryStarting(afterValue value: Value, childKey: String? = nil) throws -> DatabaseQuery { try query.queryStarting(afterValue: value, childKey: childKey) }
+    public func queryEnding(atValue value: Value, childKey: String? = nil) throws -> DatabaseQuery { try query.queryEnding(atValue: value, childKey: childKey) }
+    public func queryEnding(beforeValue value: Value, childKey: String? = nil) throws -> DatabaseQuery { try query.queryEnding(beforeValue: value, childKey: childKey) }
+    public func queryEqual(toValue value: Value, childKey: String? = nil) throws -> DatabaseQuery { try query.queryEqual(toValue: value, childKey: childKey) }
+    public func queryLimited(toFirst n: Int) throws -> DatabaseQuery { try query.queryLimited(toFirst: n) }
+    public func queryLimited(toLast n: Int) throws -> DatabaseQuery { try query.queryLimited(toLast: n) }
+
+    /// See ``DatabaseQuery/observe(_:includeMetadataChanges:with:)``.
+    @discardableResult
+    public func observe(_ type: DataEventType, includeMetadataChanges: Bool = false, with handler: @escaping @Sendable (DataSnapshot) -> Void) -> ObserverHandle {
+        query.observe(type, includeMetadataChanges: includeMetadataChanges, with: handler)
+    }
+
+    /// See ``DatabaseQuery/observe(_:includeMetadataChanges:andPreviousSiblingKeyWith:)``.
+    @discardableResult
+    public func observe(_ type: DataEventType, includeMetadataChanges: Bool = false,
+                        andPreviousSiblingKeyWith handler: @escaping @Sendable (DataSnapshot, String?) -> Void) -> ObserverHandle {
+        query.observe(type, includeMetadataChanges: includeMetadataChanges, andPreviousSiblingKeyWith: handler)
+    }
+
+    public func removeObserver(withHandle handle: ObserverHandle) { query.removeObserver(withHandle: handle) }
+    public func removeAllObservers() { query.removeAllObservers() }
+    public func events(_ type: DataEventType = .value, includeMetadataChanges: Bool = false) -> AsyncStream<DataEvent> {
+        query.events(type, includeMetadataChanges: includeMetadataChanges)
+    }
+    public func values(includeMetadataChanges: Bool = false) -> AsyncMapSequence<AsyncStream<DataEvent>, DataSnapshot> {
+        query.values(includeMetadataChanges: includeMetadataChanges)
+    }
+    public func getData() async throws -> DataSnapshot { try await query.getData() }
+    public func observeSingleEvent(of type: DataEventType = .value) async -> DataSnapshot { await query.observeSingleEvent(of: type) }
+
+    public static func == (a: DatabaseReference, b: DatabaseReference) -> Bool { a.database === b.database && a.path == b.path }
+    public func hash(into h: inout Hasher) { h.combine(path) }
+}
+
+/// What a write returns: its id, and a way to wait for the server's verdict.
+public struct WriteReceipt: Sendable {
+    let database: Database
+    /// The write's id: the LSN of its record (nil for an empty update, which writes nothing).
+    public let writeID: Int64?
+
+    /// Returns when the server has acknowledged the write.
+    /// - Throws: ``DatabaseError/Code/writeRejected`` if it rejected it (the write was then
+    ///   reverted locally and listeners saw the revert).
+    public func serverAcknowledgement() async throws {
+        guard let id = writeID else { return }
+        try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
+            let outcome = database.engine.withLock { e -> Bool? in
+                if let rejected = e.outcomes[id] { return rejected }
+                if e.writeTree.write(id) == nil { return false }  // long since acknowledged
+                e.ackWaiters[id, default: []].append(c)
+                return nil
+            }
+            switch outcome {
+            case .some(true): c.resume(throwing: DatabaseError(.writeRejected, "the server rejected write \(id); it was reverted locally"))
+            case .some(false): c.resume()
+            case .none: break
+            }
+        }
+    }
+}

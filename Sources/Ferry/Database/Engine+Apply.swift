@@ -1,0 +1,176 @@
+/// The changes the engine applies: each writes one record, updates the stored state, and
+/// (live) updates the views, returning their events. Replay applies the same records without views.
+extension Engine {
+    private func handle(_ node: Node, _ lsn: Int64, _ range: Range<Int>?) -> ValueHandle {
+        guard isPersistent, let range else { return .inline(node) }
+        return .stored(ValueRef(lsn: UInt64(lsn), offset: UInt32(range.lowerBound), length: UInt32(range.count)))
+    }
+
+    private func ref(_ lsn: Int64, _ range: Range<Int>) -> ValueRef {
+        ValueRef(lsn: UInt64(lsn), offset: UInt32(range.lowerBound), length: UInt32(range.count))
+    }
+
+    // MARK: Local writes
+
+    private func checkSize(_ nodes: [Node]) throws {
+        let size = nodes.reduce(0) { $0 + ValueCodec.sizeBound($1) }
+        if size > Database.maxWriteSize {
+            throw DatabaseError(.invalidData, "the write is about \(size >> 20) MB; a single write may be at most 16 MB")
+        }
+    }
+
+    /// A set. Returns its write id and the events it raised.
+    func localSet(_ path: Path, _ node: Node, hidden: Bool = false) throws -> (Int64, [Event]) {
+        try checkUsable()
+        try checkSize([node])
+        let time = serverTime
+        let resolved = ServerValueResolver.containsDeferred(node)
+            ? ServerValueResolver.resolve(node, existing: visibleNode(at: path) ?? .empty, time: time) : nil
+        let shown = resolved ?? node
+        if isPersistent {
+            let (payload, range) = RecordCodec.localSet(path: path, value: node, resolved: resolved, time: time, hidden: hidden)
+            let lsn = try append(.localSet, payload)
+            return (lsn, syncTree.applyUserOverwrite(path, shown, writeID: lsn, visible: !hidden, ref: ref(lsn, range)))
+        }
+        let id = try append(.localSet, [])
+        return (id, syncTree.applyUserOverwrite(path, shown, writeID: id, visible: !hidden))
+    }
+
+    /// A multi-path update: `children` are paths relative to `path`, none inside another.
+    func localUpdate(_ path: Path, _ children: [(Path, Node)]) throws -> (Int64, [Event]) {
+        try checkUsable()
+        try checkSize(children.map(\.1))
+        let time = serverTime
+        let resolved: [(Path, Node, Node?)] = children.map { p, n in
+            guard ServerValueResolver.containsDeferred(n) else { return (p, n, nil) }
+            return (p, n, ServerValueResolver.resolve(n, existing: visibleNode(at: path.child(p)) ?? .empty, time: time))
+        }
+        let merge = CompoundWrite(resolved.map { ($0.0, $0.2 ?? $0.1) })
+        if isPersistent {
+            let (payload, ranges) = RecordCodec.localUpdate(path: path, children: resolved, time: time)
+            let lsn = try append(.localUpdate, payload)
+            let refs = Dictionary(ranges.map { ($0.0, ref(lsn, $0.1)) }, uniquingKeysWith: { $1 })
+            return (lsn, syncTree.applyUserMerge(path, merge, writeID: lsn, refs: refs))
+        }
+        let id = try append(.localUpdate, [])
+        return (id, syncTree.applyUserMerge(path, merge, writeID: id))
+    }
+
+    // MARK: Server data
+
+    /// The server's whole value at `path`. With a `tag`, it is meant for that query only.
+    func serverPut(_ path: Path, _ node: Node, tag: Int? = nil) throws -> [Event] {
+        try checkUsable()
+        if let tag, let query = syncTree.query(forTag: tag), !query.loadsAllData, query.path == path {
+            // A filtered query's data: its children are complete, the location is not.
+            var children: [(Path, Node)] = []
+            node.forEachChild { k, n in children.append((Path(keys: [k]), n)) }
+            try storeServerMerge(path, children)
+            return syncTree.applyTaggedOverwrite(path, node, tag: tag)
+        }
+        if isPersistent {
+            let (payload, range) = RecordCodec.serverPut(path: path, value: node)
+            let lsn = try append(.serverPut, payload)
+            server.set(LayeredEntry(seq: lsn, value: handle(node, lsn, range)), at: path)
+        } else {
+            let id = try append(.serverPut, [])
+            server.set(LayeredEntry(seq: id, value: .inline(node)), at: path)
+        }
+        if let tag { return syncTree.applyTaggedOverwrite(path, node, tag: tag) }
+        return syncTree.applyServerOverwrite(path, node)
+    }
+
+    /// The server's new values for some children (paths relative to `path`) of `path`.
+    func serverMerge(_ path: Path, _ children: [(Path, Node)], tag: Int? = nil) throws -> [Event] {
+        try checkUsable()
+        try storeServerMerge(path, children)
+        let merge = CompoundWrite(children)
+        if let tag { return syncTree.applyTaggedMerge(path, merge, tag: tag) }
+        return syncTree.applyServerMerge(path, merge)
+    }
+
+    private func storeServerMerge(_ path: Path, _ children: [(Path, Node)]) throws {
+        if isPersistent {
+            let (payload, ranges) = RecordCodec.serverMerge(path: path, children: children)
+            let lsn = try append(.serverMerge, payload)
+            for ((p, n), (_, r)) in zip(children, ranges) { server.set(LayeredEntry(seq: lsn, value: handle(n, lsn, r)), at: path.child(p)) }
+        } else {
+            let id = try append(.serverMerge, [])
+            for (p, n) in children { server.set(LayeredEntry(seq: id, value: .inline(n)), at: path.child(p)) }
+        }
+    }
+
+    /// The server acknowledged a local write (or, with `revert`, rejected it).
+    func acknowledge(_ writeID: Int64, revert: Bool) throws -> [Event] {
+        try checkUsable()
+        guard let write = writeTree.write(writeID) else { return [] }
+        // Where a listen keeps the data up to date, the server's own update is the truth;
+        // elsewhere the acknowledged value is the best knowledge of the server's data.
+        let applied = !revert && write.visible && !syncTree.hasCompleteView(covering: write.path)
+        let values = applied ? valueHandles(of: write) : []
+        let lsn = try append(.ack, RecordCodec.ack(writeID: writeID, revert: revert, applied: applied))
+        for (p, h) in values { server.set(LayeredEntry(seq: lsn, value: h), at: p) }
+        let events = syncTree.ackUserWrite(writeID, revert: revert)
+        settle(writeID, rejected: revert)
+        return events
+    }
+
+    /// The absolute paths and values a write wrote.
+    private func valueHandles(of write: WriteRecord) -> [(Path, ValueHandle)] {
+        if isPersistent { return writeValues(write.writeID).map { (write.path.child($0.0), $0.1) } }
+        switch write.change {
+        case .overwrite(let n): return [(write.path, .inline(n))]
+        case .merge(let m):
+            var out: [(Path, ValueHandle)] = []
+            m.forEachWrite { p, n in out.append((write.path.child(p), .inline(n))) }
+            return out
+        }
+    }
+
+    func settle(_ writeID: Int64, rejected: Bool) {
+        outcomes[writeID] = rejected
+        if outcomes.count > 16_384, let oldest = outcomes.keys.min() { outcomes[oldest] = nil }
+        for c in ackWaiters.removeValue(forKey: writeID) ?? [] {
+            if rejected {
+                c.resume(throwing: DatabaseError(.writeRejected, "the server rejected write \(writeID); it was reverted locally"))
+            } else {
+                c.resume()
+            }
+        }
+    }
+
+    /// A server listen completed: its data is no longer just from the cache.
+    func listenComplete(_ path: Path, tag: Int? = nil) -> [Event] {
+        if let tag {
+            guard let query = syncTree.query(forTag: tag) else { return [] }
+            liveQueries.insert(query)
+            return syncTree.applyTaggedListenComplete(path, tag: tag)
+        }
+        livePaths.insert(path)
+        return syncTree.applyListenComplete(path)
+    }
+
+    // MARK: Replay
+
+    /// Applies one record from the log, without views (there are none while opening).
+    func replay(kind: UInt8, lsn: Int64, payload: UnsafeRawBufferPointer) throws {
+        let s = try RecordCodec.summarize(kind: kind, payload)
+        switch s.kind {
+        case .localSet:
+            writeTree.addOverwrite(s.path, .empty, writeID: lsn, visible: !s.hidden, ref: ref(lsn, s.values[0].range))
+        case .localUpdate:
+            let refs = Dictionary(s.values.map { ($0.path, ref(lsn, $0.range)) }, uniquingKeysWith: { $1 })
+            writeTree.addMerge(s.path, CompoundWrite(s.values.map { ($0.path, Node.empty) }), writeID: lsn, refs: refs)
+        case .serverPut:
+            server.set(LayeredEntry(seq: lsn, value: .stored(ref(lsn, s.values[0].range))), at: s.path)
+        case .serverMerge:
+            for v in s.values { server.set(LayeredEntry(seq: lsn, value: .stored(ref(lsn, v.range))), at: s.path.child(v.path)) }
+        case .ack:
+            if s.appliedToServerCache, let base = writeTree.write(s.ackedWrite)?.path {
+                for (p, h) in writeValues(s.ackedWrite) { server.set(LayeredEntry(seq: lsn, value: h), at: base.child(p)) }
+            }
+            _ = writeTree.removeWrite(s.ackedWrite)
+            outcomes[s.ackedWrite] = s.revert
+        }
+    }
+}

@@ -1,0 +1,234 @@
+import FerryLog
+import Logging
+
+/// A registration and what it was last told.
+struct RegistrationState {
+    var registration: EventRegistration
+    var query: QuerySpec
+    var lastMetadata: SnapshotMetadata?
+}
+
+/// An event with the metadata of its snapshot, ready to deliver.
+struct DeliveredEvent: Sendable {
+    var event: Event
+    var metadata: SnapshotMetadata
+}
+
+/// Everything the database knows, guarded by the database's lock: the sync tree (views), the
+/// pending writes, the server cache, the registrations, and the log they all come from.
+///
+/// Every change is a record: it is enqueued in the log (getting its LSN) and applied here
+/// under the same lock, so the state is always the replay of the log in LSN order. Replay
+/// runs the same apply functions without views.
+final class Engine: StoredValues, ServerCacheSource {
+    let log: WriteAheadLog?
+    let logger: Logger
+    let syncTree: SyncTree
+    var writeTree: WriteTree { syncTree.writeTree }
+    /// Complete server data by path: from server puts and merges, and acknowledged writes.
+    let server = LayeredIndex()
+    /// Payloads of records not yet written to the log, oldest first (reads of them cannot
+    /// go to the log's files yet).
+    private var recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])] = []
+    private var nextMemoryID: Int64 = 1
+    var registrations: [UInt64: RegistrationState] = [:]
+    var nextRegistrationID: UInt64 = 1
+    /// Locations a server listen has completed at (their data is not just from the cache).
+    var livePaths: Set<Path> = []
+    var liveQueries: Set<QuerySpec> = []
+    var serverTimeOffset: Int64 = 0
+    var failure: DatabaseError?
+    var closed = false
+    /// Outcomes of acknowledged writes (true: rejected), for receipts awaited afterwards.
+    var outcomes: [Int64: Bool] = [:]
+    var ackWaiters: [Int64: [UnsafeContinuation<Void, any Error>]] = [:]
+    /// The LSN the last checkpoint covers up to (records below it are in it).
+    var checkpointLSN: UInt64 = 0
+
+    init(log: WriteAheadLog?, logger: Logger) {
+        self.log = log
+        self.logger = logger
+        syncTree = SyncTree(writeTree: WriteTree())
+        server.reader = self
+        writeTree.stored = self
+        syncTree.serverCacheSource = self
+    }
+
+    var isPersistent: Bool { log != nil }
+
+    func checkUsable() throws {
+        if let failure { throw failure }
+        if closed { throw DatabaseError(.closed, "the database is closed") }
+    }
+
+    // MARK: Records
+
+    /// Puts a record in the log (or, in memory, just numbers it); returns its LSN / write id.
+    func append(_ kind: RecordKind, _ payload: [UInt8]) throws -> Int64 {
+        guard let log else {
+            defer { nextMemoryID += 1 }
+            return nextMemoryID
+        }
+        var batch = LogBatch(capacity: payload.count + 8)
+        batch.append(kind: kind.rawValue, payload: payload)
+        let range: ClosedRange<LSN>
+        do {
+            range = try log.enqueue(batch)
+        } catch {
+            throw storageError(error)
+        }
+        recent.append((range.lowerBound.rawValue, kind.rawValue, payload))
+        return Int64(range.lowerBound.rawValue)
+    }
+
+    func storageError(_ error: any Error) -> DatabaseError {
+        if let e = error as? DatabaseError { return e }
+        let e = DatabaseError(.storage, "the log failed: \(error)", underlying: error as? LogError)
+        if (error as? LogError)?.code == .failed { failure = e }
+        return e
+    }
+
+    /// Forgets payloads the log has written.
+    func pruneRecent() {
+        guard let log, let first = recent.first, first.lsn < log.writtenLSN.rawValue else { return }
+        let written = log.writtenLSN.rawValue
+        let n = recent.firstIndex { $0.lsn >= written } ?? recent.count
+        recent.removeFirst(n)
+    }
+
+    func withPayload<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) throws -> R {
+        var lo = 0, hi = recent.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if recent[mid].lsn < lsn { lo = mid + 1 } else { hi = mid }
+        }
+        if lo < recent.count, recent[lo].lsn == lsn {
+            return try recent[lo].payload.withUnsafeBytes { try body(recent[lo].kind, $0) }
+        }
+        guard let log else { throw DatabaseError(.storage, "record \(lsn) is not available") }
+        return try log.withRecord(at: LSN(lsn)) { try body($0.kind, $0.payload) }
+    }
+
+    // MARK: StoredValues
+
+    func node(_ ref: ValueRef) -> Node {
+        do {
+            return try withPayload(ref.lsn) { _, payload in
+                let start = Int(ref.offset), end = start + Int(ref.length)
+                guard end <= payload.count else { throw ByteReader.damaged("a value reference past the record's end") }
+                return try ValueCodec.decode(UnsafeRawBufferPointer(rebasing: payload[start..<end]))
+            }
+        } catch {
+            fail(error, reading: ref.lsn)
+            return .empty
+        }
+    }
+
+    func writeRecord(_ id: Int64) -> WriteRecord? {
+        do {
+            return try withPayload(UInt64(id)) { kind, payload in
+                let s = try RecordCodec.summarize(kind: kind, payload)
+                func value(_ r: Range<Int>) throws -> Node { try ValueCodec.decode(UnsafeRawBufferPointer(rebasing: payload[r])) }
+                switch s.kind {
+                case .localSet:
+                    return WriteRecord(writeID: id, path: s.path, change: .overwrite(try value(s.values[0].range)), visible: !s.hidden)
+                case .localUpdate:
+                    return WriteRecord(writeID: id, path: s.path, change: .merge(CompoundWrite(try s.values.map { ($0.path, try value($0.range)) })), visible: true)
+                default:
+                    throw ByteReader.damaged("write \(id) is a \(s.kind) record")
+                }
+            }
+        } catch {
+            fail(error, reading: UInt64(id))
+            return nil
+        }
+    }
+
+    func writeValues(_ id: Int64) -> [(Path, ValueHandle)] {
+        do {
+            return try withPayload(UInt64(id)) { kind, payload in
+                let s = try RecordCodec.summarize(kind: kind, payload)
+                return s.values.map { ($0.path, .stored(ValueRef(lsn: UInt64(id), offset: UInt32($0.range.lowerBound), length: UInt32($0.range.count)))) }
+            }
+        } catch {
+            fail(error, reading: UInt64(id))
+            return []
+        }
+    }
+
+    private func fail(_ error: any Error, reading lsn: UInt64) {
+        let e = DatabaseError(.storage, "reading record \(lsn) failed: \(error)", underlying: error as? LogError)
+        logger.error("\(e)")
+        if failure == nil { failure = e }
+    }
+
+    // MARK: ServerCacheSource
+
+    func serverCache(for query: QuerySpec) -> CacheNode {
+        if let node = server.completeNode(at: query.path) {
+            return CacheNode(indexed: IndexedNode(node, index: query.index), isFullyInitialized: true, isFiltered: false)
+        }
+        return CacheNode(indexed: IndexedNode(server.completeChildren(of: query.path), index: query.index), isFullyInitialized: false, isFiltered: false)
+    }
+
+    // MARK: Reading
+
+    /// What a local reader sees at `path` — server data with the visible local writes on top —
+    /// or nil when that is not complete.
+    func visibleNode(at path: Path) -> Node? {
+        writeTree.calcCompleteEventCache(path, completeServerCache: server.completeNode(at: path))
+    }
+
+    /// The server's clock as far as known: the local clock plus the last known offset.
+    var serverTime: Int64 { wallClockMillis() + serverTimeOffset }
+
+    func metadata(for query: QuerySpec) -> SnapshotMetadata {
+        let live = liveQueries.contains(query) || livePaths.contains { $0.contains(query.path) }
+        return SnapshotMetadata(fromCache: !live, hasPendingWrites: writeTree.hasVisibleWrite(touching: query.path))
+    }
+
+    /// Adds metadata to the events of one operation, and value events for listeners that asked
+    /// for metadata changes whose metadata changed without their data changing.
+    func finish(_ events: [Event]) -> [DeliveredEvent] {
+        var out: [DeliveredEvent] = []
+        out.reserveCapacity(events.count)
+        var told = Set<UInt64>()
+        var cache: [QuerySpec: SnapshotMetadata] = [:]
+        func md(_ q: QuerySpec) -> SnapshotMetadata {
+            if let m = cache[q] { return m }
+            let m = metadata(for: q)
+            cache[q] = m
+            return m
+        }
+        for e in events {
+            let m = md(e.query)
+            out.append(DeliveredEvent(event: e, metadata: m))
+            if e.type == .value {
+                registrations[e.registration.id]?.lastMetadata = m
+                told.insert(e.registration.id)
+            }
+        }
+        for (id, state) in registrations where state.registration.includeMetadataChanges && !told.contains(id) {
+            let m = md(state.query)
+            guard let last = state.lastMetadata, last != m, let view = syncTree.view(for: state.query),
+                  view.eventCache.isFullyInitialized else { continue }
+            let event = Event(registration: state.registration, query: state.query, change: .value(view.eventCache.node),
+                              eventCache: view.eventCache.indexed)
+            out.append(DeliveredEvent(event: event, metadata: m))
+            registrations[id]?.lastMetadata = m
+        }
+        return out
+    }
+}
+
+func wallClockMillis() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
