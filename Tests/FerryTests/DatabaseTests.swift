@@ -124,7 +124,7 @@ import Testing
         try await db.root.child("list").setValue(["a", "b", "c"])
         #expect(try await db.root.child("list").getData().value == ["a", "b", "c"])
         try await db.root.child("list/1").removeValue()
-        #expect(try await db.root.child("list").getData().value == ["a", nil, "c"])
+        #expect(try await db.root.child("list").getData().value == ["a", .null, "c"])
         try await db.root.child("sparse").setValue(["0": 1, "9": 2])
         #expect(try await db.root.child("sparse").getData().value == ["0": 1, "9": 2])
         try await db.root.child("big").setValue(.int(Int64.max))

@@ -195,7 +195,12 @@ struct ViewProcessor {
 
     private func ackUserWrite(_ viewCache: ViewCache, _ ackPath: Path, _ affected: ImmutableTree<Bool>, _ writes: WriteTreeRef,
                               _ completeCache: Node?, _ accumulator: ChildChangeAccumulator) -> ViewCache {
-        if writes.shadowingWrite(ackPath) != nil { return viewCache }
+        // Another pending write determines the data here: show it. (When it is newer than the
+        // acknowledged write this changes nothing; when it is older, the acknowledged write had
+        // been layered over it and its data is no longer on top.)
+        if let shadow = writes.shadowingWrite(ackPath) {
+            return applyUserOverwrite(viewCache, ackPath, shadow, writes, completeCache, accumulator)
+        }
         let filterServer = viewCache.serverCache.isFiltered
         let serverCache = viewCache.serverCache
         if affected.value != nil {
@@ -224,7 +229,10 @@ struct ViewProcessor {
 
     private func revertUserWrite(_ viewCache: ViewCache, _ path: Path, _ writes: WriteTreeRef, _ completeCache: Node?,
                                  _ accumulator: ChildChangeAccumulator) -> ViewCache {
-        if writes.shadowingWrite(path) != nil { return viewCache }
+        // Another pending write determines the data here: show it (see ackUserWrite).
+        if let shadow = writes.shadowingWrite(path) {
+            return applyUserOverwrite(viewCache, path, shadow, writes, completeCache, accumulator)
+        }
         let source = WriteTreeCompleteChildSource(writes: writes, viewCache: viewCache, completeServerCache: completeCache)
         let oldEvent = viewCache.eventCache.indexed
         var newEvent: IndexedNode

@@ -64,10 +64,11 @@ func numbersEqual(_ a: Value, _ b: Value) -> Bool {
     }
 }
 
-extension Value: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
+// Deliberately not ExpressibleByNilLiteral: with it, `x ? nil : value` silently means `.null`
+// where an Optional was meant. Write `.null` (or `removeValue()`).
+extension Value: ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
     ExpressibleByFloatLiteral, ExpressibleByStringLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral
 {
-    public init(nilLiteral: ()) { self = .null }
     public init(booleanLiteral value: Bool) { self = .bool(value) }
     public init(integerLiteral value: Int64) { self = .int(value) }
     public init(floatLiteral value: Double) { self = .double(value) }

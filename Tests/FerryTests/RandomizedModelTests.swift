@@ -1,0 +1,202 @@
+import Foundation
+import FerryTestSupport
+import Synchronization
+import Testing
+
+@testable @_spi(Server) import Ferry
+
+/// A deliberately simple model of what a client sees: server data as a plain value tree, the
+/// pending local writes in order, and the visible data = server data with the writes applied.
+/// It shares no code with the engine.
+struct Model {
+    enum Write {
+        case set(id: Int64, path: [String], value: Value)
+        case update(id: Int64, path: [String], children: [([String], Value)])
+        var id: Int64 { switch self { case .set(let id, _, _), .update(let id, _, _): id } }
+    }
+
+    var server: Value = .object([:])
+    var pending: [Write] = []
+
+    static func get(_ v: Value, _ path: ArraySlice<String>) -> Value {
+        guard let k = path.first else { return v }
+        guard case .object(let o) = v, let child = o[k] else { return .null }
+        return get(child, path.dropFirst())
+    }
+
+    static func set(_ v: Value, _ path: ArraySlice<String>, _ new: Value) -> Value {
+        guard let k = path.first else { return normalized(new) }
+        // Removing something below a leaf changes nothing; writing below it replaces it.
+        if normalized(new) == .null, !isObject(v) { return v }
+        var o: [String: Value] = [:]
+        if case .object(let existing) = v { o = existing }
+        let child = set(o[k] ?? .null, path.dropFirst(), new)
+        o[k] = child == .null ? nil : child
+        return o.isEmpty ? .null : .object(o)
+    }
+
+    static func isObject(_ v: Value) -> Bool { if case .object = v { true } else { false } }
+
+    static func normalized(_ v: Value) -> Value {
+        guard case .object(let o) = v else { return v }
+        let kept = o.compactMapValues { c -> Value? in
+            let n = normalized(c)
+            return n == .null ? nil : n
+        }
+        return kept.isEmpty ? .null : .object(kept)
+    }
+
+    static func apply(_ w: Write, to v: Value) -> Value {
+        switch w {
+        case .set(_, let p, let value): return set(v, p[...], value)
+        case .update(_, let p, let children):
+            var out = v
+            for (rel, value) in children { out = set(out, (p + rel)[...], value) }
+            return out
+        }
+    }
+
+    var visible: Value { pending.reduce(server) { Model.apply($1, to: $0) } }
+    func visible(at path: [String]) -> Value { Model.get(visible, path[...]) }
+}
+
+@Suite struct RandomizedModelTests {
+    /// Steps per seed and the seeds: a few hundred normally; set FERRY_MODEL_STEPS and
+    /// FERRY_MODEL_SEEDS (comma-separated) for a soak.
+    static let steps = Int(ProcessInfo.processInfo.environment["FERRY_MODEL_STEPS"] ?? "") ?? 600
+    static let seeds: [UInt64] = ProcessInfo.processInfo.environment["FERRY_MODEL_SEEDS"]?.split(separator: ",").compactMap { UInt64($0) } ?? [1, 2, 3]
+
+    final class Latest: Sendable {
+        let value = Mutex<Value?>(nil)
+    }
+
+    struct Listener {
+        var path: [String]
+        var handle: ObserverHandle
+        var latest: Latest
+    }
+
+    @Test(arguments: seeds)
+    func theViewFollowsASimpleModelThroughWritesAcksRevertsAndRestarts(seed: UInt64) async throws {
+        let dir = try TemporaryDirectory()
+        var g = SplitMix(seed: seed)
+        var options = quietOptions(.none)
+        options.segmentSize = 16 << 10
+        var db = try Database.open(at: dir.path, options: options)
+        var model = Model()
+        try await db.applyServerPut(at: "", [:])  // the server's data starts empty and complete
+
+        let keys = ["a", "b", "c", "d"]
+        func randomPath(min: Int = 0) -> [String] { (0..<(min + Int(g.next() % UInt64(3 - min + 1)))).map { _ in keys[Int(g.next() % 4)] } }
+        func randomValue(_ depth: Int = 0) -> Value {
+            switch g.next() % (depth > 1 ? 4 : 6) {
+            case 0: return .null
+            case 1: return .int(Int64(g.next() % 100))
+            case 2: return .string(["x", "y", "zz"][Int(g.next() % 3)])
+            case 3: return .bool(g.next() % 2 == 0)
+            default:
+                var o: [String: Value] = [:]
+                for _ in 0..<(1 + Int(g.next() % 3)) { o[keys[Int(g.next() % 4)]] = randomValue(depth + 1) }
+                return .object(o)
+            }
+        }
+        func ref(_ p: [String]) -> DatabaseReference { p.isEmpty ? db.root : try! db.reference(p.joined(separator: "/")) }
+
+        var listeners: [Listener] = []
+        func listen(_ path: [String]) {
+            let latest = Latest()
+            let handle = ref(path).observe(.value) { s in latest.value.withLock { $0 = s.value } }
+            listeners.append(Listener(path: path, handle: handle, latest: latest))
+        }
+
+        func check(_ step: Int, _ what: String, sourceLocation: SourceLocation = #_sourceLocation) {
+            for l in listeners {
+                let seen = l.latest.value.withLock { $0 }
+                let expected = model.visible(at: l.path)
+                if seen != expected {
+                    Issue.record("seed \(seed) step \(step) (\(what)): listener at /\(l.path.joined(separator: "/")) sees \(seen.map(\.description) ?? "nothing"), the model \(expected)", sourceLocation: sourceLocation)
+                }
+            }
+        }
+
+        for step in 0..<Self.steps {
+            let roll = g.next() % 100
+            var what = ""
+            switch roll {
+            case 0..<25:
+                let p = randomPath()
+                let v = randomValue()
+                what = "set /\(p.joined(separator: "/")) = \(v)"
+                let r = try await ref(p).setValue(v)
+                model.pending.append(.set(id: r.writeID!, path: p, value: v))
+            case 25..<35:
+                let p = randomPath()
+                var children: [([String], Value)] = []
+                for k in keys.shuffled(using: &g).prefix(1 + Int(g.next() % 3)) { children.append(([k], randomValue(1))) }
+                what = "update /\(p.joined(separator: "/")) \(children.map { "\($0.0[0])=\($0.1)" })"
+                let r = try await ref(p).updateChildValues(Dictionary(uniqueKeysWithValues: children.map { ($0.0.joined(separator: "/"), $0.1) }))
+                model.pending.append(.update(id: r.writeID!, path: p, children: children))
+            case 35..<47:
+                let p = randomPath()
+                let v = randomValue()
+                what = "server put /\(p.joined(separator: "/")) = \(v)"
+                try await db.applyServerPut(at: p.joined(separator: "/"), v)
+                model.server = Model.set(model.server, p[...], v)
+            case 47..<55:
+                let p = randomPath()
+                let k = keys[Int(g.next() % 4)]
+                let v = randomValue(1)
+                what = "server merge /\(p.joined(separator: "/")) \(k)=\(v)"
+                try await db.applyServerMerge(at: p.joined(separator: "/"), [k: v])
+                model.server = Model.set(model.server, (p + [k])[...], v)
+            case 55..<72 where !model.pending.isEmpty:
+                // The server applies the oldest write, echoes it, then acknowledges it.
+                let w = model.pending.removeFirst()
+                what = "ack \(w.id)"
+                switch w {
+                case .set(_, let p, let v): try await db.applyServerPut(at: p.joined(separator: "/"), v)
+                case .update(_, let p, let children):
+                    try await db.applyServerMerge(at: p.joined(separator: "/"), Dictionary(uniqueKeysWithValues: children.map { ($0.0.joined(separator: "/"), $0.1) }))
+                }
+                model.server = Model.apply(w, to: model.server)
+                try await db.acknowledgeWrite(w.id)
+            case 72..<78 where !model.pending.isEmpty:
+                let i = Int(g.next() % UInt64(model.pending.count))
+                let w = model.pending.remove(at: i)
+                what = "reject \(w.id)"
+                try await db.acknowledgeWrite(w.id, rejected: true)
+            case 78..<88:
+                let p = randomPath()
+                what = "listen /\(p.joined(separator: "/"))"
+                listen(p)
+            case 88..<93 where !listeners.isEmpty:
+                let l = listeners.remove(at: Int(g.next() % UInt64(listeners.count)))
+                what = "unlisten /\(l.path.joined(separator: "/"))"
+                ref(l.path).removeObserver(withHandle: l.handle)
+            case 93..<97:
+                // Restart: the replayed view must equal the view before.
+                what = "restart"
+                let before = try await db.root.getData().value
+                #expect(before == model.visible, "seed \(seed) step \(step): the view before a restart")
+                let paths = listeners.map(\.path)
+                for l in listeners { ref(l.path).removeObserver(withHandle: l.handle) }
+                listeners = []
+                options.checkpointOnClose = g.next() % 2 == 0
+                try await db.close()
+                db = try Database.open(at: dir.path, options: options)
+                #expect(try await db.root.getData().value == before, "seed \(seed) step \(step): replay after a restart")
+                #expect(db.pendingWriteIDs == model.pending.map(\.id), "seed \(seed) step \(step): pending writes after a restart")
+                for p in paths { listen(p) }
+            default:
+                let p = randomPath()
+                what = "read /\(p.joined(separator: "/"))"
+                #expect(try await ref(p).getData().value == model.visible(at: p), "seed \(seed) step \(step): getData at /\(p.joined(separator: "/"))")
+            }
+            if ProcessInfo.processInfo.environment["FERRY_MODEL_TRACE"] != nil {
+                print("seed \(seed) step \(step): \(what) -> model \(model.visible) pending \(model.pending.map(\.id))")
+            }
+            check(step, what)
+        }
+        try await db.close()
+    }
+}
