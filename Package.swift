@@ -45,7 +45,7 @@ let package = Package(
         .executableTarget(
             name: "ferry-dump",
             dependencies: [
-                "FerryLog",
+                "FerryLog", "Ferry",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

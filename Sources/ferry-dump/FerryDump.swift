@@ -1,4 +1,5 @@
 import ArgumentParser
+@_spi(Tools) import Ferry
 import FerryLog
 import Foundation
 
@@ -14,7 +15,7 @@ struct FerryDump: ParsableCommand {
             64 bad arguments.
             While a writer is appending, the frame it is writing may show as a torn tail.
             """,
-        subcommands: [List.self, Records.self, Verify.self, Stats.self]
+        subcommands: [List.self, Records.self, Verify.self, Stats.self, At.self]
     )
 }
 
@@ -104,24 +105,27 @@ extension FerryDump {
     }
 
     struct Records: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print records with LSN, kind, size and payload (hex).")
+        static let configuration = CommandConfiguration(
+            abstract: "Print records with LSN, kind, size and payload: decoded for the database's records, hex otherwise.")
         @OptionGroup var store: StoreOptions
         @Option(help: "The first LSN to print.") var from: UInt64 = 1
         @Option(help: "The last LSN to print.") var to: UInt64?
+        @Flag(help: "Print payloads as hex even when they can be decoded.") var hex = false
 
         struct Row: Encodable {
-            var lsn: UInt64, kind: UInt8, size: Int, payload: String
+            var lsn: UInt64, kind: UInt8, size: Int, payload: String, decoded: String?
         }
 
         func run() throws {
             let inspection = try store.inspect(deep: false)
             do {
                 try inspection.forEachRecord(from: LSN(from), through: to.map { LSN($0) }) { r in
-                    let hex = hexString(r.payload)
+                    let decoded = RecordDescription.describe(kind: r.kind, payload: r.payload)
                     if store.json {
-                        try printJSON(Row(lsn: r.lsn.rawValue, kind: r.kind, size: r.payload.count, payload: hex))
+                        try printJSON(Row(lsn: r.lsn.rawValue, kind: r.kind, size: r.payload.count, payload: hexString(r.payload), decoded: decoded))
                     } else {
-                        print("\(r.lsn)\tkind=\(r.kind)\tsize=\(r.payload.count)\t\(hex)")
+                        let shown = (hex ? nil : decoded) ?? hexString(r.payload)
+                        print("\(r.lsn)\tkind=\(r.kind)\tsize=\(r.payload.count)\t\(shown)")
                     }
                 }
             } catch let e as LogError {
@@ -210,6 +214,50 @@ extension FerryDump {
                 print("compression ratio:   \(String(format: "%.2f", report.compressionRatio))x")
             }
             for p in inspection.problems { printError("ferry-dump: note: \(p)") }
+        }
+    }
+}
+
+extension FerryDump {
+    struct At: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Rebuild the database's state at an LSN by replaying the log, and print it.",
+            discussion: "Prints what a reader would see at the path (server data with pending writes), the server cache there, and the pending writes.")
+        @OptionGroup var store: StoreOptions
+        @Argument(help: "Replay records up to and including this LSN (default: all).") var lsn: UInt64?
+        @Option(help: "The location to print.") var path = "/"
+
+        struct Report: Encodable {
+            var lsn: UInt64?
+            var path: String
+            var visible: String?
+            var serverCache: String?
+            var pendingWrites: [String]
+        }
+
+        func run() throws {
+            let inspection = try store.inspect(deep: false)
+            let replayer = StateReplayer()
+            var last: UInt64?
+            do {
+                try inspection.forEachRecord(through: lsn.map { LSN($0) }) { r in
+                    try replayer.apply(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload)
+                    last = r.lsn.rawValue
+                }
+            } catch {
+                printError("ferry-dump: replay stopped: \(error)")
+                throw ExitCode(ExitStatus.corruption)
+            }
+            let report = Report(lsn: last, path: path, visible: replayer.visible(at: path)?.json, serverCache: replayer.serverCache(at: path)?.json,
+                                pendingWrites: replayer.pendingWrites.map { "\($0.id) \($0.path)" })
+            if store.json {
+                try printJSON(report)
+            } else {
+                print("state after LSN \(last.map(String.init) ?? "-") at \(path):")
+                print("  visible:      \(report.visible ?? "(not complete: no server data or full local write covers it)")")
+                print("  server cache: \(report.serverCache ?? "(not cached)")")
+                print("  pending writes (\(report.pendingWrites.count)): \(report.pendingWrites.prefix(20).joined(separator: ", "))\(report.pendingWrites.count > 20 ? ", …" : "")")
+            }
         }
     }
 }

@@ -15,7 +15,7 @@ struct Model {
         var id: Int64 { switch self { case .set(let id, _, _), .update(let id, _, _): id } }
     }
 
-    var server: Value = .object([:])
+    var server: Value = .null
     var pending: [Write] = []
 
     static func get(_ v: Value, _ path: ArraySlice<String>) -> Value {
@@ -56,7 +56,28 @@ struct Model {
         }
     }
 
-    var visible: Value { pending.reduce(server) { Model.apply($1, to: $0) } }
+    /// Pending writes apply to the server data as the Realtime Database's client layers them:
+    /// a write below an earlier pending write folds into it (in order); other writes are
+    /// patches at their paths (a later one at or above a path replaces the earlier ones there).
+    var visible: Value {
+        var layers: [(path: [String], value: Value)] = []
+        func add(_ path: [String], _ value: Value) {
+            if let i = layers.firstIndex(where: { path.starts(with: $0.path) }) {
+                layers[i].value = Model.set(layers[i].value, path.dropFirst(layers[i].path.count), value)
+            } else {
+                layers.removeAll { $0.path.starts(with: path) }
+                layers.append((path, Model.normalized(value)))
+            }
+        }
+        for w in pending {
+            switch w {
+            case .set(_, let p, let v): add(p, v)
+            case .update(_, let p, let children): for (rel, v) in children { add(p + rel, v) }
+            }
+        }
+        return layers.reduce(server) { Model.set($0, $1.path[...], $1.value) }
+    }
+
     func visible(at path: [String]) -> Value { Model.get(visible, path[...]) }
 }
 

@@ -143,6 +143,10 @@ struct ViewProcessor {
         let newChild: Node
         if childChangePath.isEmpty {
             newChild = changedSnap
+        } else if let fromWrites = writes.calcCompleteChild(childKey, serverCache: serverCacheForChildren(old, completeCache)) {
+            // The write tree (which holds this write) is the truth: folding the write into the
+            // cached child differs when a null cancels an earlier write below a leaf.
+            newChild = fromWrites
         } else if let child = source.completeChild(childKey) {
             if childChangePath.back == ".priority", child.getChild(childChangePath.parent!).isEmpty {
                 newChild = child  // a priority on an empty node: the server will send it if it exists
@@ -155,6 +159,11 @@ struct ViewProcessor {
         guard oldChild != newChild else { return old }
         let newEvent = filter.updateChild(oldEvent.indexed, key: childKey, newChild: newChild, affectedPath: childChangePath, source: source, accumulator: accumulator)
         return old.updatingEventSnap(newEvent, complete: oldEvent.isFullyInitialized, filtered: filter.filtersNodes)
+    }
+
+    private func serverCacheForChildren(_ viewCache: ViewCache, _ completeCache: Node?) -> CacheNode {
+        guard let completeCache else { return viewCache.serverCache }
+        return CacheNode(indexed: IndexedNode(completeCache, index: .key), isFullyInitialized: true, isFiltered: false)
     }
 
     private func applyUserMerge(_ viewCache: ViewCache, _ path: Path, _ children: CompoundWrite, _ writes: WriteTreeRef,
@@ -195,11 +204,11 @@ struct ViewProcessor {
 
     private func ackUserWrite(_ viewCache: ViewCache, _ ackPath: Path, _ affected: ImmutableTree<Bool>, _ writes: WriteTreeRef,
                               _ completeCache: Node?, _ accumulator: ChildChangeAccumulator) -> ViewCache {
-        // Another pending write determines the data here: show it. (When it is newer than the
-        // acknowledged write this changes nothing; when it is older, the acknowledged write had
-        // been layered over it and its data is no longer on top.)
-        if let shadow = writes.shadowingWrite(ackPath) {
-            return applyUserOverwrite(viewCache, ackPath, shadow, writes, completeCache, accumulator)
+        // Another pending write determines the data here: recompute it from the writes. (When
+        // that write is newer than the acknowledged one nothing changes; when it is older, the
+        // acknowledged write had been layered over it and is no longer on top.)
+        if writes.shadowingWrite(ackPath) != nil {
+            return refreshFromWrites(viewCache, ackPath, writes, completeCache, accumulator)
         }
         let filterServer = viewCache.serverCache.isFiltered
         let serverCache = viewCache.serverCache
@@ -227,12 +236,18 @@ struct ViewProcessor {
         return applyServerMerge(viewCache, ackPath, changed, writes, completeCache, filterServer, accumulator)
     }
 
+    /// A reverted write: recompute what it touched from the remaining writes and the server
+    /// data. (Firebase returns early when some write shadows the path, assuming that write is
+    /// newer; an older one, which the reverted write was layered over, must show again.)
     private func revertUserWrite(_ viewCache: ViewCache, _ path: Path, _ writes: WriteTreeRef, _ completeCache: Node?,
                                  _ accumulator: ChildChangeAccumulator) -> ViewCache {
-        // Another pending write determines the data here: show it (see ackUserWrite).
-        if let shadow = writes.shadowingWrite(path) {
-            return applyUserOverwrite(viewCache, path, shadow, writes, completeCache, accumulator)
-        }
+        refreshFromWrites(viewCache, path, writes, completeCache, accumulator)
+    }
+
+    /// Recomputes the event cache's child at `path.front` (all of it for the root or a
+    /// priority) from the writes and the server cache.
+    private func refreshFromWrites(_ viewCache: ViewCache, _ path: Path, _ writes: WriteTreeRef, _ completeCache: Node?,
+                                   _ accumulator: ChildChangeAccumulator) -> ViewCache {
         let source = WriteTreeCompleteChildSource(writes: writes, viewCache: viewCache, completeServerCache: completeCache)
         let oldEvent = viewCache.eventCache.indexed
         var newEvent: IndexedNode

@@ -30,8 +30,8 @@ struct WriteRecord: Sendable {
 protocol StoredValues: ValueReader {
     /// The write with this id, values resolved as the local view shows them.
     func writeRecord(_ id: Int64) -> WriteRecord?
-    /// Where each value of the write sits, for rebuilding the overlay.
-    func writeValues(_ id: Int64) -> [(Path, ValueHandle)]
+    /// Where each value of the write sits (and whether it is empty), for rebuilding the overlay.
+    func writeValues(_ id: Int64) -> [(Path, ValueHandle, Bool)]
 }
 
 /// Every pending local write, and the result of layering the visible ones, so that views can
@@ -55,12 +55,12 @@ final class WriteTree {
     // MARK: Adding and removing writes
 
     /// Records a set. `ref` says where its (resolved) value is stored; nil keeps it inline.
-    func addOverwrite(_ path: Path, _ node: Node, writeID: Int64, visible: Bool, ref: ValueRef? = nil) {
+    func addOverwrite(_ path: Path, _ node: Node, writeID: Int64, visible: Bool, ref: ValueRef? = nil, empty: Bool? = nil) {
         precondition(writeID > lastWriteID, "write ids must increase")
         let inline = ref == nil ? WriteRecord(writeID: writeID, path: path, change: .overwrite(node), visible: visible) : nil
         pending.append(writeID, path: path, isOverwrite: true, visible: visible, inline: inline)
         if visible {
-            overlay.set(LayeredEntry(seq: writeID, value: ref.map { .stored($0) } ?? .inline(node)), at: path)
+            overlay.set(LayeredEntry(seq: writeID, value: ref.map { .stored($0) } ?? .inline(node), empty: empty ?? node.isEmpty), at: path)
         } else {
             hidden.insert(writeID)
         }
@@ -68,13 +68,13 @@ final class WriteTree {
     }
 
     /// Records an update; `refs` (relative path → stored value) parallel the merge's writes.
-    func addMerge(_ path: Path, _ children: CompoundWrite, writeID: Int64, refs: [Path: ValueRef]? = nil) {
+    func addMerge(_ path: Path, _ children: CompoundWrite, writeID: Int64, refs: [Path: ValueRef]? = nil, empties: Set<Path>? = nil) {
         precondition(writeID > lastWriteID, "write ids must increase")
         let inline = refs == nil ? WriteRecord(writeID: writeID, path: path, change: .merge(children), visible: true) : nil
         pending.append(writeID, path: path, isOverwrite: false, visible: true, inline: inline)
         children.forEachWrite { relative, node in
             let handle: ValueHandle = refs?[relative].map { .stored($0) } ?? .inline(node)
-            overlay.set(LayeredEntry(seq: writeID, value: handle), at: path.child(relative))
+            overlay.set(LayeredEntry(seq: writeID, value: handle, empty: empties?.contains(relative) ?? node.isEmpty), at: path.child(relative))
         }
         lastWriteID = writeID
     }
@@ -108,9 +108,14 @@ final class WriteTree {
         var i = pending.count - 1
         while wasVisible && i >= 0 {
             if pending.isVisible(at: i) {
+                let path = pending.path(at: i)
                 if i >= index && covers(i, removedPath) {
                     wasVisible = false  // a later write shadows it completely
-                } else if removedPath.contains(pending.path(at: i)) {
+                } else if removedPath.contains(path) {
+                    overlaps = true  // writes below it: older ones it covered, or newer ones over part of it
+                } else if i < index && path.contains(removedPath) && covers(i, removedPath) {
+                    // An older write above it, which it was layered over (Firebase's write
+                    // tree misses this one and loses or keeps the wrong data on a revert).
                     overlaps = true
                 }
             }
@@ -134,12 +139,12 @@ final class WriteTree {
             let id = pending.ids[i]
             if let record = pending.inlineRecord(id) {
                 switch record.change {
-                case .overwrite(let n): overlay.set(LayeredEntry(seq: id, value: .inline(n)), at: record.path)
-                case .merge(let m): m.forEachWrite { p, n in overlay.set(LayeredEntry(seq: id, value: .inline(n)), at: record.path.child(p)) }
+                case .overwrite(let n): overlay.set(LayeredEntry(seq: id, node: n), at: record.path)
+                case .merge(let m): m.forEachWrite { p, n in overlay.set(LayeredEntry(seq: id, node: n), at: record.path.child(p)) }
                 }
             } else {
                 let base = pending.path(at: i)
-                for (p, handle) in stored?.writeValues(id) ?? [] { overlay.set(LayeredEntry(seq: id, value: handle), at: base.child(p)) }
+                for (p, handle, empty) in stored?.writeValues(id) ?? [] { overlay.set(LayeredEntry(seq: id, value: handle, empty: empty), at: base.child(p)) }
             }
         }
     }
@@ -166,7 +171,7 @@ final class WriteTree {
             if !visible { hidden.insert(id) }
             lastWriteID = id
         }
-        restored.forEach { key, e in overlay.set(e, at: PathKey.decode(key)) }
+        restored.forEach { key, e in overlay.restore(e, key: Array(key)) }
     }
 
     // MARK: The layered visible writes

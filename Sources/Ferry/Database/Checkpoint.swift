@@ -37,6 +37,7 @@ extension Engine {
                 w.varint(UInt64(key.count))
                 w.bytes.append(contentsOf: key)
                 w.signed(e.seq)
+                w.u8(e.empty ? 1 : 0)
                 w.varint(ref.lsn)
                 w.varint(UInt64(ref.offset))
                 w.varint(UInt64(ref.length))
@@ -105,9 +106,12 @@ extension Engine {
                     let key = Array(r.bytes[r.offset..<r.offset + k])
                     r.offset += k
                     let seq = try r.signed()
+                    let empty = try r.u8() != 0
                     let ref = ValueRef(lsn: try r.varint(), offset: UInt32(try r.varint()), length: UInt32(try r.varint()))
-                    guard ref.lsn >= first, ref.lsn < next else { throw ByteReader.damaged("checkpoint refers to record \(ref.lsn), outside the log") }
-                    index.set(LayeredEntry(seq: seq, value: .stored(ref)), at: PathKey.decode(key))
+                    guard ref.length == 0 || (ref.lsn >= first && ref.lsn < next) else {
+                        throw ByteReader.damaged("checkpoint refers to record \(ref.lsn), outside the log")
+                    }
+                    index.restore(LayeredEntry(seq: seq, value: .stored(ref), empty: empty), key: key)
                 }
             }
             try entries(server)

@@ -71,10 +71,10 @@ extension Engine {
         if isPersistent {
             let (payload, range) = RecordCodec.serverPut(path: path, value: node)
             let lsn = try append(.serverPut, payload)
-            server.set(LayeredEntry(seq: lsn, value: handle(node, lsn, range)), at: path)
+            server.set(LayeredEntry(seq: lsn, value: handle(node, lsn, range), empty: node.isEmpty), at: path)
         } else {
             let id = try append(.serverPut, [])
-            server.set(LayeredEntry(seq: id, value: .inline(node)), at: path)
+            server.set(LayeredEntry(seq: id, node: node), at: path)
         }
         if let tag { return syncTree.applyTaggedOverwrite(path, node, tag: tag) }
         return syncTree.applyServerOverwrite(path, node)
@@ -93,10 +93,12 @@ extension Engine {
         if isPersistent {
             let (payload, ranges) = RecordCodec.serverMerge(path: path, children: children)
             let lsn = try append(.serverMerge, payload)
-            for ((p, n), (_, r)) in zip(children, ranges) { server.set(LayeredEntry(seq: lsn, value: handle(n, lsn, r)), at: path.child(p)) }
+            for ((p, n), (_, r)) in zip(children, ranges) {
+                server.set(LayeredEntry(seq: lsn, value: handle(n, lsn, r), empty: n.isEmpty), at: path.child(p))
+            }
         } else {
             let id = try append(.serverMerge, [])
-            for (p, n) in children { server.set(LayeredEntry(seq: id, value: .inline(n)), at: path.child(p)) }
+            for (p, n) in children { server.set(LayeredEntry(seq: id, node: n), at: path.child(p)) }
         }
     }
 
@@ -109,20 +111,20 @@ extension Engine {
         let applied = !revert && write.visible && !syncTree.hasCompleteView(covering: write.path)
         let values = applied ? valueHandles(of: write) : []
         let lsn = try append(.ack, RecordCodec.ack(writeID: writeID, revert: revert, applied: applied))
-        for (p, h) in values { server.set(LayeredEntry(seq: lsn, value: h), at: p) }
+        for (p, h, empty) in values { server.set(LayeredEntry(seq: lsn, value: h, empty: empty), at: p) }
         let events = syncTree.ackUserWrite(writeID, revert: revert)
         settle(writeID, rejected: revert)
         return events
     }
 
-    /// The absolute paths and values a write wrote.
-    private func valueHandles(of write: WriteRecord) -> [(Path, ValueHandle)] {
-        if isPersistent { return writeValues(write.writeID).map { (write.path.child($0.0), $0.1) } }
+    /// The absolute paths and values a write wrote, and whether each is empty.
+    private func valueHandles(of write: WriteRecord) -> [(Path, ValueHandle, Bool)] {
+        if isPersistent { return writeValues(write.writeID).map { (write.path.child($0.0), $0.1, $0.2) } }
         switch write.change {
-        case .overwrite(let n): return [(write.path, .inline(n))]
+        case .overwrite(let n): return [(write.path, .inline(n), n.isEmpty)]
         case .merge(let m):
-            var out: [(Path, ValueHandle)] = []
-            m.forEachWrite { p, n in out.append((write.path.child(p), .inline(n))) }
+            var out: [(Path, ValueHandle, Bool)] = []
+            m.forEachWrite { p, n in out.append((write.path.child(p), .inline(n), n.isEmpty)) }
             return out
         }
     }
@@ -157,17 +159,21 @@ extension Engine {
         let s = try RecordCodec.summarize(kind: kind, payload)
         switch s.kind {
         case .localSet:
-            writeTree.addOverwrite(s.path, .empty, writeID: lsn, visible: !s.hidden, ref: ref(lsn, s.values[0].range))
+            writeTree.addOverwrite(s.path, .empty, writeID: lsn, visible: !s.hidden, ref: ref(lsn, s.values[0].range),
+                                   empty: Engine.isEmptyValue(payload, s.values[0].range))
         case .localUpdate:
             let refs = Dictionary(s.values.map { ($0.path, ref(lsn, $0.range)) }, uniquingKeysWith: { $1 })
-            writeTree.addMerge(s.path, CompoundWrite(s.values.map { ($0.path, Node.empty) }), writeID: lsn, refs: refs)
+            let empties = Set(s.values.filter { Engine.isEmptyValue(payload, $0.range) }.map(\.path))
+            writeTree.addMerge(s.path, CompoundWrite(s.values.map { ($0.path, Node.empty) }), writeID: lsn, refs: refs, empties: empties)
         case .serverPut:
-            server.set(LayeredEntry(seq: lsn, value: .stored(ref(lsn, s.values[0].range))), at: s.path)
+            server.set(LayeredEntry(seq: lsn, value: .stored(ref(lsn, s.values[0].range)), empty: Engine.isEmptyValue(payload, s.values[0].range)), at: s.path)
         case .serverMerge:
-            for v in s.values { server.set(LayeredEntry(seq: lsn, value: .stored(ref(lsn, v.range))), at: s.path.child(v.path)) }
+            for v in s.values {
+                server.set(LayeredEntry(seq: lsn, value: .stored(ref(lsn, v.range)), empty: Engine.isEmptyValue(payload, v.range)), at: s.path.child(v.path))
+            }
         case .ack:
             if s.appliedToServerCache, let base = writeTree.write(s.ackedWrite)?.path {
-                for (p, h) in writeValues(s.ackedWrite) { server.set(LayeredEntry(seq: lsn, value: h), at: base.child(p)) }
+                for (p, h, empty) in writeValues(s.ackedWrite) { server.set(LayeredEntry(seq: lsn, value: h, empty: empty), at: base.child(p)) }
             }
             _ = writeTree.removeWrite(s.ackedWrite)
             outcomes[s.ackedWrite] = s.revert

@@ -144,16 +144,24 @@ final class Engine: StoredValues, ServerCacheSource {
         }
     }
 
-    func writeValues(_ id: Int64) -> [(Path, ValueHandle)] {
+    func writeValues(_ id: Int64) -> [(Path, ValueHandle, Bool)] {
         do {
             return try withPayload(UInt64(id)) { kind, payload in
                 let s = try RecordCodec.summarize(kind: kind, payload)
-                return s.values.map { ($0.path, .stored(ValueRef(lsn: UInt64(id), offset: UInt32($0.range.lowerBound), length: UInt32($0.range.count)))) }
+                return s.values.map {
+                    ($0.path, .stored(ValueRef(lsn: UInt64(id), offset: UInt32($0.range.lowerBound), length: UInt32($0.range.count))),
+                     Engine.isEmptyValue(payload, $0.range))
+                }
             }
         } catch {
             fail(error, reading: UInt64(id))
             return []
         }
+    }
+
+    /// Whether the encoded value at `range` is null (the empty tag alone), without decoding it.
+    static func isEmptyValue(_ payload: UnsafeRawBufferPointer, _ range: Range<Int>) -> Bool {
+        range.count == 1 && payload[range.lowerBound] == ValueCodec.Tag.empty.rawValue
     }
 
     private func fail(_ error: any Error, reading lsn: UInt64) {

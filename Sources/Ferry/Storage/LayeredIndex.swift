@@ -4,10 +4,29 @@ enum ValueHandle: Sendable {
     case stored(ValueRef)
 }
 
-/// An index entry: a value and its sequence number (the write id or LSN that put it there).
+/// An index entry: a value, its sequence number (the write id or LSN that put it there), and
+/// whether the value is empty (null) — known when the entry is made, so that stored values need
+/// not be read to know it.
 struct LayeredEntry: Sendable {
     var seq: Int64
     var value: ValueHandle
+    var empty: Bool
+
+    init(seq: Int64, value: ValueHandle, empty: Bool) {
+        self.seq = seq
+        self.value = value
+        self.empty = empty
+    }
+
+    /// An entry with an inline node.
+    init(seq: Int64, node: Node) {
+        self.init(seq: seq, value: .inline(node), empty: node.isEmpty)
+    }
+}
+
+extension ValueRef {
+    /// An empty value that is not stored anywhere (a marker entry's).
+    static let emptyValue = ValueRef(lsn: 0, offset: 0, length: 0)
 }
 
 /// Where stored values are read from (the database's log).
@@ -30,16 +49,47 @@ final class LayeredIndex {
     func value(_ handle: ValueHandle) -> Node {
         switch handle {
         case .inline(let n): return n
-        case .stored(let ref): return reader?.node(ref) ?? .empty
+        case .stored(let ref): return ref.length == 0 ? .empty : (reader?.node(ref) ?? .empty)
         }
     }
 
     /// Sets the value at `path`, dropping everything below it. `removed` sees each dropped entry.
+    ///
+    /// Writing a value below a leaf turns that leaf into an object. So that this holds even
+    /// after the entry is itself replaced (by a null, say), an empty marker entry is put where
+    /// the leaf was first — as folding the writes in order would leave it.
     func set(_ entry: LayeredEntry, at path: Path, removed: (LayeredEntry) -> Void = { _ in }) {
+        if !entry.empty, let (above, aboveEntry) = deepestChainEntry(path, strictlyAbove: true) {
+            let keys = above.relative(to: path).keys
+            var node = value(aboveEntry.value)
+            for j in 0..<keys.count {
+                let location = above.child(Path(keys: Array(keys[0..<j])))
+                if node.isLeaf {
+                    if keys[j] != ".priority" && !hasNonEmptyEntry(below: location) {
+                        let markerKey = PathKey.encode(location)
+                        index.removeAll(withPrefix: markerKey, removed)
+                        index.set(markerKey, LayeredEntry(seq: entry.seq, value: .stored(.emptyValue), empty: true))
+                    }
+                    break
+                }
+                if node.isEmpty { break }
+                node = node.getImmediateChild(keys[j])
+            }
+        }
         let key = PathKey.encode(path)
         index.removeAll(withPrefix: key, removed)
         index.set(key, entry)
     }
+
+    private func hasNonEmptyEntry(below path: Path) -> Bool {
+        let prefix = PathKey.encode(path)
+        var found = false
+        index.forEach(withPrefix: prefix) { k, e in if k.count > prefix.count && !e.empty { found = true } }
+        return found
+    }
+
+    /// Puts back an entry exactly as a checkpoint stored it (no markers: they are stored too).
+    func restore(_ entry: LayeredEntry, key: [UInt8]) { index.set(key, entry) }
 
     /// Removes the entry at `path` and everything below it.
     func removeSubtree(_ path: Path, removed: (LayeredEntry) -> Void = { _ in }) {
@@ -48,14 +98,14 @@ final class LayeredIndex {
 
     func removeAll() { index.removeAll() }
 
-    /// The deepest entry from the root down to `path`.
-    func deepestChainEntry(_ path: Path) -> (path: Path, entry: LayeredEntry)? {
+    /// The deepest entry from the root down to `path` (or to its parent).
+    func deepestChainEntry(_ path: Path, strictlyAbove: Bool = false) -> (path: Path, entry: LayeredEntry)? {
         guard !index.isEmpty else { return nil }
         var found: (Path, LayeredEntry)?
         var current = Path.root
         var key: [UInt8] = []
-        if let e = index.get(key) { found = (current, e) }
-        for k in path.keys {
+        if let e = index.get(key), !(strictlyAbove && path.isEmpty) { found = (current, e) }
+        for k in (strictlyAbove ? Array(path.keys.dropLast()) : path.keys) {
             key.append(contentsOf: k.utf8)
             key.append(0)
             current = current.child(k)
