@@ -58,7 +58,7 @@ let package = Package(
         .executableTarget(
             name: "ferry-bench",
             dependencies: [
-                "FerryLog", "CLZ4", "CCRC32C", "CLevelDB", "CSQLite",
+                "Ferry", "FerryLog", "CLZ4", "CCRC32C", "CLevelDB", "CSQLite",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Benchmarks/ferry-bench"

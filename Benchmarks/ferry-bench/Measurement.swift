@@ -85,7 +85,15 @@ func measure<State>(runs: Int, prepare: () async throws -> State, _ body: (State
     return times
 }
 
+/// This process's peak resident memory: `VmHWM` of /proc/self/status, which belongs to the
+/// process's own address space (`ru_maxrss` would include the parent's, inherited across
+/// `posix_spawn`'s shared-memory start and `exec`).
 func peakResidentBytes() -> Int {
+    if let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+       let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+       let kb = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") {
+        return kb * 1024
+    }
     var u = rusage()
     getrusage(RUSAGE_SELF.rawValue, &u)
     return Int(u.ru_maxrss) * 1024

@@ -32,6 +32,25 @@ final class SyncTree {
         return applyToSyncPoints(.overwrite(.user, path, node))
     }
 
+    /// A visible set stored at `ref`; its node is made (by `node`) only if a view is at, above
+    /// or below `path`.
+    func applyUserOverwrite(_ path: Path, writeID: Int64, ref: ValueRef, empty: Bool, node: () -> Node) -> [Event] {
+        writeTree.addOverwrite(path, .empty, writeID: writeID, visible: true, ref: ref, empty: empty)
+        guard hasSyncPoint(relatedTo: path) else { return [] }
+        return applyToSyncPoints(.overwrite(.user, path, node()))
+    }
+
+    /// Whether a sync point is at, above or below `path` (an operation there can concern it).
+    func hasSyncPoint(relatedTo path: Path) -> Bool {
+        var tree = syncPoints
+        for key in path.keys {
+            if tree.value != nil { return true }
+            guard let child = tree.children[key] else { return false }
+            tree = child
+        }
+        return !tree.isEmpty
+    }
+
     func applyUserMerge(_ path: Path, _ children: CompoundWrite, writeID: Int64, refs: [Path: ValueRef]? = nil) -> [Event] {
         writeTree.addMerge(path, children, writeID: writeID, refs: refs)
         return applyToSyncPoints(.merge(.user, path, children))

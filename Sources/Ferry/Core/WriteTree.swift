@@ -60,7 +60,7 @@ final class WriteTree {
         let inline = ref == nil ? WriteRecord(writeID: writeID, path: path, change: .overwrite(node), visible: visible) : nil
         pending.append(writeID, path: path, isOverwrite: true, visible: visible, inline: inline)
         if visible {
-            overlay.set(LayeredEntry(seq: writeID, value: ref.map { .stored($0) } ?? .inline(node), empty: empty ?? node.isEmpty), at: path)
+            overlay.set(ref.map { .stored($0) } ?? .inline(node), empty: empty ?? node.isEmpty, at: path)
         } else {
             hidden.insert(writeID)
         }
@@ -74,7 +74,7 @@ final class WriteTree {
         pending.append(writeID, path: path, isOverwrite: false, visible: true, inline: inline)
         children.forEachWrite { relative, node in
             let handle: ValueHandle = refs?[relative].map { .stored($0) } ?? .inline(node)
-            overlay.set(LayeredEntry(seq: writeID, value: handle, empty: empties?.contains(relative) ?? node.isEmpty), at: path.child(relative))
+            overlay.set(handle, empty: empties?.contains(relative) ?? node.isEmpty, at: path.child(relative))
         }
         lastWriteID = writeID
     }
@@ -139,12 +139,12 @@ final class WriteTree {
             let id = pending.ids[i]
             if let record = pending.inlineRecord(id) {
                 switch record.change {
-                case .overwrite(let n): overlay.set(LayeredEntry(seq: id, node: n), at: record.path)
-                case .merge(let m): m.forEachWrite { p, n in overlay.set(LayeredEntry(seq: id, node: n), at: record.path.child(p)) }
+                case .overwrite(let n): overlay.set(node: n, at: record.path)
+                case .merge(let m): m.forEachWrite { p, n in overlay.set(node: n, at: record.path.child(p)) }
                 }
             } else {
                 let base = pending.path(at: i)
-                for (p, handle, empty) in stored?.writeValues(id) ?? [] { overlay.set(LayeredEntry(seq: id, value: handle, empty: empty), at: base.child(p)) }
+                for (p, handle, empty) in stored?.writeValues(id) ?? [] { overlay.set(handle, empty: empty, at: base.child(p)) }
             }
         }
     }
@@ -171,7 +171,7 @@ final class WriteTree {
             if !visible { hidden.insert(id) }
             lastWriteID = id
         }
-        restored.forEach { key, e in overlay.restore(e, key: Array(key)) }
+        restored.forEach { key, e in overlay.restore(e.ref, empty: e.isEmpty, key: Array(key)) }
     }
 
     // MARK: The layered visible writes
@@ -185,7 +185,7 @@ final class WriteTree {
     func childCompoundWrite(at path: Path) -> CompoundWrite {
         if let node = completeNode(at: path) { return CompoundWrite(tree: ImmutableTree(node)) }
         var result = CompoundWrite.empty
-        for (relative, e) in overlay.entries(below: path) { result = result.addingWrite(overlay.value(e.value), at: relative) }
+        for (relative, e) in overlay.entries(below: path) { result = result.addingWrite(overlay.value(e), at: relative) }
         return result
     }
 

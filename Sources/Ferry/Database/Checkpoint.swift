@@ -33,11 +33,11 @@ extension Engine {
         func entries(_ index: LayeredIndex) {
             w.varint(UInt64(index.count))
             index.forEach { key, e in
-                guard case .stored(let ref) = e.value else { preconditionFailure("only stored values are checkpointed") }
+                precondition(!e.isInline, "only stored values are checkpointed")
+                let ref = e.ref
                 w.varint(UInt64(key.count))
                 w.bytes.append(contentsOf: key)
-                w.signed(e.seq)
-                w.u8(e.empty ? 1 : 0)
+                w.u8(e.isEmpty ? 1 : 0)
                 w.varint(ref.lsn)
                 w.varint(UInt64(ref.offset))
                 w.varint(UInt64(ref.length))
@@ -105,13 +105,12 @@ extension Engine {
                     guard k <= r.bytes.count - r.offset else { throw ByteReader.damaged("checkpoint key too long") }
                     let key = Array(r.bytes[r.offset..<r.offset + k])
                     r.offset += k
-                    let seq = try r.signed()
                     let empty = try r.u8() != 0
                     let ref = ValueRef(lsn: try r.varint(), offset: UInt32(try r.varint()), length: UInt32(try r.varint()))
                     guard ref.length == 0 || (ref.lsn >= first && ref.lsn < next) else {
                         throw ByteReader.damaged("checkpoint refers to record \(ref.lsn), outside the log")
                     }
-                    index.restore(LayeredEntry(seq: seq, value: .stored(ref), empty: empty), key: key)
+                    index.restore(ref, empty: empty, key: key)
                 }
             }
             try entries(server)

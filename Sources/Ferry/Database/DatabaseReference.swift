@@ -45,8 +45,8 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     ///   write over 16 MB), ``DatabaseError/Code/storage``, ``DatabaseError/Code/closed``.
     @discardableResult
     public func setValue(_ value: Value) async throws -> WriteReceipt {
-        let node = try Node(value, path: path)
-        return try await write { e in try e.localSet(path, node) }
+        let encoded = try EncodedValue(value, path: path)
+        return try await write { e in try e.localSet(path, encoded) }
     }
 
     /// Replaces the data here, with a priority (null, a number or a string).

@@ -36,6 +36,22 @@ extension Engine {
         return (id, syncTree.applyUserOverwrite(path, shown, writeID: id, visible: !hidden))
     }
 
+    /// A set of a value encoded as the user gave it. Its node is built only if a listener or a
+    /// server value needs it.
+    func localSet(_ path: Path, _ value: EncodedValue) throws -> (Int64, [Event]) {
+        guard isPersistent, !value.hasServerValues else { return try localSet(path, try value.node()) }
+        try checkUsable()
+        if value.bytes.count > Database.maxWriteSize {
+            throw DatabaseError(.invalidData, "the write is about \(value.bytes.count >> 20) MB; a single write may be at most 16 MB")
+        }
+        let (payload, range) = RecordCodec.localSet(path: path, encoded: value.bytes, time: serverTime)
+        let lsn = try append(.localSet, payload)
+        let events = syncTree.applyUserOverwrite(path, writeID: lsn, ref: ref(lsn, range), empty: value.isEmpty) {
+            (try? value.node()) ?? .empty
+        }
+        return (lsn, events)
+    }
+
     /// A multi-path update: `children` are paths relative to `path`, none inside another.
     func localUpdate(_ path: Path, _ children: [(Path, Node)]) throws -> (Int64, [Event]) {
         try checkUsable()
@@ -71,10 +87,10 @@ extension Engine {
         if isPersistent {
             let (payload, range) = RecordCodec.serverPut(path: path, value: node)
             let lsn = try append(.serverPut, payload)
-            server.set(LayeredEntry(seq: lsn, value: handle(node, lsn, range), empty: node.isEmpty), at: path)
+            server.set(handle(node, lsn, range), empty: node.isEmpty, at: path)
         } else {
             let id = try append(.serverPut, [])
-            server.set(LayeredEntry(seq: id, node: node), at: path)
+            server.set(node: node, at: path)
         }
         if let tag { return syncTree.applyTaggedOverwrite(path, node, tag: tag) }
         return syncTree.applyServerOverwrite(path, node)
@@ -94,11 +110,11 @@ extension Engine {
             let (payload, ranges) = RecordCodec.serverMerge(path: path, children: children)
             let lsn = try append(.serverMerge, payload)
             for ((p, n), (_, r)) in zip(children, ranges) {
-                server.set(LayeredEntry(seq: lsn, value: handle(n, lsn, r), empty: n.isEmpty), at: path.child(p))
+                server.set(handle(n, lsn, r), empty: n.isEmpty, at: path.child(p))
             }
         } else {
             let id = try append(.serverMerge, [])
-            for (p, n) in children { server.set(LayeredEntry(seq: id, node: n), at: path.child(p)) }
+            for (p, n) in children { server.set(node: n, at: path.child(p)) }
         }
     }
 
@@ -111,7 +127,7 @@ extension Engine {
         let applied = !revert && write.visible && !syncTree.hasCompleteView(covering: write.path)
         let values = applied ? valueHandles(of: write) : []
         let lsn = try append(.ack, RecordCodec.ack(writeID: writeID, revert: revert, applied: applied))
-        for (p, h, empty) in values { server.set(LayeredEntry(seq: lsn, value: h, empty: empty), at: p) }
+        for (p, h, empty) in values { server.set(h, empty: empty, at: p) }
         let events = syncTree.ackUserWrite(writeID, revert: revert)
         settle(writeID, rejected: revert)
         return events
@@ -166,14 +182,14 @@ extension Engine {
             let empties = Set(s.values.filter { Engine.isEmptyValue(payload, $0.range) }.map(\.path))
             writeTree.addMerge(s.path, CompoundWrite(s.values.map { ($0.path, Node.empty) }), writeID: lsn, refs: refs, empties: empties)
         case .serverPut:
-            server.set(LayeredEntry(seq: lsn, value: .stored(ref(lsn, s.values[0].range)), empty: Engine.isEmptyValue(payload, s.values[0].range)), at: s.path)
+            server.set(.stored(ref(lsn, s.values[0].range)), empty: Engine.isEmptyValue(payload, s.values[0].range), at: s.path)
         case .serverMerge:
             for v in s.values {
-                server.set(LayeredEntry(seq: lsn, value: .stored(ref(lsn, v.range)), empty: Engine.isEmptyValue(payload, v.range)), at: s.path.child(v.path))
+                server.set(.stored(ref(lsn, v.range)), empty: Engine.isEmptyValue(payload, v.range), at: s.path.child(v.path))
             }
         case .ack:
             if s.appliedToServerCache, let base = writeTree.write(s.ackedWrite)?.path {
-                for (p, h, empty) in writeValues(s.ackedWrite) { server.set(LayeredEntry(seq: lsn, value: h, empty: empty), at: base.child(p)) }
+                for (p, h, empty) in writeValues(s.ackedWrite) { server.set(h, empty: empty, at: base.child(p)) }
             }
             _ = writeTree.removeWrite(s.ackedWrite)
             outcomes[s.ackedWrite] = s.revert

@@ -68,8 +68,12 @@ final class EventDelivery: Sendable {
         }
     }
 
+    /// Whether batch `seq` has been delivered.
+    func isDelivered(_ seq: UInt64) -> Bool { state.withLock { $0.delivered >= seq } }
+
     /// Returns once batch `seq` has been delivered (handed to the queue, if there is one).
     func waitDelivered(_ seq: UInt64) async {
+        if isDelivered(seq) { return }
         await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
             let done = state.withLock { s -> Bool in
                 if s.delivered >= seq { return true }

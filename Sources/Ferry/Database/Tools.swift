@@ -46,14 +46,14 @@
         case .localUpdate:
             engine.writeTree.addMerge(s.path, CompoundWrite(try s.values.map { ($0.path, try value($0.range)) }), writeID: id)
         case .serverPut:
-            engine.server.set(LayeredEntry(seq: id, node: try value(s.values[0].range)), at: s.path)
+            engine.server.set(node: try value(s.values[0].range), at: s.path)
         case .serverMerge:
-            for v in s.values { engine.server.set(LayeredEntry(seq: id, node: try value(v.range)), at: s.path.child(v.path)) }
+            for v in s.values { engine.server.set(node: try value(v.range), at: s.path.child(v.path)) }
         case .ack:
             if s.appliedToServerCache, let w = engine.writeTree.write(s.ackedWrite) {
                 switch w.change {
-                case .overwrite(let n): engine.server.set(LayeredEntry(seq: id, node: n), at: w.path)
-                case .merge(let m): m.forEachWrite { p, n in engine.server.set(LayeredEntry(seq: id, node: n), at: w.path.child(p)) }
+                case .overwrite(let n): engine.server.set(node: n, at: w.path)
+                case .merge(let m): m.forEachWrite { p, n in engine.server.set(node: n, at: w.path.child(p)) }
                 }
             }
             _ = engine.writeTree.removeWrite(s.ackedWrite)

@@ -293,7 +293,7 @@ extension Node {
         self = try Node.build(value, at: path, depth: 0)
     }
 
-    private static func build(_ value: Value, at path: Path, depth: Int) throws -> Node {
+    static func build(_ value: Value, at path: Path, depth: Int) throws -> Node {
         guard depth <= 512 else { throw DatabaseError(.invalidData, "the value at \(path) is nested too deeply") }
         switch value {
         case .null: return .empty

@@ -79,6 +79,14 @@ public struct Path: Hashable, Sendable, Comparable, CustomStringConvertible, Exp
         if bytes > 768 {
             throw DatabaseError(.invalidPath, "the key \"\(key.prefix(40))…\" is \(bytes) bytes of UTF-8; the limit is 768")
         }
+        // Every forbidden character is ASCII, and no byte of a longer UTF-8 sequence is.
+        let clean = key.utf8.allSatisfy { byte in
+            switch byte {
+            case 0..<0x20, 0x7F, UInt8(ascii: "."), UInt8(ascii: "$"), UInt8(ascii: "#"), UInt8(ascii: "["), UInt8(ascii: "]"), UInt8(ascii: "/"): false
+            default: true
+            }
+        }
+        if clean { return }
         for scalar in key.unicodeScalars {
             switch scalar {
             case ".", "$", "#", "[", "]", "/":
@@ -100,21 +108,50 @@ enum KeyOrder {
     static let maxName = "[MAX_NAME]"
 
     static func compare(_ a: String, _ b: String) -> Int {
-        if a == b { return 0 }
-        if a == minName || b == maxName { return -1 }
-        if b == minName || a == maxName { return 1 }
+        if a.utf8.first == UInt8(ascii: "[") || b.utf8.first == UInt8(ascii: "[") {
+            // Only the sentinels start with "[" (real keys cannot contain it).
+            if a == b { return 0 }
+            if a == minName || b == maxName { return -1 }
+            if b == minName || a == maxName { return 1 }
+        }
         let ai = integerValue(a), bi = integerValue(b)
         switch (ai, bi) {
-        case let (x?, y?): return x == y ? a.utf16.count - b.utf16.count : (x < y ? -1 : 1)
+        case let (x?, y?):
+            if x != y { return x < y ? -1 : 1 }
+            let la = a.utf8.count, lb = b.utf8.count
+            return la == lb ? utf16Order(a, b) : (la < lb ? -1 : 1)
         case (_?, nil): return -1
         case (nil, _?): return 1
-        default: return a.utf16.lexicographicallyPrecedes(b.utf16) ? -1 : 1
+        default: return utf16Order(a, b)
         }
+    }
+
+    /// Orders by UTF-16 code units, as Firebase does. UTF-8 bytes give the same order except
+    /// where a character from U+E000–U+FFFF meets one beyond U+FFFF (lead bytes EE–F4), so the
+    /// bytes decide unless the first difference is there.
+    static func utf16Order(_ a: String, _ b: String) -> Int {
+        var a = a, b = b
+        let fast: Int? = a.withUTF8 { x in
+            b.withUTF8 { y in
+                let n = min(x.count, y.count)
+                var i = 0
+                while i < n && x[i] == y[i] { i += 1 }
+                if i == n { return x.count == y.count ? 0 : (x.count < y.count ? -1 : 1) }
+                if x[i] >= 0xEE || y[i] >= 0xEE { return nil }
+                return x[i] < y[i] ? -1 : 1
+            }
+        }
+        if let fast { return fast }
+        if a.utf16.elementsEqual(b.utf16) { return 0 }
+        return a.utf16.lexicographicallyPrecedes(b.utf16) ? -1 : 1
     }
 
     /// The key as a 32-bit integer, if it is one: an optional `-`, digits (leading zeros
     /// allowed, at most 10 significant), within Int32.
     static func integerValue(_ key: String) -> Int64? {
+        guard let first = key.utf8.first, first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9")) else {
+            return nil
+        }
         var utf8 = key.utf8[...]
         var negative = false
         if utf8.first == UInt8(ascii: "-") {

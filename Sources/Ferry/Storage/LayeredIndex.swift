@@ -4,24 +4,38 @@ enum ValueHandle: Sendable {
     case stored(ValueRef)
 }
 
-/// An index entry: a value, its sequence number (the write id or LSN that put it there), and
-/// whether the value is empty (null) — known when the entry is made, so that stored values need
-/// not be read to know it.
+/// An index entry, 16 bytes: where the value sits in a log record (or, for a memory-only
+/// store, which in-memory node it is), whether it is empty (null) — known when the entry is
+/// made, so that stored values need not be read to know it — and the depth of its path.
 struct LayeredEntry: Sendable {
-    var seq: Int64
-    var value: ValueHandle
-    var empty: Bool
+    /// Bit 63: empty; bit 62: inline; bits 56–61: depth; bits 0–55: LSN or inline slot.
+    private var word: UInt64
+    private var offset: UInt32
+    private var length: UInt32
 
-    init(seq: Int64, value: ValueHandle, empty: Bool) {
-        self.seq = seq
-        self.value = value
-        self.empty = empty
+    private static let emptyBit: UInt64 = 1 << 63
+    private static let inlineBit: UInt64 = 1 << 62
+    private static let idMask: UInt64 = (1 << 56) - 1
+
+    init(ref: ValueRef, empty: Bool, depth: Int) {
+        precondition(ref.lsn <= Self.idMask && depth < 64)
+        word = ref.lsn | UInt64(depth) << 56 | (empty ? Self.emptyBit : 0)
+        offset = ref.offset
+        length = ref.length
     }
 
-    /// An entry with an inline node.
-    init(seq: Int64, node: Node) {
-        self.init(seq: seq, value: .inline(node), empty: node.isEmpty)
+    init(slot: UInt64, empty: Bool, depth: Int) {
+        word = slot | UInt64(depth) << 56 | Self.inlineBit | (empty ? Self.emptyBit : 0)
+        offset = 0
+        length = 0
     }
+
+    var isEmpty: Bool { word & Self.emptyBit != 0 }
+    var isInline: Bool { word & Self.inlineBit != 0 }
+    var depth: Int { Int((word >> 56) & 0x3f) }
+    var slot: UInt64 { word & Self.idMask }
+    /// Where a stored value sits (meaningless for an inline one).
+    var ref: ValueRef { ValueRef(lsn: word & Self.idMask, offset: offset, length: length) }
 }
 
 extension ValueRef {
@@ -36,39 +50,65 @@ protocol ValueReader: AnyObject {
 
 /// Complete values at paths, layered: setting a value at a path replaces everything below it,
 /// so an entry below another is always newer and overrides that part of it. The data at a
-/// path is the value of the deepest entry on the way to it, with the entries below it on top.
+/// path is the value of the deepest entry on the way to it, with the entries below it on top
+/// (in key order, which puts every entry before the ones below it).
 ///
 /// The write tree's overlay and the database's server cache are both one of these.
 final class LayeredIndex {
     private(set) var index = PathIndex<LayeredEntry>()
     weak var reader: (any ValueReader)?
+    /// Nodes of inline entries (a memory-only store's values), by slot.
+    private var inline: [UInt64: Node] = [:]
+    private var nextSlot: UInt64 = 1
+    /// How many entries sit at each depth: ancestors are looked up only at depths that have any.
+    private var depthCounts = [Int](repeating: 0, count: 64)
 
     var isEmpty: Bool { index.isEmpty }
     var count: Int { index.count }
 
-    func value(_ handle: ValueHandle) -> Node {
+    func value(_ entry: LayeredEntry) -> Node {
+        if entry.isInline { return inline[entry.slot] ?? .empty }
+        let ref = entry.ref
+        return ref.length == 0 ? .empty : (reader?.node(ref) ?? .empty)
+    }
+
+    private func makeEntry(_ handle: ValueHandle, empty: Bool, depth: Int) -> LayeredEntry {
         switch handle {
-        case .inline(let n): return n
-        case .stored(let ref): return ref.length == 0 ? .empty : (reader?.node(ref) ?? .empty)
+        case .stored(let ref):
+            return LayeredEntry(ref: ref, empty: empty, depth: depth)
+        case .inline(let node):
+            let slot = nextSlot
+            nextSlot += 1
+            inline[slot] = node
+            return LayeredEntry(slot: slot, empty: empty, depth: depth)
         }
     }
 
-    /// Sets the value at `path`, dropping everything below it. `removed` sees each dropped entry.
+    private func dropped(_ e: LayeredEntry) {
+        depthCounts[e.depth] -= 1
+        if e.isInline { inline[e.slot] = nil }
+    }
+
+    /// Sets the node at `path` (kept in memory), dropping everything below it.
+    func set(node: Node, at path: Path) { set(.inline(node), empty: node.isEmpty, at: path) }
+
+    /// Sets the value at `path`, dropping everything below it.
     ///
     /// Writing a value below a leaf turns that leaf into an object. So that this holds even
     /// after the entry is itself replaced (by a null, say), an empty marker entry is put where
     /// the leaf was first — as folding the writes in order would leave it.
-    func set(_ entry: LayeredEntry, at path: Path, removed: (LayeredEntry) -> Void = { _ in }) {
-        if !entry.empty, let (above, aboveEntry) = deepestChainEntry(path, strictlyAbove: true) {
+    func set(_ handle: ValueHandle, empty: Bool, at path: Path) {
+        let key = PathKey.encode(path)
+        if !empty, let (above, aboveEntry) = deepestChainEntry(path, key: key, strictlyAbove: true) {
             let keys = above.relative(to: path).keys
-            var node = value(aboveEntry.value)
+            var node = value(aboveEntry)
             for j in 0..<keys.count {
                 let location = above.child(Path(keys: Array(keys[0..<j])))
                 if node.isLeaf {
                     if keys[j] != ".priority" && !hasNonEmptyEntry(below: location) {
-                        let markerKey = PathKey.encode(location)
-                        index.removeAll(withPrefix: markerKey, removed)
-                        index.set(markerKey, LayeredEntry(seq: entry.seq, value: .stored(.emptyValue), empty: true))
+                        let marker = LayeredEntry(ref: .emptyValue, empty: true, depth: location.count)
+                        depthCounts[marker.depth] += 1
+                        index.replaceSubtree(PathKey.encode(location), marker, removed: dropped)
                     }
                     break
                 }
@@ -76,58 +116,79 @@ final class LayeredIndex {
                 node = node.getImmediateChild(keys[j])
             }
         }
-        let key = PathKey.encode(path)
-        index.removeAll(withPrefix: key, removed)
-        index.set(key, entry)
+        let entry = makeEntry(handle, empty: empty, depth: path.count)
+        depthCounts[entry.depth] += 1
+        index.replaceSubtree(key, entry, removed: dropped)
     }
 
     private func hasNonEmptyEntry(below path: Path) -> Bool {
         let prefix = PathKey.encode(path)
         var found = false
-        index.forEach(withPrefix: prefix) { k, e in if k.count > prefix.count && !e.empty { found = true } }
+        index.forEach(withPrefix: prefix) { k, e in if k.count > prefix.count && !e.isEmpty { found = true } }
         return found
     }
 
-    /// Puts back an entry exactly as a checkpoint stored it (no markers: they are stored too).
-    func restore(_ entry: LayeredEntry, key: [UInt8]) { index.set(key, entry) }
-
-    /// Removes the entry at `path` and everything below it.
-    func removeSubtree(_ path: Path, removed: (LayeredEntry) -> Void = { _ in }) {
-        index.removeAll(withPrefix: PathKey.encode(path), removed)
+    /// Puts back a stored entry exactly as a checkpoint kept it (no markers: they are kept too).
+    /// Entries come in key order, so this appends.
+    func restore(_ ref: ValueRef, empty: Bool, key: [UInt8]) {
+        let entry = LayeredEntry(ref: ref, empty: empty, depth: key.reduce(0) { $0 + ($1 == 0 ? 1 : 0) })
+        depthCounts[entry.depth] += 1
+        if let old = index.set(key, entry) { dropped(old) }
     }
 
-    func removeAll() { index.removeAll() }
+    /// Removes the entry at `path` and everything below it.
+    func removeSubtree(_ path: Path) {
+        index.removeAll(withPrefix: PathKey.encode(path), dropped)
+    }
+
+    func removeAll() {
+        index.removeAll()
+        inline = [:]
+        for d in depthCounts.indices { depthCounts[d] = 0 }
+    }
 
     /// The deepest entry from the root down to `path` (or to its parent).
     func deepestChainEntry(_ path: Path, strictlyAbove: Bool = false) -> (path: Path, entry: LayeredEntry)? {
         guard !index.isEmpty else { return nil }
-        var found: (Path, LayeredEntry)?
-        var current = Path.root
-        var key: [UInt8] = []
-        if let e = index.get(key), !(strictlyAbove && path.isEmpty) { found = (current, e) }
-        for k in (strictlyAbove ? Array(path.keys.dropLast()) : path.keys) {
-            key.append(contentsOf: k.utf8)
-            key.append(0)
-            current = current.child(k)
-            if let e = index.get(key) { found = (current, e) }
-        }
-        return found
+        return deepestChainEntry(path, key: PathKey.encode(path), strictlyAbove: strictlyAbove)
     }
 
-    /// Entries strictly below `path` with their paths relative to it, oldest first.
+    private func deepestChainEntry(_ path: Path, key: [UInt8], strictlyAbove: Bool) -> (path: Path, entry: LayeredEntry)? {
+        guard !index.isEmpty else { return nil }
+        let deepest = strictlyAbove ? path.count - 1 : path.count
+        guard deepest >= 0 else { return nil }
+        var found: (depth: Int, entry: LayeredEntry)?
+        let counts = depthCounts
+        key.withUnsafeBytes { k in
+            var end = 0
+            for depth in 0...deepest {
+                if depth > 0 {
+                    while k[end] != 0 { end += 1 }
+                    end += 1
+                }
+                if counts[depth] > 0, let e = index.get(UnsafeRawBufferPointer(rebasing: k[0..<end])) { found = (depth, e) }
+            }
+        }
+        guard let found else { return nil }
+        return (Path(keys: Array(path.keys.prefix(found.depth))), found.entry)
+    }
+
+    /// Entries strictly below `path` with their paths relative to it, each before the ones
+    /// below it (the order to layer them in).
     func entries(below path: Path) -> [(path: Path, entry: LayeredEntry)] {
         let prefix = PathKey.encode(path)
-        var out: [(key: ArraySlice<UInt8>, entry: LayeredEntry)] = []
-        index.forEach(withPrefix: prefix) { k, e in if k.count > prefix.count { out.append((k, e)) } }
-        out.sort { $0.entry.seq != $1.entry.seq ? $0.entry.seq < $1.entry.seq : $0.key.lexicographicallyPrecedes($1.key) }
-        return out.map { (PathKey.decode($0.key.dropFirst(prefix.count)), $0.entry) }
+        var out: [(path: Path, entry: LayeredEntry)] = []
+        index.forEach(withPrefix: prefix) { k, e in
+            if k.count > prefix.count { out.append((PathKey.decode(k[prefix.count...]), e)) }
+        }
+        return out
     }
 
     /// The complete data at `path`, or nil when no entry at or above it makes it complete.
     func completeNode(at path: Path) -> Node? {
         guard let (chainPath, entry) = deepestChainEntry(path) else { return nil }
-        var node = value(entry.value).getChild(chainPath.relative(to: path))
-        for (relative, e) in entries(below: path) { node = node.updatingChild(relative, value(e.value)) }
+        var node = value(entry).getChild(chainPath.relative(to: path))
+        for (relative, e) in entries(below: path) { node = node.updatingChild(relative, value(e)) }
         return node
     }
 
@@ -144,7 +205,7 @@ final class LayeredIndex {
         let prefix = PathKey.encode(path)
         var keys: [String] = []
         index.forEach(withPrefix: prefix) { k, _ in
-            let rest = k.dropFirst(prefix.count)
+            let rest = k[prefix.count...]
             if let end = rest.firstIndex(of: 0), end == rest.index(before: rest.endIndex) {
                 keys.append(String(decoding: rest[rest.startIndex..<end], as: UTF8.self))
             }
@@ -155,10 +216,10 @@ final class LayeredIndex {
         return node
     }
 
-    /// Every entry, in key order (for checkpoints).
-    func forEach(_ body: (ArraySlice<UInt8>, LayeredEntry) throws -> Void) rethrows {
+    /// Every entry, in key order (for checkpoints). The key's bytes are valid only during the call.
+    func forEach(_ body: (UnsafeRawBufferPointer, LayeredEntry) throws -> Void) rethrows {
         try index.forEach(withPrefix: [], body)
     }
 
-    var footprint: Int { index.footprint }
+    var footprint: Int { index.footprint + inline.count * 48 }
 }

@@ -1,6 +1,12 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Paths as index keys: each key's UTF-8 followed by a 0x00 byte (keys cannot contain control
 /// characters), the root empty. A location's subtree is then exactly the keys that start with
-/// its key, and sorts right after it.
+/// its key, and sorts right after it; an ancestor sorts before its descendants.
 enum PathKey {
     static func encode(_ path: Path) -> [UInt8] {
         var out: [UInt8] = []
@@ -29,87 +35,186 @@ enum PathKey {
     }
 }
 
+/// Compares byte strings: bytewise, a proper prefix first. Returns -1, 0 or 1.
+@inline(__always)
+func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+    let n = min(a.count, b.count)
+    if n > 0 {
+        let c = memcmp(a.baseAddress!, b.baseAddress!, n)
+        if c != 0 { return c < 0 ? -1 : 1 }
+    }
+    return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
+}
+
+@inline(__always)
+private func slice(_ b: UnsafeRawBufferPointer, _ range: Range<Int>) -> UnsafeRawBufferPointer {
+    UnsafeRawBufferPointer(start: b.baseAddress.map { $0 + range.lowerBound }, count: range.count)
+}
+
 /// A sorted map from byte-string keys to small entries, in chunks of contiguous bytes (no
-/// object per entry): ~25 bytes plus the key per entry. Keys sort bytewise.
-final class PathIndex<Entry> {
-    final class Chunk {
-        var keyBytes: [UInt8] = []
-        var keyEnds: [UInt32] = []
+/// object per entry). Each chunk stores the prefix its keys share once, and the rest of each
+/// key end to end: neighbouring paths share most of their bytes (`posts/…`), so a key costs a
+/// few bytes plus 4 for its end offset, plus the entry. Keys sort bytewise.
+///
+/// A value type, so that the chunks' arrays are changed in place without the runtime's
+/// per-access exclusivity checks that properties of a class would cost on every step.
+struct PathIndex<Entry> {
+    struct Chunk {
+        /// The bytes every key in the chunk starts with.
+        var prefix: [UInt8] = []
+        /// The rest of each key, end to end.
+        var suffixes: [UInt8] = []
+        var ends: [UInt32] = []
         var entries: [Entry] = []
 
         var count: Int { entries.count }
 
-        func keyRange(_ i: Int) -> Range<Int> { (i == 0 ? 0 : Int(keyEnds[i - 1]))..<Int(keyEnds[i]) }
+        func suffixRange(_ i: Int) -> Range<Int> { (i == 0 ? 0 : Int(ends[i - 1]))..<Int(ends[i]) }
 
-        func key(_ i: Int) -> ArraySlice<UInt8> { keyBytes[keyRange(i)] }
+        /// The whole key at `i`, into `out`.
+        func key(_ i: Int, into out: inout [UInt8]) {
+            out.removeAll(keepingCapacity: true)
+            out.append(contentsOf: prefix)
+            out.append(contentsOf: suffixes[suffixRange(i)])
+        }
 
-        func compare(_ i: Int, _ key: [UInt8]) -> Int {
-            let r = keyRange(i)
-            return keyBytes.withUnsafeBufferPointer { kb in
-                key.withUnsafeBufferPointer { k in
-                    let n = min(r.count, k.count)
-                    for j in 0..<n {
-                        let a = kb[r.lowerBound + j], b = k[j]
-                        if a != b { return a < b ? -1 : 1 }
-                    }
-                    return r.count == k.count ? 0 : (r.count < k.count ? -1 : 1)
-                }
+        /// Compares `key` with the chunk's prefix: nil when `key` starts with it (then its
+        /// keys must be compared one by one), else whether `key` sorts before all of them (-1)
+        /// or after (1).
+        @inline(__always)
+        func comparePrefix(_ key: UnsafeRawBufferPointer) -> Int? {
+            prefix.withUnsafeBytes { p in
+                let c = compareBytes(slice(key, 0..<min(p.count, key.count)), p)
+                if c != 0 { return c }
+                return key.count >= p.count ? nil : -1
             }
         }
 
-        func hasPrefix(_ i: Int, _ prefix: [UInt8]) -> Bool {
-            let r = keyRange(i)
-            guard r.count >= prefix.count else { return false }
-            return keyBytes.withUnsafeBufferPointer { kb in
-                prefix.withUnsafeBufferPointer { p in
-                    for j in 0..<p.count where kb[r.lowerBound + j] != p[j] { return false }
-                    return true
+        /// The sign of (key at `i`) − `key`.
+        func compare(_ i: Int, _ key: UnsafeRawBufferPointer) -> Int {
+            if let c = comparePrefix(key) { return -c }
+            let r = suffixRange(i)
+            return suffixes.withUnsafeBytes { s in compareBytes(slice(s, r), slice(key, prefix.count..<key.count)) }
+        }
+
+        /// Whether the key at `i` starts with `p`.
+        func hasPrefix(_ i: Int, _ p: UnsafeRawBufferPointer) -> Bool {
+            let r = suffixRange(i)
+            guard prefix.count + r.count >= p.count else { return false }
+            return prefix.withUnsafeBytes { own in
+                let n = min(own.count, p.count)
+                if n > 0 && memcmp(own.baseAddress!, p.baseAddress!, n) != 0 { return false }
+                guard p.count > own.count else { return true }
+                return suffixes.withUnsafeBytes { s in
+                    memcmp(s.baseAddress! + r.lowerBound, p.baseAddress! + own.count, p.count - own.count) == 0
                 }
             }
         }
 
         /// Position of `key`, or where it would go.
-        func search(_ key: [UInt8]) -> (Int, Bool) {
-            var lo = 0, hi = count
-            while lo < hi {
-                let mid = (lo + hi) / 2
-                let c = compare(mid, key)
-                if c == 0 { return (mid, true) }
-                if c < 0 { lo = mid + 1 } else { hi = mid }
+        func search(_ key: UnsafeRawBufferPointer) -> (Int, Bool) {
+            if let c = comparePrefix(key) { return (c < 0 ? 0 : count, false) }
+            let rest = slice(key, prefix.count..<key.count)
+            return suffixes.withUnsafeBytes { s in
+                ends.withUnsafeBufferPointer { e in
+                    var lo = 0, hi = e.count
+                    while lo < hi {
+                        let mid = (lo + hi) >> 1
+                        let c = compareBytes(slice(s, (mid == 0 ? 0 : Int(e[mid - 1]))..<Int(e[mid])), rest)
+                        if c == 0 { return (mid, true) }
+                        if c < 0 { lo = mid + 1 } else { hi = mid }
+                    }
+                    return (lo, false)
+                }
             }
-            return (lo, false)
         }
 
-        func insert(_ key: [UInt8], _ entry: Entry, at i: Int) {
-            let start = i == 0 ? 0 : Int(keyEnds[i - 1])
-            keyBytes.insert(contentsOf: key, at: start)
-            keyEnds.insert(UInt32(start + key.count), at: i)
-            for j in (i + 1)..<keyEnds.count { keyEnds[j] += UInt32(key.count) }
+        mutating func insert(_ key: UnsafeRawBufferPointer, _ entry: Entry, at i: Int) {
+            if count == 0 {
+                prefix = Array(key)
+                suffixes.removeAll(keepingCapacity: true)
+                ends = [0]
+                entries = [entry]
+                return
+            }
+            if comparePrefix(key) != nil { shortenPrefix(to: commonPrefixLength(key)) }
+            let rest = slice(key, prefix.count..<key.count)
+            let start = i == 0 ? 0 : Int(ends[i - 1])
+            suffixes.insert(contentsOf: rest, at: start)
+            ends.insert(UInt32(start + rest.count), at: i)
+            if rest.count > 0 { for j in (i + 1)..<ends.count { ends[j] += UInt32(rest.count) } }
             entries.insert(entry, at: i)
         }
 
-        func remove(_ range: Range<Int>) {
+        private func commonPrefixLength(_ key: UnsafeRawBufferPointer) -> Int {
+            prefix.withUnsafeBytes { p in
+                var n = 0
+                while n < p.count && n < key.count && p[n] == key[n] { n += 1 }
+                return n
+            }
+        }
+
+        /// Moves the prefix's bytes from `n` on back into every key.
+        private mutating func shortenPrefix(to n: Int) {
+            let moved = Array(prefix[n...])
+            var rebuilt: [UInt8] = []
+            rebuilt.reserveCapacity(suffixes.count + moved.count * count)
+            var start = 0
+            for i in 0..<count {
+                let end = Int(ends[i])
+                rebuilt.append(contentsOf: moved)
+                rebuilt.append(contentsOf: suffixes[start..<end])
+                ends[i] = UInt32(rebuilt.count)
+                start = end
+            }
+            suffixes = rebuilt
+            prefix.removeSubrange(n...)
+        }
+
+        /// Moves bytes all keys share from their rests into the prefix (after a split).
+        mutating func tightenPrefix() {
+            guard count > 1 else { return }
+            let first = suffixRange(0), last = suffixRange(count - 1)
+            var n = 0
+            while n < first.count && n < last.count && suffixes[first.lowerBound + n] == suffixes[last.lowerBound + n] { n += 1 }
+            guard n > 0 else { return }
+            prefix.append(contentsOf: suffixes[first.lowerBound..<(first.lowerBound + n)])
+            var rebuilt: [UInt8] = []
+            rebuilt.reserveCapacity(suffixes.count - n * count)
+            var start = 0
+            for i in 0..<count {
+                let end = Int(ends[i])
+                rebuilt.append(contentsOf: suffixes[(start + n)..<end])
+                ends[i] = UInt32(rebuilt.count)
+                start = end
+            }
+            suffixes = rebuilt
+        }
+
+        mutating func remove(_ range: Range<Int>) {
             guard !range.isEmpty else { return }
-            let byteStart = range.lowerBound == 0 ? 0 : Int(keyEnds[range.lowerBound - 1])
-            let byteEnd = Int(keyEnds[range.upperBound - 1])
+            let byteStart = range.lowerBound == 0 ? 0 : Int(ends[range.lowerBound - 1])
+            let byteEnd = Int(ends[range.upperBound - 1])
             let removedBytes = UInt32(byteEnd - byteStart)
-            keyBytes.removeSubrange(byteStart..<byteEnd)
-            keyEnds.removeSubrange(range)
-            for j in range.lowerBound..<keyEnds.count { keyEnds[j] -= removedBytes }
+            suffixes.removeSubrange(byteStart..<byteEnd)
+            ends.removeSubrange(range)
+            if removedBytes > 0 { for j in range.lowerBound..<ends.count { ends[j] -= removedBytes } }
             entries.removeSubrange(range)
         }
 
-        /// Moves the upper half into a new chunk.
-        func split() -> Chunk {
-            let half = count / 2
-            let upper = Chunk()
-            let byteStart = Int(keyEnds[half - 1])
-            upper.keyBytes = Array(keyBytes[byteStart...])
-            upper.keyEnds = keyEnds[half...].map { $0 - UInt32(byteStart) }
+        /// Moves the entries from `at` on into a new chunk.
+        mutating func split(at half: Int) -> Chunk {
+            var upper = Chunk()
+            let byteStart = half == 0 ? 0 : Int(ends[half - 1])
+            upper.prefix = prefix
+            upper.suffixes = Array(suffixes[byteStart...])
+            upper.ends = ends[half...].map { $0 - UInt32(byteStart) }
             upper.entries = Array(entries[half...])
-            keyBytes.removeSubrange(byteStart...)
-            keyEnds.removeSubrange(half...)
+            suffixes.removeSubrange(byteStart...)
+            ends.removeSubrange(half...)
             entries.removeSubrange(half...)
+            tightenPrefix()
+            upper.tightenPrefix()
             return upper
         }
     }
@@ -120,106 +225,163 @@ final class PathIndex<Entry> {
 
     var isEmpty: Bool { count == 0 }
 
-    /// The chunk that holds (or would hold) `key`.
-    private func chunkIndex(_ key: [UInt8]) -> Int {
-        if chunks.count <= 1 { return 0 }
-        var lo = 0, hi = chunks.count
+    /// The chunk that holds (or would hold) `key`: the last whose first key is not after it.
+    private func chunkIndex(_ key: UnsafeRawBufferPointer) -> Int {
+        let n = chunks.count
+        if n <= 1 { return 0 }
+        if chunks[n - 1].compare(0, key) <= 0 { return n - 1 }  // appends (push ids) are common
+        var lo = 0, hi = n - 1
         while lo < hi {
-            let mid = (lo + hi) / 2
+            let mid = (lo + hi) >> 1
             if chunks[mid].compare(0, key) <= 0 { lo = mid + 1 } else { hi = mid }
         }
         return max(0, lo - 1)
     }
 
-    func get(_ key: [UInt8]) -> Entry? {
+    func get(_ key: UnsafeRawBufferPointer) -> Entry? {
         guard !chunks.isEmpty else { return nil }
-        let c = chunks[chunkIndex(key)]
-        guard c.count > 0 else { return nil }
-        let (i, found) = c.search(key)
-        return found ? c.entries[i] : nil
+        let ci = chunkIndex(key)
+        guard chunks[ci].count > 0 else { return nil }
+        let (i, found) = chunks[ci].search(key)
+        return found ? chunks[ci].entries[i] : nil
     }
+
+    func get(_ key: [UInt8]) -> Entry? { key.withUnsafeBytes { get($0) } }
 
     /// Sets `key`; returns the entry it replaced.
     @discardableResult
-    func set(_ key: [UInt8], _ entry: Entry) -> Entry? {
+    mutating func set(_ key: [UInt8], _ entry: Entry) -> Entry? {
+        key.withUnsafeBytes { set($0, entry) }
+    }
+
+    @discardableResult
+    mutating func set(_ k: UnsafeRawBufferPointer, _ entry: Entry) -> Entry? {
         if chunks.isEmpty { chunks.append(Chunk()) }
-        let ci = chunkIndex(key)
-        let c = chunks[ci]
-        let (i, found) = c.search(key)
+        let ci = chunkIndex(k)
+        let (i, found) = chunks[ci].search(k)
         if found {
-            let old = c.entries[i]
-            c.entries[i] = entry
+            let old = chunks[ci].entries[i]
+            chunks[ci].entries[i] = entry
             return old
         }
-        c.insert(key, entry, at: i)
-        count += 1
-        if c.count > Self.chunkCapacity { chunks.insert(c.split(), at: ci + 1) }
+        insert(k, entry, chunk: ci, at: i)
         return nil
+    }
+
+    private mutating func insert(_ key: UnsafeRawBufferPointer, _ entry: Entry, chunk ci: Int, at i: Int) {
+        count += 1
+        let n = chunks[ci].count
+        if n >= Self.chunkCapacity && i == n && ci == chunks.count - 1 {
+            // Appending past a full last chunk: start a new one, leaving this one full.
+            var fresh = Chunk()
+            fresh.insert(key, entry, at: 0)
+            chunks.append(fresh)
+            return
+        }
+        chunks[ci].insert(key, entry, at: i)
+        if chunks[ci].count > Self.chunkCapacity {
+            let upper = chunks[ci].split(at: chunks[ci].count / 2)
+            chunks.insert(upper, at: ci + 1)
+        }
+    }
+
+    /// Puts `entry` at `key` in place of `key` and every key below it (every key that starts
+    /// with it); `removed` sees each entry taken out.
+    mutating func replaceSubtree(_ key: [UInt8], _ entry: Entry, removed: (Entry) -> Void) {
+        key.withUnsafeBytes { k in
+            if chunks.isEmpty { chunks.append(Chunk()) }
+            let ci = chunkIndex(k)
+            let (i, _) = chunks[ci].search(k)
+            if removeRun(prefix: k, chunk: ci, at: i, removed) {
+                insert(k, entry, chunk: ci, at: i)
+            } else {
+                set(k, entry)
+            }
+        }
     }
 
     /// Removes every key that starts with `prefix` (the key `prefix` itself included), calling
     /// `removed` for each entry.
-    func removeAll(withPrefix prefix: [UInt8], _ removed: (Entry) -> Void = { _ in }) {
+    mutating func removeAll(withPrefix prefix: [UInt8], _ removed: (Entry) -> Void = { _ in }) {
         guard !chunks.isEmpty else { return }
-        var ci = chunkIndex(prefix)
-        var (i, _) = chunks[ci].search(prefix)
-        while ci < chunks.count {
-            let c = chunks[ci]
-            var j = i
-            while j < c.count && c.hasPrefix(j, prefix) { removed(c.entries[j]); j += 1 }
-            let n = j - i
-            if n > 0 {
-                c.remove(i..<j)
-                count -= n
-            }
-            let stoppedInside = i < c.count  // a key without the prefix follows: done
-            if c.count == 0 && chunks.count > 1 {
-                chunks.remove(at: ci)
-            } else {
-                ci += 1
-            }
-            if stoppedInside { return }
-            i = 0
+        prefix.withUnsafeBytes { p in
+            let ci = chunkIndex(p)
+            let (i, _) = chunks[ci].search(p)
+            _ = removeRun(prefix: p, chunk: ci, at: i, removed)
         }
     }
 
-    /// Calls `body` with each key starting with `prefix` (in order) and its entry.
-    func forEach(withPrefix prefix: [UInt8], _ body: (ArraySlice<UInt8>, Entry) throws -> Void) rethrows {
-        guard !chunks.isEmpty else { return }
-        var ci = chunkIndex(prefix)
-        var (i, _) = chunks[ci].search(prefix)
+    /// Removes the run of keys starting with `prefix` that begins at (`ci`, `i`). Returns
+    /// whether chunk `ci` is still there (so that a key may be inserted at `i`).
+    private mutating func removeRun(prefix p: UnsafeRawBufferPointer, chunk start: Int, at first: Int, _ removed: (Entry) -> Void) -> Bool {
+        var ci = start, i = first
+        var startSurvives = true
         while ci < chunks.count {
-            let c = chunks[ci]
-            while i < c.count {
-                guard c.hasPrefix(i, prefix) else { return }
-                try body(c.key(i), c.entries[i])
-                i += 1
+            var j = i
+            while j < chunks[ci].count && chunks[ci].hasPrefix(j, p) { removed(chunks[ci].entries[j]); j += 1 }
+            if j > i {
+                chunks[ci].remove(i..<j)
+                count -= j - i
             }
-            ci += 1
+            let stoppedInside = i < chunks[ci].count  // a key without the prefix follows: done
+            if chunks[ci].count == 0 && chunks.count > 1 {
+                chunks.remove(at: ci)
+                if ci == start { startSurvives = false }
+            } else {
+                ci += 1
+            }
+            if stoppedInside { break }
             i = 0
+        }
+        return startSurvives
+    }
+
+    /// Calls `body` with each key starting with `prefix` (in order) and its entry. The key's
+    /// bytes are valid only during the call.
+    func forEach(withPrefix prefix: [UInt8], _ body: (UnsafeRawBufferPointer, Entry) throws -> Void) rethrows {
+        guard !chunks.isEmpty else { return }
+        try prefix.withUnsafeBytes { p in
+            var ci = chunkIndex(p)
+            var (i, _) = chunks[ci].search(p)
+            var key: [UInt8] = []
+            while ci < chunks.count {
+                while i < chunks[ci].count {
+                    guard chunks[ci].hasPrefix(i, p) else { return }
+                    chunks[ci].key(i, into: &key)
+                    let entry = chunks[ci].entries[i]
+                    try key.withUnsafeBytes { try body($0, entry) }
+                    i += 1
+                }
+                ci += 1
+                i = 0
+            }
         }
     }
 
     /// Whether any key starts with `prefix`.
     func hasKey(withPrefix prefix: [UInt8]) -> Bool {
         guard !chunks.isEmpty else { return false }
-        var ci = chunkIndex(prefix)
-        var (i, _) = chunks[ci].search(prefix)
-        while ci < chunks.count {
-            if i < chunks[ci].count { return chunks[ci].hasPrefix(i, prefix) }
-            ci += 1
-            i = 0
+        return prefix.withUnsafeBytes { p in
+            var ci = chunkIndex(p)
+            var (i, _) = chunks[ci].search(p)
+            while ci < chunks.count {
+                if i < chunks[ci].count { return chunks[ci].hasPrefix(i, p) }
+                ci += 1
+                i = 0
+            }
+            return false
         }
-        return false
     }
 
-    func removeAll() {
+    mutating func removeAll() {
         chunks = []
         count = 0
     }
 
     /// Bytes held by keys and entries (an estimate of the index's memory).
     var footprint: Int {
-        chunks.reduce(0) { $0 + $1.keyBytes.capacity + $1.keyEnds.capacity * 4 + $1.entries.capacity * MemoryLayout<Entry>.stride + 64 }
+        chunks.reduce(0) {
+            $0 + $1.prefix.capacity + $1.suffixes.capacity + $1.ends.capacity * 4 + $1.entries.capacity * MemoryLayout<Entry>.stride + 160
+        }
     }
 }

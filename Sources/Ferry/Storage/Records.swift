@@ -52,6 +52,17 @@ enum RecordCodec {
         return (w.bytes, start..<w.count)
     }
 
+    /// A set whose value is already encoded and holds no server values.
+    static func localSet(path: Path, encoded value: [UInt8], time: Int64) -> (bytes: [UInt8], range: Range<Int>) {
+        var w = ByteWriter(capacity: value.count + 16 + path.keys.reduce(0) { $0 + $1.utf8.count + 1 })
+        w.u8(0)
+        w.signed(time)
+        w.path(path)
+        let start = w.count
+        w.bytes.append(contentsOf: value)
+        return (w.bytes, start..<w.count)
+    }
+
     static func localUpdate(path: Path, children: [(Path, Node, Node?)], time: Int64) -> (bytes: [UInt8], ranges: [(Path, Range<Int>)]) {
         var w = ByteWriter()
         w.u8(0)

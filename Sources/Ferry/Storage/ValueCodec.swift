@@ -125,3 +125,202 @@ enum ValueCodec {
         }
     }
 }
+
+/// A value already in its stored form: what a write puts in its record, encoded straight from
+/// the user's ``Value`` (validated on the way) without building a ``Node`` tree first. The node
+/// is decoded from these bytes only where a listener or a server value needs it.
+struct EncodedValue: Sendable {
+    /// The value in ``ValueCodec``'s form (the empty tag alone for null).
+    var bytes: [UInt8]
+    /// The value holds server values (timestamps, increments) to resolve before it is shown.
+    var hasServerValues: Bool
+
+    var isEmpty: Bool { bytes.count == 1 && bytes[0] == ValueCodec.Tag.empty.rawValue }
+
+    /// Validates and encodes `value`, to be written at `path`; the bytes are those
+    /// `ValueCodec.encode(Node(value, path: path))` gives.
+    /// - Throws: ``DatabaseError`` with code ``DatabaseError/Code/invalidData`` naming where, as
+    ///   ``Node/init(_:path:)`` does.
+    init(_ value: Value, path: Path) throws {
+        var encoder = ValueEncoder(base: path)
+        if try !encoder.encode(value, depth: 0) { encoder.w.u8(ValueCodec.Tag.empty.rawValue) }
+        bytes = encoder.w.bytes
+        hasServerValues = encoder.hasServerValues
+    }
+
+    init(node: Node) {
+        bytes = ValueCodec.encode(node)
+        hasServerValues = ServerValueResolver.containsDeferred(node)
+    }
+
+    /// The value as a node (decoding the bytes).
+    func node() throws -> Node { try bytes.withUnsafeBytes { try ValueCodec.decode($0) } }
+}
+
+/// A child's place in key order, as plain integers: integer keys by value then length, other
+/// keys by their first 8 bytes. Where those do not decide, the keys themselves are compared.
+private struct ChildRank {
+    /// 0 for an integer key, 1 for any other.
+    var kind: UInt8
+    var integer: Int64
+    /// An integer key's length, or another key's first 8 bytes, big-endian (zeros pad a short
+    /// key: no key holds a zero byte, so a key sorts before the longer keys it begins).
+    var bytes: UInt64
+    var index: Dictionary<String, Value>.Index
+
+    init(_ key: String, _ index: Dictionary<String, Value>.Index) {
+        self.index = index
+        if let n = KeyOrder.integerValue(key) {
+            kind = 0
+            integer = n
+            bytes = UInt64(key.utf8.count)
+            return
+        }
+        kind = 1
+        integer = 0
+        var b: UInt64 = 0
+        var taken: UInt64 = 0
+        for byte in key.utf8.prefix(8) {
+            b = b << 8 | UInt64(byte)
+            taken += 1
+        }
+        bytes = taken == 8 ? b : b << (8 * (8 - taken))
+    }
+
+    /// Whether this child sorts before `other`; `compareKeys` decides when the ranks cannot.
+    @inline(__always)
+    func precedes(_ other: ChildRank, compareKeys: () -> Bool) -> Bool {
+        if kind != other.kind { return kind < other.kind }
+        if kind == 0 {
+            if integer != other.integer { return integer < other.integer }
+            return bytes != other.bytes ? bytes < other.bytes : compareKeys()
+        }
+        if bytes == other.bytes { return compareKeys() }
+        // The first differing byte decides, unless UTF-16 orders it differently (EE–F4).
+        let shift = UInt64(56 - 8 * ((bytes ^ other.bytes).leadingZeroBitCount / 8))
+        if (bytes >> shift) & 0xff >= 0xEE || (other.bytes >> shift) & 0xff >= 0xEE { return compareKeys() }
+        return bytes < other.bytes
+    }
+}
+
+/// Encodes values straight into ``ValueCodec``'s form, with ``Node``'s validation and
+/// normalization: children in key order, null children dropped, empty objects null, arrays as
+/// objects with integer keys, priorities.
+private struct ValueEncoder {
+    var w = ByteWriter(capacity: 256)
+    let base: Path
+    /// Keys from `base` down to the value being encoded, for error messages.
+    var keys: [String] = []
+    var hasServerValues = false
+
+    init(base: Path) { self.base = base }
+
+    var location: Path { keys.isEmpty ? base : base.child(Path(keys: keys)) }
+
+    /// Appends `value`; returns false, having appended nothing, when it is empty (null).
+    mutating func encode(_ value: Value, depth: Int) throws -> Bool {
+        guard depth <= 512 else { throw DatabaseError(.invalidData, "the value at \(location) is nested too deeply") }
+        switch value {
+        case .null:
+            return false
+        case .bool(let b):
+            w.u8(b ? ValueCodec.Tag.true.rawValue : ValueCodec.Tag.false.rawValue)
+        case .int(let i):
+            w.u8(ValueCodec.Tag.int.rawValue)
+            w.signed(i)
+        case .double(let d):
+            guard d.isFinite else { throw DatabaseError(.invalidData, "the number at \(location) is \(d); only finite numbers can be stored") }
+            w.u8(ValueCodec.Tag.double.rawValue)
+            w.double(d)
+        case .string(let s):
+            w.u8(ValueCodec.Tag.string.rawValue)
+            w.string(s)
+        case .array(let items):
+            let start = w.count
+            w.u8(ValueCodec.Tag.children.rawValue)
+            let countAt = w.count
+            w.u8(0)
+            var n = 0
+            for (i, item) in items.enumerated() {
+                // Array indices are in key order already (integer keys sort numerically).
+                if try child(String(i), item, depth: depth) { n += 1 }
+            }
+            return finishChildren(n, start: start, countAt: countAt)
+        case .object(let object):
+            // One pass: find the special keys, validate the others and rank them for sorting
+            // (plain integers, no strings copied while sorting).
+            var order: [ChildRank] = []
+            order.reserveCapacity(object.count)
+            var priority: Value?
+            var special = false
+            var i = object.startIndex
+            while i != object.endIndex {
+                let key = object[i].key
+                if key.utf8.first == UInt8(ascii: ".") && (key == ".priority" || key == ".sv" || key == ".value") {
+                    if key == ".priority" { priority = object[i].value } else { special = true }
+                } else {
+                    do { try Path.validate(key: key) } catch let e as DatabaseError {
+                        throw DatabaseError(.invalidData, "at \(location): \(e.message)")
+                    }
+                    order.append(ChildRank(key, i))
+                }
+                object.formIndex(after: &i)
+            }
+            if special {
+                // Server values and wrapped leaves: rare, built as a node.
+                let node = try Node.build(value, at: location, depth: depth)
+                guard !node.isEmpty else { return false }
+                ValueCodec.encode(node, into: &w)
+                if ServerValueResolver.containsDeferred(node) { hasServerValues = true }
+                return true
+            }
+            let start = w.count
+            if let priority {
+                let p = try Node.priorityNode(priority, at: location)
+                if !p.isEmpty {
+                    w.u8(ValueCodec.Tag.withPriority.rawValue)
+                    ValueCodec.encode(p, into: &w)
+                }
+            }
+            w.u8(ValueCodec.Tag.children.rawValue)
+            let countAt = w.count
+            w.u8(0)
+            order.sort { a, b in a.precedes(b) { KeyOrder.utf16Order(object[a.index].key, object[b.index].key) < 0 } }
+            var n = 0
+            for c in order {
+                let (key, child) = object[c.index]
+                if try self.child(key, child, depth: depth) { n += 1 }
+            }
+            return finishChildren(n, start: start, countAt: countAt)
+        }
+        return true
+    }
+
+    /// Appends a child's key and value; takes the key back off when the value is empty.
+    private mutating func child(_ key: String, _ value: Value, depth: Int) throws -> Bool {
+        let start = w.count
+        w.string(key)
+        keys.append(key)
+        defer { keys.removeLast() }
+        if try encode(value, depth: depth + 1) { return true }
+        w.bytes.removeLast(w.count - start)
+        return false
+    }
+
+    /// Writes the number of children where its placeholder byte is, or, with none, takes the
+    /// whole object back off (an empty object is null, its priority dropped).
+    private mutating func finishChildren(_ n: Int, start: Int, countAt: Int) -> Bool {
+        guard n > 0 else {
+            w.bytes.removeLast(w.count - start)
+            return false
+        }
+        if n < 0x80 {
+            w.bytes[countAt] = UInt8(n)
+        } else {
+            var count = ByteWriter(capacity: 10)
+            count.varint(UInt64(n))
+            w.bytes.replaceSubrange(countAt..<(countAt + 1), with: count.bytes)
+        }
+        return true
+    }
+}

@@ -1,0 +1,138 @@
+import ArgumentParser
+@_spi(Server) import Ferry
+import FerryLog
+import Foundation
+
+/// `ferry-bench db`: the database, beside LevelDB on the same data.
+struct DBBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "db",
+        abstract: "1,000,000 setValues beside LevelDB puts; reopen until reads are answered (with and without a checkpoint) beside LevelDB's open and full scan; peak memory of each open.")
+
+    @OptionGroup var common: CommonOptions
+    @Option(help: "Records (setValues at distinct paths).") var records = 1_000_000
+
+    func run() async throws {
+        say("generating \(records) posts (not timed)…", json: common.json)
+        let data = Dataset(count: records)
+        let avg = data.payloadBytes / data.count
+        say("dataset: \(data.count) JSON posts, \(avg) bytes average, \(humanBytes(data.payloadBytes)) in all", json: common.json)
+        var report = Report(json: common.json)
+        let keys = (0..<records).map { Dataset.key($0) }
+
+        // Writes.
+        var ferryDir = "", levelDir = ""
+        var ferryTimes: [Double] = [], levelTimes: [Double] = [], closeTimes: [Double] = []
+        for run in 0..<common.runs {
+            let dir = try common.scratch("db")
+            let db = try Database.open(at: dir, options: DatabaseOptions(durability: .none))
+            var elapsed = Duration.zero
+            let chunk = 50_000
+            var i = 0
+            while i < records {
+                // Values are built from the JSON before the clock runs, a chunk at a time.
+                let n = min(chunk, records - i)
+                let values = try (i..<(i + n)).map { j in try data.withRecord(j) { try Value(jsonBytes: Array($0)) } }
+                let refs = try (i..<(i + n)).map { try db.reference(String(keys[$0].dropFirst())) }
+                let start = ContinuousClock.now
+                for k in 0..<n { try await refs[k].setValue(values[k]) }
+                elapsed += start.duration(to: .now)
+                i += n
+            }
+            ferryTimes.append(seconds(elapsed))
+            let closeStart = ContinuousClock.now
+            try await db.close()
+            closeTimes.append(seconds(closeStart.duration(to: .now)))
+
+            let ldir = try common.scratch("leveldb")
+            let level = try LevelDB(path: ldir)
+            let start = ContinuousClock.now
+            for j in 0..<records {
+                try keys[j].utf8CString.withUnsafeBytes { k in
+                    try data.withRecord(j) { v in try level.put(UnsafeRawBufferPointer(rebasing: k.dropLast()), v) }
+                }
+            }
+            levelTimes.append(seconds(start.duration(to: .now)))
+            if run == 0 { ferryDir = dir; levelDir = ldir } else { remove(dir); remove(ldir) }
+        }
+        report.add(Measurement(area: "db", workload: "setValue x\(records)", engine: "ferry", operations: records, bytes: data.payloadBytes,
+                               runs: ferryTimes, bytesOnDisk: directorySize(ferryDir), note: "durability .none, distinct paths"))
+        report.add(Measurement(area: "db", workload: "setValue x\(records)", engine: "leveldb", operations: records, bytes: data.payloadBytes,
+                               runs: levelTimes, bytesOnDisk: directorySize(levelDir), note: "put, sync=false"))
+        report.add(Measurement(area: "db", workload: "close (checkpoint)", engine: "ferry", operations: 1, bytes: 0, runs: closeTimes))
+
+        // Reopen until reads are answered, each in a fresh process (for its peak memory).
+        func open(_ engine: String, _ dir: String) throws -> Measurement {
+            var times: [Double] = [], rss: [Int] = []
+            for _ in 0..<common.runs {
+                let out = try runChild(["db-open", engine, dir, "--records", String(records)])
+                let fields = out.split(whereSeparator: \.isWhitespace)
+                guard fields.count == 2, let t = Double(fields[0]), let peak = Int(fields[1]) else { throw BenchError("bad child output: \(out)") }
+                times.append(t)
+                rss.append(peak)
+            }
+            return Measurement(area: "db", workload: "reopen until reads answered", engine: engine, operations: records, bytes: data.payloadBytes,
+                               runs: times, peakRSS: rss.sorted()[rss.count / 2],
+                               note: "peak RSS \(humanBytes(rss.sorted()[rss.count / 2])) = \(String(format: "%.2f", Double(rss.sorted()[rss.count / 2]) / Double(data.payloadBytes)))× the payload")
+        }
+        report.add(try open("ferry", ferryDir))
+        for f in try FileManager.default.contentsOfDirectory(atPath: ferryDir) where f.hasPrefix("checkpoint-") {
+            try FileManager.default.removeItem(atPath: ferryDir + "/" + f)
+        }
+        var noCheckpoint = try open("ferry", ferryDir)
+        noCheckpoint.engine = "ferry-replay"
+        noCheckpoint.note = "no checkpoint: replays every record; " + (noCheckpoint.note ?? "")
+        report.add(noCheckpoint)
+        var level = try open("leveldb", levelDir)
+        level.note = "open + full scan; " + (level.note ?? "")
+        report.add(level)
+        remove(ferryDir)
+        remove(levelDir)
+
+        if !common.json {
+            print("")
+            if let r = report.ratio("setValue x\(records)", "ferry", "leveldb") { print("  setValue / LevelDB put          \(String(format: "%.2f", r))×  (goal ≥ 2)") }
+            let f = report.all.first { $0.engine == "ferry" && $0.workload.hasPrefix("reopen") }!
+            let l = report.all.first { $0.engine == "leveldb" && $0.workload.hasPrefix("reopen") }!
+            print("  reopen with checkpoint / LevelDB open+scan   \(String(format: "%.2f", f.median / l.median))× the time  (goal ≤ 1)")
+            print("  peak memory of the open / payload            \(String(format: "%.2f", Double(f.peakRSS!) / Double(data.payloadBytes)))×  (goal ≤ 0.5)")
+        }
+    }
+
+    func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+}
+
+/// The child process of `db`: opens a store and answers reads; prints the seconds it took and
+/// its peak resident memory.
+struct DBOpen: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "db-open", shouldDisplay: false)
+    @Argument var engine: String
+    @Argument var directory: String
+    @Option var records = 1_000_000
+
+    func run() async throws {
+        let start = ContinuousClock.now
+        switch engine {
+        case "ferry":
+            var options = DatabaseOptions(durability: .none)
+            options.checkpointOnClose = false  // leave the store as it is for the next run
+            let db = try Database.open(at: directory, options: options)
+            // Ready: reads are answered (a spread of keys, and the last one written).
+            for i in stride(from: 0, to: records, by: max(1, records / 100)) + [records - 1] {
+                let s = try await db.reference(String(Dataset.key(i).dropFirst())).getData()
+                guard s.exists else { throw BenchError("post \(i) missing after reopen") }
+            }
+            let t = start.duration(to: .now)
+            print(Double(t.components.seconds) + Double(t.components.attoseconds) / 1e18, peakResidentBytes())
+            try await db.close()
+        case "leveldb":
+            let db = try LevelDB(path: directory)
+            let (n, _) = db.scan()
+            guard n == records else { throw BenchError("leveldb scanned \(n) entries") }
+            let t = start.duration(to: .now)
+            print(Double(t.components.seconds) + Double(t.components.attoseconds) / 1e18, peakResidentBytes())
+        default:
+            throw BenchError("unknown engine \(engine)")
+        }
+    }
+}

@@ -1,0 +1,90 @@
+import FerryTestSupport
+import Testing
+
+@testable import Ferry
+
+@Suite struct ValueEncodingTests {
+    /// Random values of every shape — nulls and empty objects inside objects and arrays,
+    /// integer-like and unicode keys, priorities, wrapped leaves, server values — encode to the
+    /// same bytes straight from the value as through a node, and decode to that node.
+    @Test func encodingAValueDirectlyGivesTheSameBytesAsThroughANode() throws {
+        var g = SplitMix(seed: 99)
+        let keys = ["a", "b", "7", "007", "-3", "-5", "-0", "00", "10", "12", "34", "abcdefghij", "abcdefghik", "abcdefgh", "2147483648", "z", "é", "\u{E000}", "😀", "Zeta", ".priority"]
+        func pick<T>(_ xs: [T]) -> T { xs[Int(g.next() % UInt64(xs.count))] }
+        func leaf() -> Value {
+            switch g.next() % 7 {
+            case 0: return .null
+            case 1: return .bool(g.next() % 2 == 0)
+            case 2: return .int(Int64(bitPattern: g.next()) >> Int64(g.next() % 64))
+            case 3: return .double(Double(Int64(g.next() % 1000)) / 7)
+            case 4: return .string(pick(["", "x", "héllo", "😀"]))
+            case 5: return .object([".sv": "timestamp"])
+            default: return .object([".value": .int(1), ".priority": .string("p")])
+            }
+        }
+        func value(_ depth: Int) -> Value {
+            guard depth < 4 else { return leaf() }
+            switch g.next() % 4 {
+            case 0: return leaf()
+            case 1: return .array((0..<Int(g.next() % 4)).map { _ in value(depth + 1) })
+            default:
+                var o: [String: Value] = [:]
+                for _ in 0..<Int(g.next() % 5) {
+                    let k = pick(keys)
+                    o[k] = k == ".priority" ? pick([.null, .int(3), .string("p"), .double(1.5)]) : value(depth + 1)
+                }
+                return .object(o)
+            }
+        }
+        var nonEmpty = 0, withServerValues = 0
+        for _ in 0..<5_000 {
+            let v = value(0)
+            let node = try Node(v, path: "x/y")
+            let encoded = try EncodedValue(v, path: "x/y")
+            #expect(encoded.bytes == ValueCodec.encode(node), "\(v)")
+            #expect(try encoded.node() == node)
+            #expect(encoded.isEmpty == node.isEmpty)
+            #expect(encoded.hasServerValues == ServerValueResolver.containsDeferred(node))
+            if !node.isEmpty { nonEmpty += 1 }
+            if encoded.hasServerValues { withServerValues += 1 }
+        }
+        #expect(nonEmpty > 1_000 && withServerValues > 100)
+    }
+
+    @Test func invalidValuesAreRefusedAsThroughANodeAndNameWhere() {
+        let bad: [Value] = [
+            .object(["a": .object(["b/c": .int(1)])]),
+            .object(["a": .double(.nan)]),
+            .array([.double(.infinity)]),
+            .object(["a": .int(1), ".priority": .bool(true)]),
+            .object(["a\u{7}": .int(1)]),
+            .object([".sv": "nonsense"]),
+        ]
+        for v in bad {
+            #expect(throws: DatabaseError.self) { try Node(v, path: "x") }
+            let error = #expect(throws: DatabaseError.self) { try EncodedValue(v, path: "x") }
+            #expect(error?.code == .invalidData || error?.code == .invalidPath)
+            #expect(error?.message.contains("x") == true, "\(String(describing: error))")
+        }
+        var deep: Value = .int(1)
+        for _ in 0..<600 { deep = .object(["k": deep]) }
+        #expect(throws: DatabaseError.self) { try EncodedValue(deep, path: .root) }
+    }
+
+    /// Firebase orders non-integer keys by UTF-16 code units: a character beyond U+FFFF (a
+    /// surrogate pair, D800–DFFF) sorts before one in U+E000–U+FFFF, unlike UTF-8's order.
+    @Test func keysOrderByUTF16CodeUnitsAndIntegerKeysNumerically() {
+        let sorted = ["b", "\u{E000}", "😀", "a", "10", "9", "007", "7", "-1", "2147483648", "aa", "A"]
+            .sorted { KeyOrder.compare($0, $1) < 0 }
+        #expect(sorted == ["-1", "7", "007", "9", "10", "2147483648", "A", "a", "aa", "b", "😀", "\u{E000}"])
+        #expect(KeyOrder.compare("😀", "\u{E000}") < 0 && KeyOrder.compare("\u{E000}", "😀") > 0)
+        #expect(KeyOrder.compare("é", "é") == 0)
+    }
+
+    @Test func objectsWithManyChildrenCountThemBeyondOneByte() throws {
+        let v = Value.object(Dictionary(uniqueKeysWithValues: (0..<300).map { ("k\($0)", Value.int(Int64($0))) }))
+        let encoded = try EncodedValue(v, path: .root)
+        #expect(encoded.bytes == ValueCodec.encode(try Node(v)))
+        #expect(try encoded.node().value(export: false) == v)
+    }
+}
