@@ -19,6 +19,25 @@ import Testing
         try await db.close()
     }
 
+    @Test func jsonTextIsStoredAsTheValueItDescribesAndBadTextIsRefused() async throws {
+        let dir = try TemporaryDirectory()
+        let db = try Database.open(at: dir.path, options: quietOptions())
+        let rec = Recorder()
+        let ref = try db.reference("posts/p1")
+        ref.observe(.value) { rec.record(.value, $0) }
+        try await ref.setValue(json: #"{"title":"Hi","tags":["a",null,"b"],"likes":3,"meta":{},".priority":2}"#)
+        #expect(rec.values == [json(#"{"title":"Hi","tags":["a",null,"b"],"likes":3}"#)], "dense enough to read back as an array")
+        #expect(try await ref.getData().priority == 2)
+        for bad in [#"{"a":1,}"#, #"{"a/b":1}"#, #"{"a":1,"a":2}"#, #"[1, NaN]"#, #"{"x": 1e999}"#, ""] {
+            await #expect(throws: DatabaseError.self, "\(bad)") { try await ref.setValue(json: bad) }
+        }
+        #expect(rec.values.count == 1, "a refused write fires nothing")
+        try await db.close()
+        let reopened = try Database.open(at: dir.path, options: quietOptions())
+        #expect(try await reopened.reference("posts/p1/tags/2").getData().value == "b")
+        try await reopened.close()
+    }
+
     @Test func writesSurviveReopenAndListenersGetTheCachedDataAtOnce() async throws {
         let dir = try TemporaryDirectory()
         do {

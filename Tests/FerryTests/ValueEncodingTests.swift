@@ -51,6 +51,58 @@ import Testing
         #expect(nonEmpty > 1_000 && withServerValues > 100)
     }
 
+    /// Random JSON texts — keys in any order, duplicates, escapes, whitespace, nulls inside
+    /// arrays and objects, numbers at the edges of 64 bits, priorities, server values — encode
+    /// straight from the text to the same bytes as parsing them into a Value and building a
+    /// node; a text one route refuses, the other refuses too.
+    @Test func encodingJSONTextDirectlyGivesTheSameBytesAsThroughAValue() {
+        var g = SplitMix(seed: 1234)
+        func pick<T>(_ xs: [T]) -> T { xs[Int(g.next() % UInt64(xs.count))] }
+        let keys = [#""a""#, #""b""#, #""7""#, #""007""#, #""-5""#, #""10""#, #""\u0061""#, #""é""#, #""😀""#, #""\uE000""#,
+                    #""long key number one""#, #""long key number two""#, #""a/b""#, #""""#, #"".priority""#, #"".x""#]
+        let numbers = ["0", "-0", "007", "1e3", "1.5", "-2.25", "9223372036854775807", "-9223372036854775808",
+                       "9223372036854775808", "+1", "12345678901234567890", "-", "1e999", "3"]
+        func space() -> String { pick(["", "", " ", "\n\t "]) }
+        func leaf() -> String {
+            pick(["null", "true", "false", pick(numbers), #""text""#, #""q\"\\\/\n\u00e9\ud83d\ude00""#, #""caf\u00e9""#,
+                  #"{".sv":"timestamp"}"#, #"{".value":3,".priority":1}"#, #"{".sv":{"increment":2}}"#, "{}", "[]"])
+        }
+        func value(_ depth: Int) -> String {
+            guard depth < 4 else { return leaf() }
+            switch g.next() % 4 {
+            case 0: return leaf()
+            case 1: return "[" + (0..<Int(g.next() % 4)).map { _ in space() + value(depth + 1) + space() }.joined(separator: ",") + "]"
+            default:
+                let members = (0..<Int(g.next() % 6)).map { _ -> String in
+                    let k = pick(keys)
+                    let v = k == #"".priority""# ? pick(["1", #""p""#, "null", "true", "2.5"]) : value(depth + 1)
+                    return space() + k + space() + ":" + space() + v
+                }
+                return "{" + members.joined(separator: ",") + "}"
+            }
+        }
+        var agreedValues = 0, agreedErrors = 0
+        for _ in 0..<6_000 {
+            var text = space() + value(0) + space()
+            if g.next() % 20 == 0 { text += pick(["x", ",", "}"]) }
+            if g.next() % 20 == 0 { text = String(text.dropLast(Int(g.next() % 3) + 1)) }
+            let bytes = Array(text.utf8)
+            let direct = Result { try EncodedValue(jsonBytes: bytes, path: "x/y") }
+            let viaValue = Result { try Node(Value(jsonBytes: bytes), path: "x/y") }
+            switch (direct, viaValue) {
+            case let (.success(e), .success(n)):
+                #expect(e.bytes == ValueCodec.encode(n), "\(text)")
+                #expect(e.hasServerValues == ServerValueResolver.containsDeferred(n))
+                agreedValues += 1
+            case (.failure, .failure):
+                agreedErrors += 1
+            default:
+                Issue.record("one route refused \(text): \(direct) / \(viaValue)")
+            }
+        }
+        #expect(agreedValues > 2_000 && agreedErrors > 300)
+    }
+
     @Test func invalidValuesAreRefusedAsThroughANodeAndNameWhere() {
         let bad: [Value] = [
             .object(["a": .object(["b/c": .int(1)])]),

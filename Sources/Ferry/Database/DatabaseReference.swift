@@ -49,6 +49,25 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
         return try await write { e in try e.localSet(path, encoded) }
     }
 
+    /// Replaces the data here with the value that JSON text describes — as
+    /// `setValue(try Value(json: text))` does, but encoded straight from the text into the
+    /// stored form, without building a ``Value`` first (the fastest way to store JSON).
+    /// - Throws: ``DatabaseError`` with code ``DatabaseError/Code/invalidData`` for text that is
+    ///   not JSON or data the database cannot hold (naming where), as well as
+    ///   ``setValue(_:)``'s errors.
+    @discardableResult
+    public func setValue(json text: String) async throws -> WriteReceipt {
+        try await setValue(jsonBytes: Array(text.utf8))
+    }
+
+    /// Replaces the data here with the value that JSON text (UTF-8 bytes) describes; see
+    /// ``setValue(json:)``.
+    @discardableResult
+    public func setValue(jsonBytes bytes: [UInt8]) async throws -> WriteReceipt {
+        let encoded = try EncodedValue(jsonBytes: bytes, path: path)
+        return try await write { e in try e.localSet(path, encoded) }
+    }
+
     /// Replaces the data here, with a priority (null, a number or a string).
     @discardableResult
     public func setValue(_ value: Value, andPriority priority: Value) async throws -> WriteReceipt {

@@ -66,7 +66,12 @@ enum JSON {
                     guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw error("expected :") }
                     i += 1
                     skipSpace()
-                    object[key] = try value(depth: depth + 1)
+                    let keyAt = i
+                    let child = try value(depth: depth + 1)
+                    guard object.updateValue(child, forKey: key) == nil else {
+                        i = keyAt
+                        throw error("the key \"\(key)\" appears twice in an object")
+                    }
                     skipSpace()
                     guard i < bytes.count else { throw error("unterminated object") }
                     if bytes[i] == UInt8(ascii: ",") { i += 1; continue }

@@ -131,18 +131,16 @@ enum KeyOrder {
     /// bytes decide unless the first difference is there.
     static func utf16Order(_ a: String, _ b: String) -> Int {
         var a = a, b = b
-        let fast: Int? = a.withUTF8 { x in
-            b.withUTF8 { y in
-                let n = min(x.count, y.count)
-                var i = 0
-                while i < n && x[i] == y[i] { i += 1 }
-                if i == n { return x.count == y.count ? 0 : (x.count < y.count ? -1 : 1) }
-                if x[i] >= 0xEE || y[i] >= 0xEE { return nil }
-                return x[i] < y[i] ? -1 : 1
-            }
-        }
-        if let fast { return fast }
-        if a.utf16.elementsEqual(b.utf16) { return 0 }
+        return a.withUTF8 { x in b.withUTF8 { y in utf16Order(x, y) } }
+    }
+
+    static func utf16Order(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Int {
+        let n = min(x.count, y.count)
+        var i = 0
+        while i < n && x[i] == y[i] { i += 1 }
+        if i == n { return x.count == y.count ? 0 : (x.count < y.count ? -1 : 1) }
+        if x[i] < 0xEE && y[i] < 0xEE { return x[i] < y[i] ? -1 : 1 }
+        let a = String(decoding: x, as: UTF8.self), b = String(decoding: y, as: UTF8.self)
         return a.utf16.lexicographicallyPrecedes(b.utf16) ? -1 : 1
     }
 
@@ -152,20 +150,26 @@ enum KeyOrder {
         guard let first = key.utf8.first, first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9")) else {
             return nil
         }
-        var utf8 = key.utf8[...]
+        if let n = key.utf8.withContiguousStorageIfAvailable({ integerValue(utf8: $0) }) { return n }
+        return Array(key.utf8).withUnsafeBufferPointer { integerValue(utf8: $0) }
+    }
+
+    static func integerValue(utf8 b: UnsafeBufferPointer<UInt8>) -> Int64? {
+        var i = 0
         var negative = false
-        if utf8.first == UInt8(ascii: "-") {
+        if i < b.count && b[i] == UInt8(ascii: "-") {
             negative = true
-            utf8 = utf8.dropFirst()
+            i += 1
         }
-        guard !utf8.isEmpty else { return nil }
-        var zeros = 0
-        while zeros < utf8.count - 1, utf8[utf8.index(utf8.startIndex, offsetBy: zeros)] == UInt8(ascii: "0") { zeros += 1 }
-        guard utf8.count - zeros <= 10 else { return nil }
+        guard i < b.count else { return nil }
+        while i < b.count - 1 && b[i] == UInt8(ascii: "0") { i += 1 }
+        guard b.count - i <= 10 else { return nil }
         var value: Int64 = 0
-        for c in utf8 {
+        while i < b.count {
+            let c = b[i]
             guard c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9") else { return nil }
             value = value * 10 + Int64(c - UInt8(ascii: "0"))
+            i += 1
         }
         if negative { value = -value }
         return value >= Int64(Int32.min) && value <= Int64(Int32.max) ? value : nil

@@ -80,7 +80,8 @@ extension Value: ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
 }
 
 extension Value {
-    /// Parses JSON text. Integers that fit 64 bits stay exact; other numbers become doubles.
+    /// Parses JSON text. Integers that fit 64 bits stay exact; other numbers become doubles. A
+    /// key given twice in one object is an error (which one would win is not defined by JSON).
     /// - Throws: ``DatabaseError`` with code ``DatabaseError/Code/invalidData`` and the byte offset.
     public init(json: String) throws { self = try JSON.parse(Array(json.utf8)) }
 

@@ -148,6 +148,11 @@ struct EncodedValue: Sendable {
         hasServerValues = encoder.hasServerValues
     }
 
+    /// Validates and encodes JSON text, to be written at `path`, without building a ``Value``.
+    init(jsonBytes: [UInt8], path: Path) throws {
+        (bytes, hasServerValues) = try JSONValueEncoder.encode(jsonBytes, path: path)
+    }
+
     init(node: Node) {
         bytes = ValueCodec.encode(node)
         hasServerValues = ServerValueResolver.containsDeferred(node)
@@ -157,39 +162,34 @@ struct EncodedValue: Sendable {
     func node() throws -> Node { try bytes.withUnsafeBytes { try ValueCodec.decode($0) } }
 }
 
-/// A child's place in key order, as plain integers: integer keys by value then length, other
+/// A key's place in key order, as plain integers: integer keys by value then length, other
 /// keys by their first 8 bytes. Where those do not decide, the keys themselves are compared.
-private struct ChildRank {
+struct KeyRank {
     /// 0 for an integer key, 1 for any other.
     var kind: UInt8
     var integer: Int64
     /// An integer key's length, or another key's first 8 bytes, big-endian (zeros pad a short
     /// key: no key holds a zero byte, so a key sorts before the longer keys it begins).
     var bytes: UInt64
-    var index: Dictionary<String, Value>.Index
 
-    init(_ key: String, _ index: Dictionary<String, Value>.Index) {
-        self.index = index
-        if let n = KeyOrder.integerValue(key) {
+    init(_ key: UnsafeBufferPointer<UInt8>) {
+        if let n = KeyOrder.integerValue(utf8: key) {
             kind = 0
             integer = n
-            bytes = UInt64(key.utf8.count)
+            bytes = UInt64(key.count)
             return
         }
         kind = 1
         integer = 0
         var b: UInt64 = 0
-        var taken: UInt64 = 0
-        for byte in key.utf8.prefix(8) {
-            b = b << 8 | UInt64(byte)
-            taken += 1
-        }
-        bytes = taken == 8 ? b : b << (8 * (8 - taken))
+        let taken = min(8, key.count)
+        for j in 0..<taken { b = b << 8 | UInt64(key[j]) }
+        bytes = taken == 8 ? b : b << (8 * UInt64(8 - taken))
     }
 
-    /// Whether this child sorts before `other`; `compareKeys` decides when the ranks cannot.
+    /// Whether this key sorts before `other`'s; `compareKeys` decides when the ranks cannot.
     @inline(__always)
-    func precedes(_ other: ChildRank, compareKeys: () -> Bool) -> Bool {
+    func precedes(_ other: KeyRank, compareKeys: () -> Bool) -> Bool {
         if kind != other.kind { return kind < other.kind }
         if kind == 0 {
             if integer != other.integer { return integer < other.integer }
@@ -203,15 +203,28 @@ private struct ChildRank {
     }
 }
 
+/// A child of an object being encoded: its key's rank and where it is in the object.
+struct ChildRank {
+    var rank: KeyRank
+    var index: Dictionary<String, Value>.Index
+
+    init(_ key: UnsafeBufferPointer<UInt8>, _ index: Dictionary<String, Value>.Index) {
+        rank = KeyRank(key)
+        self.index = index
+    }
+}
+
 /// Encodes values straight into ``ValueCodec``'s form, with ``Node``'s validation and
 /// normalization: children in key order, null children dropped, empty objects null, arrays as
 /// objects with integer keys, priorities.
-private struct ValueEncoder {
+struct ValueEncoder {
     var w = ByteWriter(capacity: 256)
     let base: Path
     /// Keys from `base` down to the value being encoded, for error messages.
     var keys: [String] = []
     var hasServerValues = false
+    /// The ranks of the children of the objects being encoded, innermost last.
+    var ranks: [ChildRank] = []
 
     init(base: Path) { self.base = base }
 
@@ -247,22 +260,27 @@ private struct ValueEncoder {
             }
             return finishChildren(n, start: start, countAt: countAt)
         case .object(let object):
-            // One pass: find the special keys, validate the others and rank them for sorting
-            // (plain integers, no strings copied while sorting).
-            var order: [ChildRank] = []
-            order.reserveCapacity(object.count)
+            // One pass over the keys' bytes: find the special keys, validate the others and
+            // rank them for sorting (plain integers: no strings are copied while sorting).
+            let base = ranks.count
+            defer { ranks.removeSubrange(base...) }
             var priority: Value?
             var special = false
             var i = object.startIndex
             while i != object.endIndex {
-                let key = object[i].key
-                if key.utf8.first == UInt8(ascii: ".") && (key == ".priority" || key == ".sv" || key == ".value") {
-                    if key == ".priority" { priority = object[i].value } else { special = true }
+                var key = object[i].key
+                let rank = key.withUTF8 { b in Self.isPlainKey(b) ? ChildRank(b, i) : nil }
+                if let rank {
+                    ranks.append(rank)
+                } else if key == ".priority" {
+                    priority = object[i].value
+                } else if key == ".sv" || key == ".value" {
+                    special = true
                 } else {
                     do { try Path.validate(key: key) } catch let e as DatabaseError {
                         throw DatabaseError(.invalidData, "at \(location): \(e.message)")
                     }
-                    order.append(ChildRank(key, i))
+                    ranks.append(key.withUTF8 { ChildRank($0, i) })
                 }
                 object.formIndex(after: &i)
             }
@@ -285,13 +303,29 @@ private struct ValueEncoder {
             w.u8(ValueCodec.Tag.children.rawValue)
             let countAt = w.count
             w.u8(0)
-            order.sort { a, b in a.precedes(b) { KeyOrder.utf16Order(object[a.index].key, object[b.index].key) < 0 } }
+            let end = ranks.count
+            ranks[base..<end].sort { a, b in a.rank.precedes(b.rank) { KeyOrder.utf16Order(object[a.index].key, object[b.index].key) < 0 } }
             var n = 0
-            for c in order {
-                let (key, child) = object[c.index]
+            for j in base..<end {
+                let (key, child) = object[ranks[j].index]
                 if try self.child(key, child, depth: depth) { n += 1 }
             }
             return finishChildren(n, start: start, countAt: countAt)
+        }
+        return true
+    }
+
+    /// A key that needs no closer look: 1–768 bytes, none of them forbidden (every forbidden
+    /// character is ASCII, and no byte of a longer UTF-8 sequence is).
+    @inline(__always)
+    static func isPlainKey(_ b: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard b.count > 0 && b.count <= 768 else { return false }
+        for byte in b {
+            switch byte {
+            case 0..<0x20, 0x7F, UInt8(ascii: "."), UInt8(ascii: "$"), UInt8(ascii: "#"), UInt8(ascii: "["), UInt8(ascii: "]"), UInt8(ascii: "/"):
+                return false
+            default: continue
+            }
         }
         return true
     }
