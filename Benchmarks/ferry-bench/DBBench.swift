@@ -11,6 +11,7 @@ struct DBBench: AsyncParsableCommand {
 
     @OptionGroup var common: CommonOptions
     @Option(help: "Records (setValues at distinct paths).") var records = 1_000_000
+    @Option(help: ArgumentHelp("Keep the store the JSON run wrote (with its checkpoint) here, for profiling the open.", visibility: .hidden)) var keep: String?
 
     func run() async throws {
         say("generating \(records) posts (not timed)…", json: common.json)
@@ -93,6 +94,10 @@ struct DBBench: AsyncParsableCommand {
             return Measurement(area: "db", workload: "reopen until reads answered", engine: engine, operations: records, bytes: data.payloadBytes,
                                runs: times, peakRSS: rss.sorted()[rss.count / 2],
                                note: "peak RSS \(humanBytes(rss.sorted()[rss.count / 2])) = \(String(format: "%.2f", Double(rss.sorted()[rss.count / 2]) / Double(data.payloadBytes)))× the payload")
+        }
+        if let keep {
+            remove(keep)
+            try FileManager.default.copyItem(atPath: ferryDir, toPath: keep)
         }
         report.add(try open("ferry", ferryDir))
         for f in try FileManager.default.contentsOfDirectory(atPath: ferryDir) where f.hasPrefix("checkpoint-") {

@@ -106,8 +106,11 @@ final class WriteTree {
         hidden.remove(writeID)
         var overlaps = false
         var i = pending.count - 1
+        let removedKey = PathKey.encode(removedPath)
         while wasVisible && i >= 0 {
-            if pending.isVisible(at: i) {
+            // Only writes on the removed one's line (at, above or below it) can matter; the
+            // bytes tell those apart without building each path.
+            if pending.isVisible(at: i), removedKey.withUnsafeBytes({ pending.isRelated(at: i, toKey: $0) }) {
                 let path = pending.path(at: i)
                 if i >= index && covers(i, removedPath) {
                     wasVisible = false  // a later write shadows it completely
@@ -161,17 +164,24 @@ final class WriteTree {
     var allWrites: [WriteRecord] { (0..<pending.count).compactMap { record(at: $0) } }
 
     /// Restores pending writes and their overlay from a checkpoint (values stay stored).
-    func restore(pending list: [(Int64, UInt8, Path)], overlay restored: LayeredIndex) {
+    /// Empties the tree before a checkpoint is loaded into it.
+    func beginRestore() {
         pending.removeAll()
         overlay.removeAll()
         hidden = []
-        for (id, flags, path) in list {
-            let visible = flags & PendingList.visibleFlag != 0
-            pending.append(id, path: path, isOverwrite: flags & PendingList.overwriteFlag != 0, visible: visible, inline: nil)
-            if !visible { hidden.insert(id) }
-            lastWriteID = id
-        }
-        restored.forEach { key, e in overlay.restore(e.ref, empty: e.isEmpty, key: Array(key)) }
+        lastWriteID = -1
+    }
+
+    func reservePending(_ count: Int, keyBytes: Int) { pending.reserveCapacity(adding: count, keyBytes: keyBytes) }
+
+    /// Puts back a pending write as a checkpoint kept it (its overlay entries are restored
+    /// separately); ids must rise. False when `key` is not a path's key.
+    func restorePending(_ id: Int64, flags: UInt8, key: UnsafeRawBufferPointer) -> Bool {
+        guard id > lastWriteID, PathKey.depth(key) != nil else { return false }
+        pending.append(id, flags: flags, key: key)
+        if flags & PendingList.visibleFlag == 0 { hidden.insert(id) }
+        lastWriteID = id
+        return true
     }
 
     // MARK: The layered visible writes

@@ -1,14 +1,20 @@
-import CCRC32C
 import FerryLog
 
 /// A checkpoint: the stored state at an LSN — the server cache, the pending writes and their
 /// overlay — as references into the log (values stay in the log's records). Written beside
-/// the log as a side file; the newest one that checks out bounds the replay of the next open.
-/// See FORMAT.md ("Checkpoints").
+/// the log as a side file of checksummed, compressed blocks, streamed both ways so that
+/// neither writing nor loading one holds the whole file; the newest one that checks out bounds
+/// the replay of the next open. See FORMAT.md ("Checkpoints").
 enum Checkpoint {
     static let prefix = "checkpoint-"
     static let magic = Array("FERRYCKP".utf8)
-    static let version: UInt16 = 1
+    static let version: UInt16 = 2
+    /// Blocks are cut once they pass this many bytes.
+    static let blockTarget = 256 << 10
+
+    enum Section: UInt8 {
+        case server = 1, pending = 2, overlay = 3
+    }
 
     static func fileName(_ lsn: UInt64) -> String {
         let h = String(lsn, radix: 16)
@@ -19,44 +25,109 @@ enum Checkpoint {
         guard name.hasPrefix(prefix), name.hasSuffix(".ckp") else { return nil }
         return UInt64(name.dropFirst(prefix.count).dropLast(4), radix: 16)
     }
+
+    static func damaged(_ why: String) -> DatabaseError { DatabaseError(.storage, "a checkpoint is damaged: \(why)") }
 }
 
-extension Engine {
-    func checkpointBytes(storeID: StoreID, nextLSN: UInt64) -> [UInt8] {
-        var w = ByteWriter(capacity: 64 + (server.count + 2 * writeTree.pendingCount) * 40)
+/// Writes keys as (bytes shared with the previous key, the rest), which neighbouring paths
+/// make short.
+private struct KeyDelta {
+    var previous: [UInt8] = []
+
+    mutating func write(_ key: UnsafeRawBufferPointer, into w: inout ByteWriter) {
+        var shared = 0
+        let n = min(previous.count, key.count)
+        while shared < n && previous[shared] == key[shared] { shared += 1 }
+        w.varint(UInt64(shared))
+        w.varint(UInt64(key.count - shared))
+        w.bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: key[shared...]))
+        previous.removeSubrange(shared...)
+        previous.append(contentsOf: UnsafeRawBufferPointer(rebasing: key[shared...]))
+    }
+
+    /// Reads the next key into `previous`; returns whether it sorts after the one it replaced
+    /// (for a key that shares no bytes with an empty `previous`, whether it is non-empty).
+    mutating func read(_ r: inout ByteReader) throws -> Bool {
+        let shared = Int(try r.varint())
+        let rest = Int(try r.varint())
+        guard shared <= previous.count, rest <= r.bytes.count - r.offset, shared + rest <= 4096 else {
+            throw Checkpoint.damaged("a key does not fit its block")
+        }
+        let restBytes = UnsafeRawBufferPointer(rebasing: r.bytes[r.offset..<(r.offset + rest)])
+        let rises = rest > 0 && (shared == previous.count || restBytes[0] > previous[shared])
+        previous.removeLast(previous.count - shared)
+        previous.append(contentsOf: restBytes)
+        r.offset += rest
+        return rises
+    }
+}
+
+/// What a checkpoint holds, taken under the engine's lock in O(1) (the indexes and the list
+/// are copied on write), so that the file is written while writes go on.
+struct CheckpointImage {
+    let server: PathIndex<LayeredEntry>
+    let pending: PendingList
+    let overlay: PathIndex<LayeredEntry>
+
+    /// Streams the checkpoint into `out`, a block at a time.
+    func write(storeID: StoreID, nextLSN: UInt64, to out: SideFileBlockWriter) throws {
+        var w = ByteWriter(capacity: Checkpoint.blockTarget + 8192)
         w.bytes.append(contentsOf: Checkpoint.magic)
         withUnsafeBytes(of: Checkpoint.version.littleEndian) { w.bytes.append(contentsOf: $0) }
-        w.bytes.append(contentsOf: [0, 0, 0, 0, 0, 0])
         withUnsafeBytes(of: storeID.high.littleEndian) { w.bytes.append(contentsOf: $0) }
         withUnsafeBytes(of: storeID.low.littleEndian) { w.bytes.append(contentsOf: $0) }
         withUnsafeBytes(of: nextLSN.littleEndian) { w.bytes.append(contentsOf: $0) }
-        func entries(_ index: LayeredIndex) {
-            w.varint(UInt64(index.count))
-            index.forEach { key, e in
+        w.varint(UInt64(server.count))
+        w.varint(UInt64(pending.count))
+        w.varint(UInt64(overlay.count))
+        w.varint(UInt64(pending.keyBytes))
+        try w.bytes.withUnsafeBytes { try out.write($0) }
+        w.bytes.removeAll(keepingCapacity: true)
+
+        var keys = KeyDelta()
+        var previousID: Int64 = 0
+        func startBlockIfNeeded(_ section: Checkpoint.Section) throws {
+            if w.count >= Checkpoint.blockTarget { try flush() }
+            if w.count == 0 {
+                w.u8(section.rawValue)
+                keys.previous.removeAll(keepingCapacity: true)
+                previousID = 0
+            }
+        }
+        func flush() throws {
+            if w.count > 0 { try w.bytes.withUnsafeBytes { try out.write($0) } }
+            w.bytes.removeAll(keepingCapacity: true)
+        }
+        func entries(_ index: PathIndex<LayeredEntry>, _ section: Checkpoint.Section) throws {
+            try index.forEach(withPrefix: []) { key, e in
                 precondition(!e.isInline, "only stored values are checkpointed")
+                try startBlockIfNeeded(section)
+                keys.write(key, into: &w)
                 let ref = e.ref
-                w.varint(UInt64(key.count))
-                w.bytes.append(contentsOf: key)
                 w.u8(e.isEmpty ? 1 : 0)
                 w.varint(ref.lsn)
                 w.varint(UInt64(ref.offset))
                 w.varint(UInt64(ref.length))
             }
+            try flush()
         }
-        entries(server)
-        let pending = writeTree.pending
-        w.varint(UInt64(pending.count))
+        try entries(server, .server)
         for i in 0..<pending.count {
-            w.signed(pending.ids[i])
-            w.u8((pending.isOverwrite(at: i) ? PendingList.overwriteFlag : 0) | (pending.isVisible(at: i) ? PendingList.visibleFlag : 0))
-            let key = PathKey.encode(pending.path(at: i))
-            w.varint(UInt64(key.count))
-            w.bytes.append(contentsOf: key)
+            try startBlockIfNeeded(.pending)
+            let id = pending.ids[i]
+            w.signed(id &- previousID)
+            previousID = id
+            w.u8(pending.flags(at: i))
+            pending.withKey(at: i) { keys.write($0, into: &w) }
         }
-        entries(writeTree.overlay)
-        let crc = w.bytes.withUnsafeBytes { ferry_crc32c(0, $0.baseAddress, $0.count) }
-        withUnsafeBytes(of: crc.littleEndian) { w.bytes.append(contentsOf: $0) }
-        return w.bytes
+        try flush()
+        try entries(overlay, .overlay)
+    }
+}
+
+extension Engine {
+    var checkpointImage: CheckpointImage {
+        CheckpointImage(server: server.index, pending: writeTree.pending, overlay: writeTree.overlay.index)
     }
 
     /// Loads the newest checkpoint that checks out; returns the LSN replay starts at (the
@@ -67,67 +138,124 @@ extension Engine {
         let names = (try log.sideFiles(withPrefix: Checkpoint.prefix)).compactMap { n in Checkpoint.lsn(of: n).map { (n, $0) } }
         for (name, lsn) in names.sorted(by: { $0.1 > $1.1 }) {
             do {
-                guard let bytes = try log.readSideFile(named: name) else { continue }
-                try load(bytes, storeID: log.storeID, expectedLSN: lsn, log: log)
+                var loader = CheckpointLoader(engine: self, storeID: log.storeID, expectedLSN: lsn,
+                                              firstLSN: log.firstLSN.rawValue, nextLSN: log.nextLSN.rawValue)
+                guard try log.readSideFile(named: name, blocks: { try loader.block($0) }) else { continue }
+                try loader.finish()
                 checkpointLSN = lsn
                 return lsn
             } catch {
                 logger.warning("ignoring checkpoint \(name): \(error); replaying the log instead")
                 server.removeAll()
-                _ = writeTree.removeAllWrites()
+                writeTree.beginRestore()
             }
         }
         return log.firstLSN.rawValue
     }
+}
 
-    private func load(_ bytes: [UInt8], storeID: StoreID, expectedLSN: UInt64, log: WriteAheadLog) throws {
-        try bytes.withUnsafeBytes { raw in
-            guard raw.count >= 52 else { throw ByteReader.damaged("checkpoint too short") }
-            let body = UnsafeRawBufferPointer(rebasing: raw[0..<(raw.count - 4)])
-            let crc = raw.loadUnaligned(fromByteOffset: raw.count - 4, as: UInt32.self)
-            guard ferry_crc32c(0, body.baseAddress, body.count) == UInt32(littleEndian: crc) else { throw ByteReader.damaged("checkpoint checksum mismatch") }
-            guard Array(raw[0..<8]) == Checkpoint.magic else { throw ByteReader.damaged("not a checkpoint") }
-            let version = UInt16(littleEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt16.self))
-            guard version == Checkpoint.version else {
-                throw DatabaseError(.storage, "checkpoint format version \(version) is not understood by this build")
-            }
-            let high = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 16, as: UInt64.self))
-            let low = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 24, as: UInt64.self))
-            guard StoreID(high: high, low: low) == storeID else { throw ByteReader.damaged("checkpoint of another store") }
-            let next = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 32, as: UInt64.self))
-            guard next == expectedLSN, next <= log.nextLSN.rawValue else { throw ByteReader.damaged("checkpoint LSN \(next) does not fit the log") }
-            var r = ByteReader(body, offset: 40)
-            let first = log.firstLSN.rawValue
-            func entries(_ index: LayeredIndex) throws {
-                let n = try r.varint()
-                for _ in 0..<n {
-                    let k = Int(try r.varint())
-                    guard k <= r.bytes.count - r.offset else { throw ByteReader.damaged("checkpoint key too long") }
-                    let key = Array(r.bytes[r.offset..<r.offset + k])
-                    r.offset += k
-                    let empty = try r.u8() != 0
-                    let ref = ValueRef(lsn: try r.varint(), offset: UInt32(try r.varint()), length: UInt32(try r.varint()))
-                    guard ref.length == 0 || (ref.lsn >= first && ref.lsn < next) else {
-                        throw ByteReader.damaged("checkpoint refers to record \(ref.lsn), outside the log")
-                    }
-                    index.restore(ref, empty: empty, key: key)
-                }
-            }
-            try entries(server)
-            let pendingCount = try r.varint()
-            var pending: [(Int64, UInt8, Path)] = []
-            for _ in 0..<pendingCount {
-                let id = try r.signed()
-                let flags = try r.u8()
-                let k = Int(try r.varint())
-                guard k <= r.bytes.count - r.offset else { throw ByteReader.damaged("checkpoint path too long") }
-                pending.append((id, flags, PathKey.decode(r.bytes[r.offset..<r.offset + k])))
-                r.offset += k
-            }
-            let overlay = LayeredIndex()
-            try entries(overlay)
-            writeTree.restore(pending: pending, overlay: overlay)
-            guard r.atEnd else { throw ByteReader.damaged("trailing bytes in a checkpoint") }
+/// Puts a checkpoint's blocks back into the engine as they are read.
+private struct CheckpointLoader {
+    let engine: Engine
+    let storeID: StoreID
+    let expectedLSN: UInt64
+    let firstLSN: UInt64
+    let nextLSN: UInt64
+    var expected: (server: UInt64, pending: UInt64, overlay: UInt64)?
+    var counts: (server: UInt64, pending: UInt64, overlay: UInt64) = (0, 0, 0)
+    var lastSection: UInt8 = 0
+    var keys = KeyDelta()
+    /// The section's previous key: keys must rise (the indexes are rebuilt by appending).
+    var lastKey: [UInt8] = []
+    var hasLastKey = false
+    var lastID: Int64 = .min
+
+    init(engine: Engine, storeID: StoreID, expectedLSN: UInt64, firstLSN: UInt64, nextLSN: UInt64) {
+        self.engine = engine
+        self.storeID = storeID
+        self.expectedLSN = expectedLSN
+        self.firstLSN = firstLSN
+        self.nextLSN = nextLSN
+    }
+
+    mutating func block(_ bytes: UnsafeRawBufferPointer) throws {
+        var r = ByteReader(bytes)
+        guard expected != nil else { return try header(&r) }
+        guard let section = Checkpoint.Section(rawValue: try r.u8()), section.rawValue >= lastSection else {
+            throw Checkpoint.damaged("blocks out of order")
         }
+        if section.rawValue != lastSection { hasLastKey = false }
+        lastSection = section.rawValue
+        keys.previous.removeAll(keepingCapacity: true)
+        var previousID: Int64 = 0
+        var first = true
+        while !r.atEnd {
+            switch section {
+            case .server, .overlay:
+                let rises = try keys.read(&r)
+                if first {
+                    // The first key of a block follows the last of the section's previous block.
+                    if hasLastKey, keys.previous.withUnsafeBytes({ k in lastKey.withUnsafeBytes { compareBytes(k, $0) } }) <= 0 {
+                        throw Checkpoint.damaged("keys out of order")
+                    }
+                } else if !rises {
+                    throw Checkpoint.damaged("keys out of order")
+                }
+                let empty = try r.u8()
+                let ref = ValueRef(lsn: try r.varint(), offset: UInt32(truncatingIfNeeded: try r.varint()), length: UInt32(truncatingIfNeeded: try r.varint()))
+                guard empty <= 1, ref.length == 0 || (ref.lsn >= firstLSN && ref.lsn < expectedLSN) else {
+                    throw Checkpoint.damaged("it refers to record \(ref.lsn), outside the log")
+                }
+                let index = section == .server ? engine.server : engine.writeTree.overlay
+                guard keys.previous.withUnsafeBytes({ index.restore(ref, empty: empty == 1, key: $0) }) else {
+                    throw Checkpoint.damaged("a key is not a path")
+                }
+                if section == .server { counts.server += 1 } else { counts.overlay += 1 }
+            case .pending:
+                let id = previousID &+ (try r.signed())
+                previousID = id
+                guard id > lastID else { throw Checkpoint.damaged("pending writes out of order") }
+                lastID = id
+                let flags = try r.u8()
+                _ = try keys.read(&r)
+                guard keys.previous.withUnsafeBytes({ engine.writeTree.restorePending(id, flags: flags, key: $0) }) else {
+                    throw Checkpoint.damaged("a pending write's path is not a path")
+                }
+                counts.pending += 1
+            }
+            first = false
+        }
+        if !first && section != .pending {
+            lastKey.removeAll(keepingCapacity: true)
+            lastKey.append(contentsOf: keys.previous)
+            hasLastKey = true
+        }
+    }
+
+    private mutating func header(_ r: inout ByteReader) throws {
+        guard r.bytes.count >= 37, Array(r.bytes[0..<8]) == Checkpoint.magic else { throw Checkpoint.damaged("not a checkpoint") }
+        let version = UInt16(littleEndian: r.bytes.loadUnaligned(fromByteOffset: 8, as: UInt16.self))
+        guard version == Checkpoint.version else {
+            throw DatabaseError(.storage, "checkpoint format version \(version) is not understood by this build")
+        }
+        let high = UInt64(littleEndian: r.bytes.loadUnaligned(fromByteOffset: 10, as: UInt64.self))
+        let low = UInt64(littleEndian: r.bytes.loadUnaligned(fromByteOffset: 18, as: UInt64.self))
+        guard StoreID(high: high, low: low) == storeID else { throw Checkpoint.damaged("it belongs to another store") }
+        let next = UInt64(littleEndian: r.bytes.loadUnaligned(fromByteOffset: 26, as: UInt64.self))
+        guard next == expectedLSN, next <= nextLSN else { throw Checkpoint.damaged("its LSN \(next) does not fit the log") }
+        r.offset = 34
+        expected = (try r.varint(), try r.varint(), try r.varint())
+        let pendingKeyBytes = try r.varint()
+        guard r.atEnd else { throw Checkpoint.damaged("trailing bytes in its header") }
+        engine.server.removeAll()
+        engine.writeTree.beginRestore()
+        // Room for what the header announces (within reason: it is not trusted further).
+        let room = Int(min(expected!.pending, 1 << 28)), bytes = Int(min(pendingKeyBytes, 1 << 32))
+        engine.writeTree.reservePending(room, keyBytes: bytes)
+    }
+
+    /// Checks that every entry the header announced arrived.
+    func finish() throws {
+        guard let expected, expected == counts else { throw Checkpoint.damaged("entries are missing") }
     }
 }

@@ -124,14 +124,14 @@ public final class Database: Sendable {
     /// references into the log), so that the next open replays only what came after it.
     public func checkpoint() async throws {
         guard let log else { return }
-        let (bytes, lsn) = try engine.withLock { e -> ([UInt8], UInt64) in
+        let (image, lsn) = try engine.withLock { e -> (CheckpointImage, UInt64) in
             try e.checkUsable()
-            return (e.checkpointBytes(storeID: log.storeID, nextLSN: log.nextLSN.rawValue), log.nextLSN.rawValue)
+            return (e.checkpointImage, log.nextLSN.rawValue)
         }
         do {
             try await log.sync()  // every record the checkpoint refers to must be durable first
             let name = Checkpoint.fileName(lsn)
-            try log.writeSideFile(named: name, contents: bytes)
+            try log.writeSideFile(named: name) { try image.write(storeID: log.storeID, nextLSN: lsn, to: $0) }
             try log.removeSideFiles(named: try log.sideFiles(withPrefix: Checkpoint.prefix).filter { $0 != name })
         } catch {
             throw DatabaseError(.storage, "writing a checkpoint failed: \(error)", underlying: error as? LogError)

@@ -129,11 +129,14 @@ final class LayeredIndex {
     }
 
     /// Puts back a stored entry exactly as a checkpoint kept it (no markers: they are kept too).
-    /// Entries come in key order, so this appends.
-    func restore(_ ref: ValueRef, empty: Bool, key: [UInt8]) {
-        let entry = LayeredEntry(ref: ref, empty: empty, depth: key.reduce(0) { $0 + ($1 == 0 ? 1 : 0) })
+    /// Entries come in key order, so this appends. False (and nothing changed) when `key` is
+    /// not a path's key.
+    func restore(_ ref: ValueRef, empty: Bool, key: UnsafeRawBufferPointer) -> Bool {
+        guard let depth = PathKey.depth(key) else { return false }
+        let entry = LayeredEntry(ref: ref, empty: empty, depth: depth)
         depthCounts[entry.depth] += 1
-        if let old = index.set(key, entry) { dropped(old) }
+        if let old = index.append(key, entry) { dropped(old) }
+        return true
     }
 
     /// Removes the entry at `path` and everything below it.

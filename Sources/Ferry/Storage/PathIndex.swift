@@ -22,6 +22,23 @@ enum PathKey {
         Path(keys: bytes.split(separator: 0, omittingEmptySubsequences: true).map { String(decoding: $0, as: UTF8.self) })
     }
 
+    /// How many keys the path whose key is `key` has; nil when `key` is not one (it must end
+    /// with 0x00 unless empty, with no empty key, and fewer than 64 keys).
+    static func depth(_ key: UnsafeRawBufferPointer) -> Int? {
+        guard let base = key.baseAddress, key.count > 0 else { return 0 }
+        guard key[key.count - 1] == 0, key[0] != 0 else { return nil }
+        var depth = 0
+        var start = 0
+        while start < key.count {
+            let zero = memchr(base + start, 0, key.count - start)!  // the last byte is one
+            let end = base.distance(to: UnsafeRawPointer(zero))
+            if end == start { return nil }  // an empty key
+            depth += 1
+            start = end + 1
+        }
+        return depth < 64 ? depth : nil
+    }
+
     /// The keys of `path` and of each of its ancestors, root first.
     static func prefixes(of path: Path) -> [[UInt8]] {
         var out: [[UInt8]] = [[]]
@@ -139,6 +156,12 @@ struct PathIndex<Entry> {
             }
             if comparePrefix(key) != nil { shortenPrefix(to: commonPrefixLength(key)) }
             let rest = slice(key, prefix.count..<key.count)
+            if i == count {
+                suffixes.append(contentsOf: rest)
+                ends.append(UInt32(suffixes.count))
+                entries.append(entry)
+                return
+            }
             let start = i == 0 ? 0 : Int(ends[i - 1])
             suffixes.insert(contentsOf: rest, at: start)
             ends.insert(UInt32(start + rest.count), at: i)
@@ -266,6 +289,17 @@ struct PathIndex<Entry> {
         }
         insert(k, entry, chunk: ci, at: i)
         return nil
+    }
+
+    /// Sets `key`, taking the short way when it sorts after every key already here (as when
+    /// an index is rebuilt in key order); returns the entry it replaced.
+    @discardableResult
+    mutating func append(_ k: UnsafeRawBufferPointer, _ entry: Entry) -> Entry? {
+        if let last = chunks.last, last.count > 0, last.compare(last.count - 1, k) < 0 {
+            insert(k, entry, chunk: chunks.count - 1, at: last.count)
+            return nil
+        }
+        return set(k, entry)
     }
 
     private mutating func insert(_ key: UnsafeRawBufferPointer, _ entry: Entry, chunk ci: Int, at i: Int) {

@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The pending local writes, oldest first: ids, paths (as index keys, in one byte arena) and
 /// flags — about 30 bytes a write. Their values stay in their log records (or, for a memory-only
 /// store, in the inline records).
@@ -13,6 +19,8 @@ struct PendingList {
     static let visibleFlag: UInt8 = 2
 
     var count: Int { ids.count }
+    /// The bytes of every pending write's path key.
+    var keyBytes: Int { pathBytes.count }
     var isEmpty: Bool { ids.isEmpty }
 
     mutating func append(_ id: Int64, path: Path, isOverwrite: Bool, visible: Bool, inline record: WriteRecord?) {
@@ -22,6 +30,23 @@ struct PendingList {
         pathBytes.append(contentsOf: PathKey.encode(path))
         pathEnds.append(UInt32(pathBytes.count))
         if let record { inline[id] = record }
+    }
+
+    /// Makes room for `count` more writes whose path keys take about `keyBytes` in all.
+    mutating func reserveCapacity(adding count: Int, keyBytes: Int) {
+        ids.reserveCapacity(ids.count + count)
+        flags.reserveCapacity(flags.count + count)
+        pathEnds.reserveCapacity(pathEnds.count + count)
+        pathBytes.reserveCapacity(pathBytes.count + keyBytes)
+    }
+
+    /// Appends a write as a checkpoint kept it: its path as an index key.
+    mutating func append(_ id: Int64, flags: UInt8, key: UnsafeRawBufferPointer) {
+        precondition(ids.last.map { $0 < id } ?? true, "pending writes are kept in id order")
+        ids.append(id)
+        self.flags.append(flags & (Self.overwriteFlag | Self.visibleFlag))
+        pathBytes.append(contentsOf: key)
+        pathEnds.append(UInt32(pathBytes.count))
     }
 
     func index(of id: Int64) -> Int? {
@@ -34,6 +59,20 @@ struct PendingList {
     }
 
     func path(at i: Int) -> Path { PathKey.decode(pathBytes[(i == 0 ? 0 : Int(pathEnds[i - 1]))..<Int(pathEnds[i])]) }
+    /// The path of the write at `i` as an index key, valid only during the call.
+    func withKey<R>(at i: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try pathBytes.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[(i == 0 ? 0 : Int(pathEnds[i - 1]))..<Int(pathEnds[i])])) }
+    }
+    func flags(at i: Int) -> UInt8 { flags[i] }
+
+    /// Whether the path of the write at `i` and the path whose index key is `key` are on one
+    /// line (one contains the other), compared as bytes without building paths.
+    func isRelated(at i: Int, toKey key: UnsafeRawBufferPointer) -> Bool {
+        withKey(at: i) { k in
+            let n = min(k.count, key.count)
+            return n == 0 || memcmp(k.baseAddress!, key.baseAddress!, n) == 0
+        }
+    }
     func isOverwrite(at i: Int) -> Bool { flags[i] & Self.overwriteFlag != 0 }
     func isVisible(at i: Int) -> Bool { flags[i] & Self.visibleFlag != 0 }
     func inlineRecord(_ id: Int64) -> WriteRecord? { inline[id] }

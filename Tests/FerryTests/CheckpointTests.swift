@@ -1,0 +1,142 @@
+import FerryLog
+import FerryTestSupport
+import Foundation
+import Testing
+
+@testable @_spi(Server) import Ferry
+
+@Suite struct CheckpointTests {
+    /// What a reopened store must give back: the data at a few locations and the pending writes.
+    struct State: Equatable {
+        var server: Value?
+        var written: Value?
+        var pending: [Int64]
+    }
+
+    static func state(_ db: Database) async throws -> State {
+        State(server: try await db.reference("s").getData().value,
+              written: try await db.reference("w").getData().value,
+              pending: db.pendingWriteIDs)
+    }
+
+    static func checkpointName(_ dir: TemporaryDirectory) throws -> String? {
+        try Files.list(dir.path).first { $0.hasPrefix("checkpoint-") }
+    }
+
+    @Test func aCheckpointOfManyBlocksBringsBackServerDataPendingWritesAndTheOverlay() async throws {
+        let dir = try TemporaryDirectory()
+        let before: State
+        // Long keys that differ early fill the 256 KiB blocks with few entries: every section
+        // spans several blocks.
+        func key(_ i: Int) -> String { "k\(i)-" + String(repeating: "abcdefghij", count: 30) }
+        do {
+            let db = try Database.open(at: dir.path, options: quietOptions(.none))
+            try await db.applyServerPut(at: "s", [:])
+            try await db.applyServerPut(at: "w", [:])
+            for i in 0..<1500 { try await db.applyServerPut(at: "s/\(key(i))", ["n": .int(Int64(i))]) }
+            var ids: [Int64] = []
+            for i in 0..<1500 { ids.append(try await db.reference("w/\(key(i))").setValue(.int(Int64(i))).writeID!) }
+            for i in 0..<500 { try await db.acknowledgeWrite(ids[i]) }  // acknowledged in order, as a server does
+            try await db.reference("w/\(key(700))").removeValue()
+            before = try await Self.state(db)
+            #expect(before.pending.count == 1001)
+            guard case .object(let written)? = before.written else { Issue.record("no data at /w"); return }
+            #expect(written.count == 1499)
+            try await db.close()
+        }
+        // The image is several blocks long (the point of this test), and a second open finds it.
+        let log = try WriteAheadLog.open(at: dir.path, options: LogOptions(durability: .none))
+        var blocks = 0
+        #expect(try log.readSideFile(named: try #require(try Self.checkpointName(dir))) { _ in blocks += 1 })
+        #expect(blocks >= 7, "a header and at least two blocks for each of the three sections; found \(blocks)")
+        try await log.close()
+
+        let name = try #require(try Self.checkpointName(dir))
+        let image = try Files.read(dir.sub(name))
+        for useCheckpoint in [true, false] {
+            if useCheckpoint { try Files.write(dir.sub(name), image) } else { try Files.remove(dir.sub(name)) }
+            var options = quietOptions(.none)
+            options.checkpointOnClose = false
+            let db = try Database.open(at: dir.path, options: options)
+            #expect(try await Self.state(db) == before, "with checkpoint: \(useCheckpoint)")
+            try await db.close()
+        }
+        // Pending writes restored from the checkpoint are still acknowledged one by one.
+        try Files.write(dir.sub(name), image)
+        let db = try Database.open(at: dir.path, options: quietOptions(.none))
+        try await db.acknowledgeWrite(before.pending[0])
+        #expect(db.pendingWriteIDs == Array(before.pending.dropFirst()))
+        try await db.close()
+    }
+
+    @Test func aDamagedCheckpointIsSkippedAndTheLogReplayedInstead() async throws {
+        let dir = try TemporaryDirectory()
+        do {
+            let db = try Database.open(at: dir.path, options: quietOptions(.none))
+            try await db.applyServerPut(at: "s", ["a": 1, "b": ["c": true]])
+            try await db.reference("w").setValue(["x": "y"])
+            try await db.close()
+        }
+        let name = try #require(try Self.checkpointName(dir))
+        let good = try Files.read(dir.sub(name))
+        for position in [0, 5, 13, good.count / 2, good.count - 1] {
+            var bad = good
+            bad[position] ^= 0x10
+            try Files.write(dir.sub(name), bad)
+            var options = quietOptions(.none)
+            options.checkpointOnClose = false
+            let db = try Database.open(at: dir.path, options: options)
+            #expect(try await db.reference("s").getData().value == json(#"{"a":1,"b":{"c":true}}"#), "byte \(position) damaged")
+            #expect(try await db.reference("w").getData().value == json(#"{"x":"y"}"#))
+            #expect(db.pendingWriteIDs.count == 1)
+            try await db.close()
+        }
+        // Closing with a checkpoint replaces the damaged one.
+        let db = try Database.open(at: dir.path, options: quietOptions(.none))
+        try await db.close()
+        #expect(try Files.read(dir.sub(name)) == good)
+    }
+
+    @Test func anotherStoresCheckpointIsIgnored() async throws {
+        let a = try TemporaryDirectory(), b = try TemporaryDirectory()
+        for (dir, value) in [(a, "mine"), (b, "theirs")] {
+            let db = try Database.open(at: dir.path, options: quietOptions(.none))
+            try await db.reference("w").setValue(.string(value))
+            try await db.close()
+        }
+        let name = try #require(try Self.checkpointName(b))
+        #expect(try Self.checkpointName(a) == name, "same number of records: same checkpoint name")
+        try Files.write(a.sub(name), try Files.read(b.sub(name)))
+        let db = try Database.open(at: a.path, options: quietOptions(.none))
+        #expect(try await db.reference("w").getData().value == "mine")
+        try await db.close()
+    }
+
+    @Test func aCheckpointTakenWhileWritesGoOnLeavesNothingOut() async throws {
+        let dir = try TemporaryDirectory()
+        var options = quietOptions(.none)
+        options.checkpointOnClose = false
+        do {
+            let db = try Database.open(at: dir.path, options: options)
+            try await db.applyServerPut(at: "w", [:])
+            let writer = Task {
+                for i in 0..<3000 { try await db.reference("w/k\(i)").setValue(.int(Int64(i))) }
+            }
+            for _ in 0..<5 {
+                try await db.checkpoint()
+                await Task.yield()
+            }
+            try await writer.value
+            try await db.checkpoint()
+            try await db.reference("w/late").setValue(true)  // after the last checkpoint: replayed
+            try await db.close()
+        }
+        let db = try Database.open(at: dir.path, options: options)
+        let w = try await db.reference("w").getData()
+        #expect(w.childrenCount == 3001)
+        #expect(w.childSnapshot(forPath: "k2999").value == 2999)
+        #expect(w.childSnapshot(forPath: "late").value == true)
+        #expect(try Files.list(dir.path).filter { $0.hasPrefix("checkpoint-") }.count == 1, "older checkpoints are removed")
+        try await db.close()
+    }
+}
