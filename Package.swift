@@ -82,7 +82,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryTests",
-            dependencies: ["Ferry", "FerryLog", "FerryTestSupport"],
+            dependencies: ["Ferry", "FerryLog", "FerryTestSupport", "ferry-dump"],
             exclude: ["Conformance"]
         ),
         .testTarget(
