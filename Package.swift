@@ -50,7 +50,7 @@ let package = Package(
             ]
         ),
 
-        .executableTarget(name: "ferry-demo", dependencies: ["FerryLog"]),
+        .executableTarget(name: "ferry-demo", dependencies: ["Ferry"]),
 
         // Peers for the bench only; the libraries never link them.
         .systemLibrary(name: "CLevelDB", path: "Benchmarks/CLevelDB", providers: [.apt(["libleveldb-dev"])]),

@@ -1,65 +1,90 @@
-// The demo behind the README's first command: writes a store of a few thousand mutations the
-// way an app would (durable appends from several tasks at once), closes it, reopens it, and
-// leaves it for `ferry-dump` to show.
+// The demo behind the README's first command: an app's offline session with the database.
+// Eight tasks write posts at once (each write durable before it returns), a listener on the
+// three most-liked posts fires as they land, an update and a transaction change them; then the
+// store is closed, reopened from its checkpoint, and everything — including the writes no
+// server has acknowledged yet — is there. The store is left for `ferry-dump` to show.
 //
-//   ferry-demo DIRECTORY [--mutations N]
-import FerryLog
+//   ferry-demo DIRECTORY [--posts N]
+import Ferry
 import Foundation
+import Synchronization
 
 let arguments = CommandLine.arguments
 guard arguments.count >= 2 else {
-    print("usage: ferry-demo DIRECTORY [--mutations N]")
+    print("usage: ferry-demo DIRECTORY [--posts N]")
     exit(64)
 }
 let path = arguments[1]
-let count = arguments.firstIndex(of: "--mutations").flatMap { Int(arguments[$0 + 1]) } ?? 5000
+let count = arguments.firstIndex(of: "--posts").flatMap { Int(arguments[$0 + 1]) } ?? 2000
 
-/// Record kinds the demo writes (the database layer will define the real ones).
-enum Kind: UInt8 { case set = 1, update = 2, remove = 3 }
-
-func mutation(_ i: Int) -> (Kind, [UInt8]) {
-    switch i % 10 {
-    case 9: return (.remove, Array("/posts/p\(String(format: "%08d", i - 9))".utf8))
-    case 5: return (.update, Array(#"{"/posts/p\#(String(format: "%08d", i - 5))/likes":\#(i % 97),"/stats/posts":\#(i)}"#.utf8))
-    default:
-        let key = String(format: "%08d", i)
-        return (.set, Array(#"{"path":"/posts/p\#(key)","value":{"author":"user\#(i % 211)","title":"Crossing number \#(i)","body":"written offline, synced later","likes":0}}"#.utf8))
-    }
+struct Post: Codable {
+    var author: String
+    var title: String
+    var likes: Int
 }
+
+func seconds(_ d: Duration) -> String { String(format: "%.3f s", Double(d.components.attoseconds) / 1e18 + Double(d.components.seconds)) }
 
 nonisolated func main() async throws {
     try? FileManager.default.removeItem(atPath: path)
-    let log = try WriteAheadLog.open(at: path, options: LogOptions(durability: .fsync, segmentSize: 64 << 10))
-    print("ferry-demo: writing \(count) mutations to \(path) from 8 tasks, each append durable (fdatasync) before it returns")
+    var options = DatabaseOptions(durability: .fsync)
+    options.segmentSize = 256 << 10
+    let db = try Database.open(at: path, options: options)
+    let posts = try db.reference("posts")
+    // With no server yet, a location's data is complete (and value events fire) once it was
+    // written in full locally: start both lists out empty.
+    try await db.root.updateChildValues(["posts": .null, "stats": ["posts": 0, "visits": 0]])
+
+    // A listener on the three most-liked posts: it fires from local writes, with no server.
+    let top = try posts.queryOrdered(byChild: "likes").queryLimited(toLast: 3)
+    let events = Mutex(0)
+    @Sendable func describe(_ snapshot: DataSnapshot) -> String {
+        snapshot.children.map { "\($0.key!) (\($0.childSnapshot(forPath: "likes").value) likes)" }.joined(separator: ", ")
+    }
+    let topHandle = top.observe(.value) { snapshot in
+        if events.withLock({ $0 += 1; return $0 }) == 1 { print("  the listener's first event: [\(describe(snapshot))]") }
+    }
+
+    print("ferry-demo: \(count) posts from 8 tasks into \(path), each setValue durable (fdatasync) before it returns")
     let start = ContinuousClock.now
     try await withThrowingTaskGroup(of: Void.self) { group in
         for task in 0..<8 {
             group.addTask {
-                var batch = LogBatch()
-                var i = task
-                while i < count {
-                    batch.removeAll()
-                    let (kind, payload) = mutation(i)
-                    batch.append(kind: kind.rawValue, payload: payload)
-                    try await log.append(batch)
-                    i += 8
+                for i in stride(from: task, to: count, by: 8) {
+                    try await posts.childByAutoId().setValue(Post(author: "user\(i % 211)", title: "Crossing number \(i)", likes: (i * 7919) % 1000))
                 }
             }
         }
         try await group.waitForAll()
     }
-    let elapsed = start.duration(to: .now)
-    let stats = log.statistics
-    print("ferry-demo: \(stats.records) records in \(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))); "
-          + "\(stats.syncs) fdatasync calls (group commit: \(String(format: "%.1f", Double(stats.records) / Double(max(1, stats.syncs)))) records per sync), "
-          + "\(log.segments.count) segments")
-    try await log.close()
+    print("ferry-demo: wrote \(count) posts in \(seconds(start.duration(to: .now))); the top-3 listener fired \(events.withLock { $0 }) times, "
+          + "once per change of the top 3, and shows [\(describe(try await top.getData()))]")
 
-    let reopened = try WriteAheadLog.open(at: path)
-    var kinds: [UInt8: Int] = [:]
-    try reopened.forEachRecord { kinds[$0.kind, default: 0] += 1 }
-    print("ferry-demo: reopened: LSN \(reopened.firstLSN)..<\(reopened.nextLSN), \(kinds[1] ?? 0) sets, \(kinds[2] ?? 0) updates, \(kinds[3] ?? 0) removes; recovery: \(reopened.recovery.isClean ? "clean" : "\(reopened.recovery)")")
+    // A multi-path update (all or nothing), a server-value increment and a transaction.
+    let first = try require(try await top.getData().children.last)
+    try await db.root.updateChildValues(["posts/\(first.key!)/likes": 5000, "stats/posts": .int(Int64(count))])
+    try await db.reference("stats/visits").setValue(ServerValue.increment(1))
+    let result = try await db.reference("stats/visits").runTransaction { data in
+        data.value = .int((data.value.number.map { Int64($0) } ?? 0) + 10)
+        return .commit
+    }
+    print("ferry-demo: transaction committed: \(result.committed), visits = \(result.snapshot.value)")
+    top.removeObserver(withHandle: topHandle)
+    let before = [try await posts.getData().value, try await db.reference("stats").getData().value]
+    try await db.close()
+
+    // Reopen: the checkpoint written by close bounds the replay.
+    let reopenStart = ContinuousClock.now
+    let reopened = try Database.open(at: path)
+    let after = [try await reopened.reference("posts").getData().value, try await reopened.reference("stats").getData().value]
+    print("ferry-demo: reopened in \(seconds(reopenStart.duration(to: .now))): \(try await reopened.reference("posts").getData().childrenCount) posts, "
+          + "same data as before close: \(after == before), writes waiting for a server: \(reopened.pendingWriteCount)")
+    let best = try await reopened.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 1).getData().children.first!
+    print("ferry-demo: most liked: \(try best.decode(Post.self)) — hasPendingWrites: \(best.metadata.hasPendingWrites)")
     try await reopened.close()
 }
+
+struct Missing: Error {}
+func require<T>(_ value: T?) throws -> T { guard let value else { throw Missing() }; return value }
 
 try await main()

@@ -110,6 +110,10 @@ public final class Database: Sendable {
         DatabaseReference(database: self, path: try Path(validating: path))
     }
 
+    /// How many local writes are waiting for the server's acknowledgement (they are kept,
+    /// across restarts, until it comes).
+    public var pendingWriteCount: Int { engine.withLock { $0.writeTree.pendingCount } }
+
     /// Writes a checkpoint (if stored), waits for every write to be durable, and closes the log.
     /// Later calls throw ``DatabaseError/Code/closed``.
     public func close() async throws {
