@@ -6,6 +6,7 @@ public struct SnapshotMetadata: Sendable, Hashable, CustomStringConvertible {
     /// True when local writes not yet acknowledged by the server touch the data.
     public var hasPendingWrites: Bool
 
+    /// Metadata with the given flags.
     public init(fromCache: Bool, hasPendingWrites: Bool) {
         self.fromCache = fromCache
         self.hasPendingWrites = hasPendingWrites
@@ -40,9 +41,12 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     public var priority: Value { node.priority.value() }
     /// Whether there is data (not null).
     public var exists: Bool { !node.isEmpty }
+    /// How many children the data here has.
     public var childrenCount: Int { node.numChildren }
+    /// Whether the data here has any children.
     public var hasChildren: Bool { node.numChildren > 0 }
 
+    /// Whether there is data at `path` (relative, `/`-separated) below here.
     public func hasChild(_ path: String) -> Bool { !node.getChild(Path(path)).isEmpty }
 
     /// The data at a relative path (a snapshot of null when there is none).
@@ -68,7 +72,9 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
 
 /// One event from an `AsyncSequence` of a query's events.
 public struct DataEvent: Sendable {
+    /// Which kind of event this is.
     public var type: DataEventType
+    /// The data the event is about: the location's for `value`, the child's for child events.
     public var snapshot: DataSnapshot
     /// For child_added, child_changed and child_moved: the key of the sibling before it.
     public var previousSiblingKey: String?

@@ -20,8 +20,10 @@ public struct DatabaseOptions: Sendable {
     /// Where the database logs recoveries and failures.
     public var logger = Logger(label: "ferry")
 
+    /// The defaults: `.fsync` durability, 8 MiB segments, strict recovery, a checkpoint on close.
     public init() {}
 
+    /// The defaults, with `durability`.
     public init(durability: Durability) { self.durability = durability }
 }
 

@@ -5,6 +5,7 @@ import Synchronization
 /// ``DatabaseReference`` and observed or read like one; the rules are the Realtime Database's
 /// (one order, one start, one end, one limit; `queryEqual` is a start and an end).
 public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
+    /// The database the query reads.
     public let database: Database
     /// The location queried.
     public let path: Path

@@ -1,6 +1,8 @@
 /// A location in a ``Database``: read it, write it, listen to it, query below it.
 public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
+    /// The database this location belongs to.
     public let database: Database
+    /// The location, from the root.
     public let path: Path
 
     init(database: Database, path: Path) {
@@ -12,6 +14,7 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     public var key: String? { path.back }
     /// The location above; nil for the root.
     public var parent: DatabaseReference? { path.parent.map { DatabaseReference(database: database, path: $0) } }
+    /// The database's root location.
     public var root: DatabaseReference { database.root }
     /// This location as a query (all children, in the default order).
     public var query: DatabaseQuery { DatabaseQuery(database: database, path: path) }
@@ -121,16 +124,27 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
 
     // MARK: Querying and listening (as a query of everything here)
 
+    /// This location as a query, then ``DatabaseQuery/queryOrdered(byChild:)``.
     public func queryOrdered(byChild childPath: String) throws -> DatabaseQuery { try query.queryOrdered(byChild: childPath) }
+    /// This location as a query, then ``DatabaseQuery/queryOrderedByKey()``.
     public func queryOrderedByKey() throws -> DatabaseQuery { try query.queryOrderedByKey() }
+    /// This location as a query, then ``DatabaseQuery/queryOrderedByValue()``.
     public func queryOrderedByValue() throws -> DatabaseQuery { try query.queryOrderedByValue() }
+    /// This location as a query, then ``DatabaseQuery/queryOrderedByPriority()``.
     public func queryOrderedByPriority() throws -> DatabaseQuery { try query.queryOrderedByPriority() }
+    /// This location as a query, then ``DatabaseQuery/queryStarting(atValue:childKey:)``.
     public func queryStarting(atValue value: Value, childKey: String? = nil) throws -> DatabaseQuery { try query.queryStarting(atValue: value, childKey: childKey) }
+    /// This location as a query, then ``DatabaseQuery/queryStarting(afterValue:childKey:)``.
     public func queryStarting(afterValue value: Value, childKey: String? = nil) throws -> DatabaseQuery { try query.queryStarting(afterValue: value, childKey: childKey) }
+    /// This location as a query, then ``DatabaseQuery/queryEnding(atValue:childKey:)``.
     public func queryEnding(atValue value: Value, childKey: String? = nil) throws -> DatabaseQuery { try query.queryEnding(atValue: value, childKey: childKey) }
+    /// This location as a query, then ``DatabaseQuery/queryEnding(beforeValue:childKey:)``.
     public func queryEnding(beforeValue value: Value, childKey: String? = nil) throws -> DatabaseQuery { try query.queryEnding(beforeValue: value, childKey: childKey) }
+    /// This location as a query, then ``DatabaseQuery/queryEqual(toValue:childKey:)``.
     public func queryEqual(toValue value: Value, childKey: String? = nil) throws -> DatabaseQuery { try query.queryEqual(toValue: value, childKey: childKey) }
+    /// This location as a query, then ``DatabaseQuery/queryLimited(toFirst:)``.
     public func queryLimited(toFirst n: Int) throws -> DatabaseQuery { try query.queryLimited(toFirst: n) }
+    /// This location as a query, then ``DatabaseQuery/queryLimited(toLast:)``.
     public func queryLimited(toLast n: Int) throws -> DatabaseQuery { try query.queryLimited(toLast: n) }
 
     /// See ``DatabaseQuery/observe(_:includeMetadataChanges:with:)``.
@@ -146,15 +160,21 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
         query.observe(type, includeMetadataChanges: includeMetadataChanges, andPreviousSiblingKeyWith: handler)
     }
 
+    /// Same as ``DatabaseQuery/removeObserver(withHandle:)`` on this location's ``query``.
     public func removeObserver(withHandle handle: ObserverHandle) { query.removeObserver(withHandle: handle) }
+    /// Same as ``DatabaseQuery/removeAllObservers()`` on this location's ``query``.
     public func removeAllObservers() { query.removeAllObservers() }
+    /// Same as ``DatabaseQuery/events(_:includeMetadataChanges:)`` on this location's ``query``.
     public func events(_ type: DataEventType = .value, includeMetadataChanges: Bool = false) -> AsyncStream<DataEvent> {
         query.events(type, includeMetadataChanges: includeMetadataChanges)
     }
+    /// Same as ``DatabaseQuery/values(includeMetadataChanges:)`` on this location's ``query``.
     public func values(includeMetadataChanges: Bool = false) -> AsyncMapSequence<AsyncStream<DataEvent>, DataSnapshot> {
         query.values(includeMetadataChanges: includeMetadataChanges)
     }
+    /// Same as ``DatabaseQuery/getData()`` on this location's ``query``.
     public func getData() async throws -> DataSnapshot { try await query.getData() }
+    /// Same as ``DatabaseQuery/observeSingleEvent(of:)`` on this location's ``query``.
     public func observeSingleEvent(of type: DataEventType = .value) async -> DataSnapshot { await query.observeSingleEvent(of: type) }
 
     public static func == (a: DatabaseReference, b: DatabaseReference) -> Bool { a.database === b.database && a.path == b.path }

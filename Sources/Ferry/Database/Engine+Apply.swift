@@ -89,7 +89,7 @@ extension Engine {
             let lsn = try append(.serverPut, payload)
             server.set(handle(node, lsn, range), empty: node.isEmpty, at: path)
         } else {
-            let id = try append(.serverPut, [])
+            _ = try append(.serverPut, [])
             server.set(node: node, at: path)
         }
         if let tag { return syncTree.applyTaggedOverwrite(path, node, tag: tag) }
@@ -113,7 +113,7 @@ extension Engine {
                 server.set(handle(n, lsn, r), empty: n.isEmpty, at: path.child(p))
             }
         } else {
-            let id = try append(.serverMerge, [])
+            _ = try append(.serverMerge, [])
             for (p, n) in children { server.set(node: n, at: path.child(p)) }
         }
     }
@@ -126,7 +126,7 @@ extension Engine {
         // elsewhere the acknowledged value is the best knowledge of the server's data.
         let applied = !revert && write.visible && !syncTree.hasCompleteView(covering: write.path)
         let values = applied ? valueHandles(of: write) : []
-        let lsn = try append(.ack, RecordCodec.ack(writeID: writeID, revert: revert, applied: applied))
+        _ = try append(.ack, RecordCodec.ack(writeID: writeID, revert: revert, applied: applied))
         for (p, h, empty) in values { server.set(h, empty: empty, at: p) }
         let events = syncTree.ackUserWrite(writeID, revert: revert)
         settle(writeID, rejected: revert)

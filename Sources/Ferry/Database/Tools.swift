@@ -33,6 +33,7 @@
 @_spi(Tools) public final class StateReplayer {
     private let engine = Engine(log: nil, logger: .init(label: "ferry.tools"))
 
+    /// An empty state, as before the first record.
     public init() {}
 
     /// Applies one record (in LSN order).
