@@ -112,30 +112,7 @@ enum JSON {
                 if c == UInt8(ascii: "\"") { i += 1; return String(decoding: out, as: UTF8.self) }
                 if c == UInt8(ascii: "\\") {
                     i += 1
-                    guard i < bytes.count else { break }
-                    let e = bytes[i]
-                    i += 1
-                    switch e {
-                    case UInt8(ascii: "\""): out.append(0x22)
-                    case UInt8(ascii: "\\"): out.append(0x5C)
-                    case UInt8(ascii: "/"): out.append(0x2F)
-                    case UInt8(ascii: "b"): out.append(0x08)
-                    case UInt8(ascii: "f"): out.append(0x0C)
-                    case UInt8(ascii: "n"): out.append(0x0A)
-                    case UInt8(ascii: "r"): out.append(0x0D)
-                    case UInt8(ascii: "t"): out.append(0x09)
-                    case UInt8(ascii: "u"):
-                        var scalar = try hex4()
-                        if (0xD800..<0xDC00).contains(scalar), i + 1 < bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") {
-                            i += 2
-                            let low = try hex4()
-                            guard (0xDC00..<0xE000).contains(low) else { throw error("invalid surrogate pair") }
-                            scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-                        }
-                        guard let u = Unicode.Scalar(scalar) else { throw error("invalid \\u escape") }
-                        out.append(contentsOf: Array(String(Character(u)).utf8))
-                    default: throw error("invalid escape")
-                    }
+                    _ = try escape(into: &out)
                     continue
                 }
                 if c < 0x20 { throw error("control character in a string") }
@@ -143,6 +120,37 @@ enum JSON {
                 i += 1
             }
             throw error("unterminated string")
+        }
+
+        /// Decodes the escape sequence at `i` (just after its backslash) into `out`; returns
+        /// whether it decoded to a non-ASCII character.
+        mutating func escape(into out: inout [UInt8]) throws -> Bool {
+            guard i < bytes.count else { throw error("unterminated string") }
+            let e = bytes[i]
+            i += 1
+            switch e {
+            case UInt8(ascii: "\""): out.append(0x22)
+            case UInt8(ascii: "\\"): out.append(0x5C)
+            case UInt8(ascii: "/"): out.append(0x2F)
+            case UInt8(ascii: "b"): out.append(0x08)
+            case UInt8(ascii: "f"): out.append(0x0C)
+            case UInt8(ascii: "n"): out.append(0x0A)
+            case UInt8(ascii: "r"): out.append(0x0D)
+            case UInt8(ascii: "t"): out.append(0x09)
+            case UInt8(ascii: "u"):
+                var scalar = try hex4()
+                if (0xD800..<0xDC00).contains(scalar), i + 1 < bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") {
+                    i += 2
+                    let low = try hex4()
+                    guard (0xDC00..<0xE000).contains(low) else { throw error("invalid surrogate pair") }
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                }
+                guard let u = Unicode.Scalar(scalar) else { throw error("invalid \\u escape") }
+                out.append(contentsOf: String(Character(u)).utf8)
+                return scalar >= 0x80
+            default: throw error("invalid escape")
+            }
+            return false
         }
 
         mutating func hex4() throws -> UInt32 {

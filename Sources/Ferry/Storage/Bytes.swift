@@ -20,6 +20,18 @@ struct ByteWriter {
         bytes.append(UInt8(v))
     }
 
+    /// Puts the varint of `n` in place of the one-byte placeholder at `offset` (a count
+    /// written before it was known).
+    mutating func patchVarint(_ n: Int, at offset: Int) {
+        if n < 0x80 {
+            bytes[offset] = UInt8(n)
+        } else {
+            var count = ByteWriter(capacity: 10)
+            count.varint(UInt64(n))
+            bytes.replaceSubrange(offset..<(offset + 1), with: count.bytes)
+        }
+    }
+
     mutating func signed(_ value: Int64) { varint(UInt64(bitPattern: (value << 1) ^ (value >> 63))) }
 
     mutating func double(_ d: Double) {

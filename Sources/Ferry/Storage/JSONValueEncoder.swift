@@ -131,7 +131,7 @@ struct JSONValueEncoder {
             w.bytes.removeLast(w.count - start)
             return false
         }
-        patchCount(n, at: countAt)
+        w.patchVarint(n, at: countAt)
         return true
     }
 
@@ -246,16 +246,6 @@ struct JSONValueEncoder {
         return true
     }
 
-    private mutating func patchCount(_ n: Int, at countAt: Int) {
-        if n < 0x80 {
-            w.bytes[countAt] = UInt8(n)
-        } else {
-            var count = ByteWriter(capacity: 10)
-            count.varint(UInt64(n))
-            w.bytes.replaceSubrange(countAt..<(countAt + 1), with: count.bytes)
-        }
-    }
-
     /// Decodes the string at `i` into `scratch` (as valid UTF-8, repaired as `String` does).
     private mutating func string() throws {
         i += 1  // opening quote
@@ -269,36 +259,10 @@ struct JSONValueEncoder {
                 return
             }
             if c == UInt8(ascii: "\\") {
-                i += 1
-                guard i < input.count else { break }
-                let e = input[i]
-                i += 1
-                switch e {
-                case UInt8(ascii: "\""): scratch.append(0x22)
-                case UInt8(ascii: "\\"): scratch.append(0x5C)
-                case UInt8(ascii: "/"): scratch.append(0x2F)
-                case UInt8(ascii: "b"): scratch.append(0x08)
-                case UInt8(ascii: "f"): scratch.append(0x0C)
-                case UInt8(ascii: "n"): scratch.append(0x0A)
-                case UInt8(ascii: "r"): scratch.append(0x0D)
-                case UInt8(ascii: "t"): scratch.append(0x09)
-                case UInt8(ascii: "u"):
-                    var parser = JSON.Parser(bytes: text)
-                    parser.i = i
-                    var scalar = try parser.hex4()
-                    i = parser.i
-                    if (0xD800..<0xDC00).contains(scalar), i + 1 < input.count, input[i] == UInt8(ascii: "\\"), input[i + 1] == UInt8(ascii: "u") {
-                        parser.i = i + 2
-                        let low = try parser.hex4()
-                        i = parser.i
-                        guard (0xDC00..<0xE000).contains(low) else { throw syntax("invalid surrogate pair") }
-                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-                    }
-                    guard let u = Unicode.Scalar(scalar) else { throw syntax("invalid \\u escape") }
-                    scratch.append(contentsOf: String(Character(u)).utf8)
-                    if scalar >= 0x80 { ascii = false }
-                default: throw syntax("invalid escape")
-                }
+                var parser = JSON.Parser(bytes: text)
+                parser.i = i + 1
+                if try parser.escape(into: &scratch) { ascii = false }
+                i = parser.i
                 continue
             }
             if c < 0x20 { throw syntax("control character in a string") }

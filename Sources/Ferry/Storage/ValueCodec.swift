@@ -348,13 +348,7 @@ struct ValueEncoder {
             w.bytes.removeLast(w.count - start)
             return false
         }
-        if n < 0x80 {
-            w.bytes[countAt] = UInt8(n)
-        } else {
-            var count = ByteWriter(capacity: 10)
-            count.varint(UInt64(n))
-            w.bytes.replaceSubrange(countAt..<(countAt + 1), with: count.bytes)
-        }
+        w.patchVarint(n, at: countAt)
         return true
     }
 }
