@@ -83,7 +83,9 @@ enum JSON {
             }
         }
 
-        mutating func number() throws -> Value {
+        /// Moves past the number at `i`; returns where it started and whether it has neither a
+        /// fraction nor an exponent. (Its syntax is checked by whoever converts it.)
+        mutating func scanNumber() -> (start: Int, integral: Bool) {
             let start = i
             if i < bytes.count, bytes[i] == UInt8(ascii: "-") { i += 1 }
             var integral = true
@@ -97,6 +99,11 @@ enum JSON {
                 }
                 break
             }
+            return (start, integral)
+        }
+
+        mutating func number() throws -> Value {
+            let (start, integral) = scanNumber()
             let text = String(decoding: bytes[start..<i], as: UTF8.self)
             guard !text.isEmpty, text != "-" else { throw error("unexpected character") }
             if integral, let v = Int64(text) { return .int(v) }

@@ -275,19 +275,10 @@ struct JSONValueEncoder {
 
     /// Appends the number at `i`: exact integers as integers, the rest as doubles.
     private mutating func number() throws {
-        let start = i
-        if i < input.count && input[i] == UInt8(ascii: "-") { i += 1 }
-        var integral = true
-        while i < input.count {
-            let c = input[i]
-            if c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9") { i += 1; continue }
-            if c == UInt8(ascii: ".") || c == UInt8(ascii: "e") || c == UInt8(ascii: "E") || c == UInt8(ascii: "+") || c == UInt8(ascii: "-") {
-                integral = false
-                i += 1
-                continue
-            }
-            break
-        }
+        var parser = JSON.Parser(bytes: text)
+        parser.i = i
+        let (start, integral) = parser.scanNumber()
+        i = parser.i
         let negative = start < input.count && input[start] == UInt8(ascii: "-")
         let digits = (negative ? start + 1 : start)..<i
         if integral {
