@@ -43,13 +43,8 @@ enum RecordCodec {
         w.u8((hidden ? 1 : 0) | (resolved != nil ? 2 : 0))
         w.signed(time)
         w.path(path)
-        var start = w.count
-        ValueCodec.encode(value, into: &w)
-        if let resolved {
-            start = w.count
-            ValueCodec.encode(resolved, into: &w)
-        }
-        return (w.bytes, start..<w.count)
+        let range = encodeWithResolved(value, resolved, into: &w)
+        return (w.bytes, range)
     }
 
     /// A set whose value is already encoded and holds no server values.
@@ -73,13 +68,7 @@ enum RecordCodec {
         for (p, value, resolved) in children {
             w.path(p)
             w.u8(resolved != nil ? 2 : 0)
-            var start = w.count
-            ValueCodec.encode(value, into: &w)
-            if let resolved {
-                start = w.count
-                ValueCodec.encode(resolved, into: &w)
-            }
-            ranges.append((p, start..<w.count))
+            ranges.append((p, encodeWithResolved(value, resolved, into: &w)))
         }
         return (w.bytes, ranges)
     }
@@ -116,6 +105,29 @@ enum RecordCodec {
         return w.bytes
     }
 
+    /// Writes a local write's value and, when it holds server values, the locally resolved form
+    /// after it (flag bit 1); returns the range of the one the local view uses.
+    private static func encodeWithResolved(_ value: Node, _ resolved: Node?, into w: inout ByteWriter) -> Range<Int> {
+        var start = w.count
+        ValueCodec.encode(value, into: &w)
+        if let resolved {
+            start = w.count
+            ValueCodec.encode(resolved, into: &w)
+        }
+        return start..<w.count
+    }
+
+    /// Skips what ``encodeWithResolved(_:_:into:)`` wrote; returns the range the view uses.
+    private static func skipWithResolved(_ r: inout ByteReader, flags: UInt8) throws -> Range<Int> {
+        var start = r.offset
+        try ValueCodec.skip(&r)
+        if flags & 2 != 0 {
+            start = r.offset
+            try ValueCodec.skip(&r)
+        }
+        return start..<r.offset
+    }
+
     /// Reads a record's structure. For values stored twice (unresolved, then resolved) the
     /// range is the resolved one.
     static func summarize(kind raw: UInt8, _ payload: UnsafeRawBufferPointer) throws -> RecordSummary {
@@ -128,13 +140,8 @@ enum RecordCodec {
             let flags = try r.u8()
             let time = try r.signed()
             let path = try r.path()
-            var start = r.offset
-            try ValueCodec.skip(&r)
-            if flags & 2 != 0 {
-                start = r.offset
-                try ValueCodec.skip(&r)
-            }
-            return RecordSummary(kind: kind, path: path, values: [(.root, start..<r.offset)], hidden: flags & 1 != 0, time: time)
+            let range = try skipWithResolved(&r, flags: flags)
+            return RecordSummary(kind: kind, path: path, values: [(.root, range)], hidden: flags & 1 != 0, time: time)
         case .localUpdate:
             _ = try r.u8()
             let time = try r.signed()
@@ -144,13 +151,7 @@ enum RecordCodec {
             for _ in 0..<n {
                 let p = try r.path()
                 let flags = try r.u8()
-                var start = r.offset
-                try ValueCodec.skip(&r)
-                if flags & 2 != 0 {
-                    start = r.offset
-                    try ValueCodec.skip(&r)
-                }
-                values.append((p, start..<r.offset))
+                values.append((p, try skipWithResolved(&r, flags: flags)))
             }
             return RecordSummary(kind: kind, path: path, values: values, time: time)
         case .serverPut:
