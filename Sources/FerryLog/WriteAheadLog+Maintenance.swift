@@ -67,7 +67,7 @@ extension WriteAheadLog {
     }
 
     /// Runs `body` on the writer, after the writes queued before it.
-    private func onWriter<T: Sendable>(_ body: @escaping @Sendable (inout Writer) throws -> T) async throws -> T {
+    func onWriter<T: Sendable>(_ body: @escaping @Sendable (inout Writer) throws -> T) async throws -> T {
         if let f = failure { throw f }
         return try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Error>) in
             queue.async {
@@ -78,5 +78,19 @@ extension WriteAheadLog {
                 c.resume(with: result)
             }
         }
+    }
+}
+
+extension WriteAheadLog {
+    /// Seals the segment being written, if it holds any record, and starts a new one — so that
+    /// everything appended before the call lies in sealed segments, which
+    /// ``deleteSegments(before:)`` and ``rewriteForward(before:_:)`` can reach.
+    ///
+    /// - Returns: the LSN the new segment starts at (everything below it is sealed), or nil
+    ///   when the segment being written was empty and nothing was done.
+    @discardableResult
+    public func roll() async throws -> LSN? {
+        try await flush()
+        return try await onWriter { w in try self.rollLocked(&w) }
     }
 }

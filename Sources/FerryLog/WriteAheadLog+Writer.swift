@@ -202,6 +202,15 @@ extension WriteAheadLog {
         w.out.removeAll()
     }
 
+    /// Seals the segment being written if it holds records written so far (see
+    /// ``WriteAheadLog/roll()``); returns where the new one starts.
+    func rollLocked(_ w: inout Writer) throws -> LSN? {
+        let written = shared.withLock { $0.writtenLSN }
+        guard written > w.segment.firstLSN else { return nil }
+        try roll(nextLSN: written, &w)
+        return written
+    }
+
     /// Seals the current segment (seal frame, `fdatasync`) and starts the next one. The old
     /// segment is durable and sealed before the new one exists, so a segment that is not the
     /// newest is always complete.

@@ -215,6 +215,9 @@ private struct CheckpointLoader {
                 let id = previousID &+ (try r.signed())
                 previousID = id
                 guard id > lastID else { throw Checkpoint.damaged("pending writes out of order") }
+                guard id >= firstLSN && UInt64(id) < expectedLSN else {
+                    throw Checkpoint.damaged("it names pending write \(id), outside the log")
+                }
                 lastID = id
                 let flags = try r.u8()
                 _ = try keys.read(&r)

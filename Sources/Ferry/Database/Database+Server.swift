@@ -22,6 +22,7 @@
     /// The server acknowledged (or rejected) a local write.
     public func acknowledgeWrite(_ writeID: Int64, rejected: Bool = false) async throws {
         _ = try await perform { e in (nil, try e.acknowledge(writeID, revert: rejected)) }
+        compactIfDue()
     }
 
     /// The server has sent everything for the listen at `path` (or the tagged query): its

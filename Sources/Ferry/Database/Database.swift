@@ -17,6 +17,9 @@ public struct DatabaseOptions: Sendable {
     public var callbackQueue: DispatchQueue?
     /// Write a checkpoint when closing, so that the next open replays nothing. Default true.
     public var checkpointOnClose = true
+    /// Compact by itself once this many segments hold only acknowledged writes (checked after
+    /// each acknowledgement; see ``Database/compact()``). Nil: only when asked. Default 4.
+    public var compactionSegments: Int? = 4
     /// Where the database logs recoveries and failures.
     public var logger = Logger(label: "ferry")
 
@@ -42,6 +45,7 @@ public final class Database: Sendable {
     let log: WriteAheadLog?
     let options: DatabaseOptions
     let pushIDs = Mutex(PushIDGenerator())
+    let maintenance = MaintenanceLock()
     /// The store directory (nil for a memory-only database).
     public let path: String?
     /// What opening the log found (nil for a memory-only database).
@@ -119,7 +123,13 @@ public final class Database: Sendable {
     /// Writes a checkpoint (if stored), waits for every write to be durable, and closes the log.
     /// Later calls throw ``DatabaseError/Code/closed``.
     public func close() async throws {
-        if log != nil && options.checkpointOnClose { try? await checkpoint() }
+        if let log {
+            // After any compaction under way; a closed database starts no other.
+            try? await maintenance.run {
+                if options.checkpointOnClose { try? await writeCheckpoint(log) }
+                engine.withLock { $0.closed = true }
+            }
+        }
         engine.withLock { $0.closed = true }
         if let log {
             do { try await log.close() } catch { throw DatabaseError(.storage, "closing the log failed: \(error)", underlying: error as? LogError) }
@@ -130,6 +140,19 @@ public final class Database: Sendable {
     /// references into the log), so that the next open replays only what came after it.
     public func checkpoint() async throws {
         guard let log else { return }
+        try await maintenance.run { try await writeCheckpoint(log) }
+    }
+
+    /// Waits until every write made before the call is durable (`fdatasync`), whatever the
+    /// durability mode — the commit point of a batch of `.none` writes.
+    public func sync() async throws {
+        guard let log else { return }
+        try engine.withLock { try $0.checkUsable() }
+        do { try await log.sync() } catch { throw engine.withLock { $0.storageError(error) } }
+    }
+
+    /// Writes a checkpoint; the caller holds the maintenance lock.
+    func writeCheckpoint(_ log: WriteAheadLog) async throws {
         let (image, lsn) = try engine.withLock { e -> (CheckpointImage, UInt64) in
             try e.checkUsable()
             return (e.checkpointImage, log.nextLSN.rawValue)
@@ -143,6 +166,24 @@ public final class Database: Sendable {
             throw DatabaseError(.storage, "writing a checkpoint failed: \(error)", underlying: error as? LogError)
         }
         engine.withLock { $0.checkpointLSN = lsn }
+    }
+
+    /// Starts a compaction in the background when enough acknowledged segments have gathered
+    /// and none is running.
+    func compactIfDue() {
+        guard let log, let threshold = options.compactionSegments, !maintenance.isBusy else { return }
+        let frontier = engine.withLock { e in e.writeTree.pending.ids.first.map { UInt64($0) } ?? UInt64.max }
+        let due = log.segments.prefix { $0.sealed && $0.nextLSN.rawValue <= frontier }.count >= threshold
+        guard due else { return }
+        Task { [self] in
+            do {
+                try await compact()
+            } catch let e as DatabaseError where e.code == .closed {
+                // closed meanwhile: nothing to do
+            } catch {
+                options.logger.warning("automatic compaction failed: \(error)")
+            }
+        }
     }
 
     // MARK: Running operations

@@ -187,6 +187,14 @@ extension Engine {
             for v in s.values {
                 server.set(.stored(ref(lsn, v.range)), empty: Engine.isEmptyValue(payload, v.range), at: s.path.child(v.path))
             }
+        case .serverRestate:
+            for v in s.values {
+                if v.range.isEmpty {
+                    server.restate(.stored(.emptyValue), empty: true, at: v.path)
+                } else {
+                    server.restate(.stored(ref(lsn, v.range)), empty: Engine.isEmptyValue(payload, v.range), at: v.path)
+                }
+            }
         case .ack:
             if s.appliedToServerCache, let base = writeTree.write(s.ackedWrite)?.path {
                 for (p, h, empty) in writeValues(s.ackedWrite) { server.set(h, empty: empty, at: base.child(p)) }

@@ -20,6 +20,8 @@
                 return "server put \(s.path) = \(value(s.values[0].range))"
             case .serverMerge:
                 return "server merge \(s.path) " + s.values.map { "\($0.path.keys.joined(separator: "/")): \(value($0.range))" }.joined(separator: ", ")
+            case .serverRestate:
+                return "server data carried forward " + s.values.map { $0.range.isEmpty ? "\($0.path): (marker)" : "\($0.path): \(value($0.range))" }.joined(separator: ", ")
             case .ack:
                 return (s.revert ? "reject write \(s.ackedWrite)" : "ack write \(s.ackedWrite)") + (s.appliedToServerCache ? " (value kept as server data)" : "")
             }
@@ -50,6 +52,15 @@
             engine.server.set(node: try value(s.values[0].range), at: s.path)
         case .serverMerge:
             for v in s.values { engine.server.set(node: try value(v.range), at: s.path.child(v.path)) }
+        case .serverRestate:
+            for v in s.values {
+                if v.range.isEmpty {
+                    engine.server.restate(.stored(.emptyValue), empty: true, at: v.path)
+                } else {
+                    let node = try value(v.range)
+                    engine.server.restate(.inline(node), empty: node.isEmpty, at: v.path)
+                }
+            }
         case .ack:
             if s.appliedToServerCache, let w = engine.writeTree.write(s.ackedWrite) {
                 switch w.change {

@@ -7,7 +7,7 @@ enum ValueHandle: Sendable {
 /// An index entry, 16 bytes: where the value sits in a log record (or, for a memory-only
 /// store, which in-memory node it is), whether it is empty (null) — known when the entry is
 /// made, so that stored values need not be read to know it — and the depth of its path.
-struct LayeredEntry: Sendable {
+struct LayeredEntry: Sendable, Equatable {
     /// Bit 63: empty; bit 62: inline; bits 56–61: depth; bits 0–55: LSN or inline slot.
     private var word: UInt64
     private var offset: UInt32
@@ -32,6 +32,9 @@ struct LayeredEntry: Sendable {
 
     var isEmpty: Bool { word & Self.emptyBit != 0 }
     var isInline: Bool { word & Self.inlineBit != 0 }
+    /// An empty entry that is not stored anywhere: where a leaf that later values turned into
+    /// an object was (see ``LayeredIndex/set(_:empty:at:)``).
+    var isMarker: Bool { word & (Self.inlineBit | Self.idMask) == 0 }
     var depth: Int { Int((word >> 56) & 0x3f) }
     var slot: UInt64 { word & Self.idMask }
     /// Where a stored value sits (meaningless for an inline one).
@@ -62,6 +65,8 @@ final class LayeredIndex {
     private var nextSlot: UInt64 = 1
     /// How many entries sit at each depth: ancestors are looked up only at depths that have any.
     private var depthCounts = [Int](repeating: 0, count: 64)
+    /// How many marker entries there are (compaction carries them forward).
+    private(set) var markerCount = 0
 
     var isEmpty: Bool { index.isEmpty }
     var count: Int { index.count }
@@ -84,8 +89,14 @@ final class LayeredIndex {
         }
     }
 
+    private func added(_ e: LayeredEntry) {
+        depthCounts[e.depth] += 1
+        if e.isMarker { markerCount += 1 }
+    }
+
     private func dropped(_ e: LayeredEntry) {
         depthCounts[e.depth] -= 1
+        if e.isMarker { markerCount -= 1 }
         if e.isInline { inline[e.slot] = nil }
     }
 
@@ -107,7 +118,7 @@ final class LayeredIndex {
                 if node.isLeaf {
                     if keys[j] != ".priority" && !hasNonEmptyEntry(below: location) {
                         let marker = LayeredEntry(ref: .emptyValue, empty: true, depth: location.count)
-                        depthCounts[marker.depth] += 1
+                        added(marker)
                         index.replaceSubtree(PathKey.encode(location), marker, removed: dropped)
                     }
                     break
@@ -117,7 +128,7 @@ final class LayeredIndex {
             }
         }
         let entry = makeEntry(handle, empty: empty, depth: path.count)
-        depthCounts[entry.depth] += 1
+        added(entry)
         index.replaceSubtree(key, entry, removed: dropped)
     }
 
@@ -134,10 +145,21 @@ final class LayeredIndex {
     func restore(_ ref: ValueRef, empty: Bool, key: UnsafeRawBufferPointer) -> Bool {
         guard let depth = PathKey.depth(key) else { return false }
         let entry = LayeredEntry(ref: ref, empty: empty, depth: depth)
-        depthCounts[entry.depth] += 1
+        added(entry)
         if let old = index.append(key, entry) { dropped(old) }
         return true
     }
+
+    /// Puts an entry back exactly as it was (compaction's restatement of it): it replaces the
+    /// entry at `path` only, leaving the entries below it and the markers alone.
+    func restate(_ handle: ValueHandle, empty: Bool, at path: Path) {
+        let entry = makeEntry(handle, empty: empty, depth: path.count)
+        added(entry)
+        if let old = index.set(PathKey.encode(path), entry) { dropped(old) }
+    }
+
+    /// The entry at `path` itself, if there is one.
+    func entry(at path: Path) -> LayeredEntry? { index.get(PathKey.encode(path)) }
 
     /// Removes the entry at `path` and everything below it.
     func removeSubtree(_ path: Path) {
@@ -148,6 +170,7 @@ final class LayeredIndex {
         index.removeAll()
         inline = [:]
         for d in depthCounts.indices { depthCounts[d] = 0 }
+        markerCount = 0
     }
 
     /// The deepest entry from the root down to `path` (or to its parent).

@@ -10,6 +10,10 @@ enum RecordKind: UInt8 {
     case serverMerge = 4
     /// The server acknowledged (or rejected) a local write.
     case ack = 5
+    /// Server-cache entries carried forward by compaction from segments it deletes: each puts
+    /// back the entry at one path exactly (a value, or an empty marker), leaving the entries
+    /// below it alone. A restatement, never a change: the data read is the same before and after.
+    case serverRestate = 6
 }
 
 /// Where a value sits inside a record's payload.
@@ -95,6 +99,16 @@ enum RecordCodec {
         return (w.bytes, ranges)
     }
 
+    /// Appends one entry of a ``RecordKind/serverRestate`` record: the path, then 0 and the
+    /// encoded value, or 1 for a marker (an empty entry with no value).
+    static func appendRestated(path: Path, value: UnsafeRawBufferPointer?, to w: inout ByteWriter) -> Range<Int> {
+        w.path(path)
+        w.u8(value == nil ? 1 : 0)
+        let start = w.count
+        if let value { w.bytes.append(contentsOf: value) }
+        return start..<w.count
+    }
+
     /// An acknowledgement (or, with `revert`, a rejection) of a local write. `applied`: the
     /// write's value was copied into the server cache (decided when it happened, so that replay
     /// does the same).
@@ -175,6 +189,18 @@ enum RecordCodec {
             let flags = try r.u8()
             return RecordSummary(kind: kind, path: .root, values: [], ackedWrite: id, revert: flags & 1 != 0,
                                  appliedToServerCache: flags & 2 != 0)
+        case .serverRestate:
+            // Absolute paths; an empty range is a marker.
+            var values: [(path: Path, range: Range<Int>)] = []
+            while !r.atEnd {
+                let p = try r.path()
+                let marker = try r.u8()
+                guard marker <= 1 else { throw ByteReader.damaged("a restated entry has flag \(marker)") }
+                let start = r.offset
+                if marker == 0 { try ValueCodec.skip(&r) }
+                values.append((p, start..<r.offset))
+            }
+            return RecordSummary(kind: kind, path: .root, values: values)
         }
     }
 

@@ -1,0 +1,195 @@
+import FerryLog
+import Synchronization
+
+/// What ``Database/compact()`` did.
+public struct CompactionReport: Sendable, Equatable {
+    /// The segment files deleted, oldest first.
+    public var deletedSegments: [String] = []
+    /// Server-cache entries carried forward (restated in new records) out of those segments.
+    public var restatedEntries = 0
+    /// Bytes of the log's segment files before the compaction and after it.
+    public var segmentBytesBefore: Int64 = 0
+    public var segmentBytesAfter: Int64 = 0
+
+    public init() {}
+}
+
+/// Serializes the database's maintenance — checkpoints and compactions — so that a checkpoint
+/// taken before a compaction is never written after it.
+final class MaintenanceLock: Sendable {
+    private let state = Mutex<(busy: Bool, waiters: [UnsafeContinuation<Void, Never>])>((false, []))
+
+    func run<T>(_ body: () async throws -> T) async throws -> T {
+        await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
+            let now = state.withLock { s -> Bool in
+                if s.busy { s.waiters.append(c); return false }
+                s.busy = true
+                return true
+            }
+            if now { c.resume() }
+        }
+        defer {
+            let next = state.withLock { s -> UnsafeContinuation<Void, Never>? in
+                if s.waiters.isEmpty { s.busy = false; return nil }
+                return s.waiters.removeFirst()
+            }
+            next?.resume()
+        }
+        return try await body()
+    }
+
+    var isBusy: Bool { state.withLock { $0.busy } }
+}
+
+extension Database {
+    /// Reclaims the log's space: deletes the segments whose local writes the server has all
+    /// acknowledged, carrying forward the server data still read from them.
+    ///
+    /// A segment is compacted only when every local write in it, and in every segment before
+    /// it, has been acknowledged (or rejected) by the server: a pending write is never moved
+    /// or dropped, and keeps its id. What the segments still hold that reads need — server
+    /// data that nothing newer replaced — is restated in new records at the head of the log;
+    /// superseded values, acknowledged writes and acknowledgements disappear. The restated
+    /// records are made durable and a checkpoint is written before any segment is deleted, so
+    /// a crash at any point leaves the same data on the next open.
+    ///
+    /// Writes and reads go on while it runs (it holds the database's lock only in short steps).
+    /// The database compacts by itself after acknowledgements (see
+    /// ``DatabaseOptions/compactionSegments``); call this to compact now. A memory-only
+    /// database has nothing to compact.
+    @discardableResult
+    public func compact() async throws -> CompactionReport {
+        guard let log else { return CompactionReport() }
+        return try await maintenance.run { try await compactNow(log) }
+    }
+
+    /// The LSN below which every local write is acknowledged (the oldest pending write's id, or
+    /// the end of the log when none is pending).
+    private func acknowledgedFrontier(_ log: WriteAheadLog) throws -> UInt64 {
+        try engine.withLock { e in
+            try e.checkUsable()
+            return e.writeTree.pending.ids.first.map { UInt64($0) } ?? log.nextLSN.rawValue
+        }
+    }
+
+    private func compactNow(_ log: WriteAheadLog) async throws -> CompactionReport {
+        var report = CompactionReport()
+        report.segmentBytesBefore = log.segments.reduce(0) { $0 + $1.size }
+        do {
+            // The segment being written joins the compaction when it holds no pending write.
+            if activeSegmentIsAcknowledged(log) { try await log.roll() }
+            let frontier = try acknowledgedFrontier(log)
+            let victims = log.segments.prefix { $0.sealed && $0.nextLSN.rawValue <= frontier }
+            guard let cutoff = victims.last?.nextLSN.rawValue else {
+                report.segmentBytesAfter = report.segmentBytesBefore
+                return report
+            }
+            report.restatedEntries = try restateServerEntries(below: cutoff, log)
+            try await log.sync()
+            try await writeCheckpoint(log)
+            report.deletedSegments = try await log.deleteSegments(before: LSN(cutoff))
+        } catch let e as DatabaseError {
+            throw e
+        } catch {
+            throw DatabaseError(.storage, "compaction failed: \(error)", underlying: error as? LogError)
+        }
+        report.segmentBytesAfter = log.segments.reduce(0) { $0 + $1.size }
+        options.logger.debug("compacted \(report.deletedSegments.count) segment(s), restating \(report.restatedEntries) entries")
+        return report
+    }
+
+    /// Whether the segment being written holds records and no write is pending (rolling it
+    /// then lets the compaction take it too).
+    private func activeSegmentIsAcknowledged(_ log: WriteAheadLog) -> Bool {
+        guard let frontier = try? acknowledgedFrontier(log), let active = log.segments.last else { return false }
+        return log.writtenLSN > active.firstLSN && frontier >= log.nextLSN.rawValue
+    }
+
+    /// Restates, at the head of the log, every server-cache entry whose value lies below
+    /// `cutoff`, and every marker; returns how many entries it restated.
+    ///
+    /// Values are read outside the lock, a chunk at a time in log order; each chunk is then
+    /// restated under the lock, entry by entry only if the entry is still the one read (a
+    /// newer write may have replaced it meanwhile). Markers are restated last, under the lock,
+    /// as they are then.
+    private func restateServerEntries(below cutoff: UInt64, _ log: WriteAheadLog) throws -> Int {
+        let snapshot = engine.withLock { $0.server.index }
+        var candidates: [(key: [UInt8], entry: LayeredEntry)] = []
+        snapshot.forEach(withPrefix: []) { k, e in
+            if !e.isInline && !e.isMarker && e.ref.lsn < cutoff { candidates.append((Array(k), e)) }
+        }
+        candidates.sort { ($0.entry.ref.lsn, $0.entry.ref.offset) < ($1.entry.ref.lsn, $1.entry.ref.offset) }
+        var restated = 0
+        var start = 0
+        let chunkBytes = 8 << 20
+        while start < candidates.count {
+            // Read a chunk's values.
+            var arena: [UInt8] = []
+            var ranges: [Range<Int>] = []
+            var end = start
+            while end < candidates.count && arena.count < chunkBytes {
+                let ref = candidates[end].entry.ref
+                try log.withRecord(at: LSN(ref.lsn)) { r in
+                    let s = Int(ref.offset), e = s + Int(ref.length)
+                    guard e <= r.payload.count else { throw ByteReader.damaged("a value reference past the end of record \(ref.lsn)") }
+                    let a = arena.count
+                    arena.append(contentsOf: UnsafeRawBufferPointer(rebasing: r.payload[s..<e]))
+                    ranges.append(a..<arena.count)
+                }
+                end += 1
+            }
+            let last = end == candidates.count
+            restated += try engine.withLock { e -> Int in
+                try e.checkUsable()
+                var restater = Restater()
+                try arena.withUnsafeBytes { values in
+                    for i in start..<end where e.server.index.get(candidates[i].key) == candidates[i].entry {
+                        let path = PathKey.decode(candidates[i].key)
+                        try restater.add(path, UnsafeRawBufferPointer(rebasing: values[ranges[i - start]]), e)
+                    }
+                }
+                if last && e.server.markerCount > 0 {
+                    var markers: [Path] = []
+                    e.server.forEach { k, entry in if entry.isMarker { markers.append(PathKey.decode(k)) } }
+                    for p in markers { try restater.add(p, nil, e) }
+                }
+                try restater.flush(e)
+                return restater.count
+            }
+            start = end
+        }
+        return restated
+    }
+}
+
+/// Builds ``RecordKind/serverRestate`` records under the engine's lock and applies each as it
+/// is appended: the entries then refer to the new record.
+private struct Restater {
+    var w = ByteWriter()
+    var pending: [(Path, Range<Int>)] = []
+    var count = 0
+    static let recordTarget = 256 << 10
+
+    mutating func add(_ path: Path, _ value: UnsafeRawBufferPointer?, _ e: Engine) throws {
+        pending.append((path, RecordCodec.appendRestated(path: path, value: value, to: &w)))
+        count += 1
+        if w.count >= Self.recordTarget { try flush(e) }
+    }
+
+    mutating func flush(_ e: Engine) throws {
+        guard !pending.isEmpty else { return }
+        let lsn = UInt64(try e.append(.serverRestate, w.bytes))
+        w.bytes.withUnsafeBytes { payload in
+            for (path, range) in pending {
+                if range.isEmpty {
+                    e.server.restate(.stored(.emptyValue), empty: true, at: path)
+                } else {
+                    let ref = ValueRef(lsn: lsn, offset: UInt32(range.lowerBound), length: UInt32(range.count))
+                    e.server.restate(.stored(ref), empty: Engine.isEmptyValue(payload, range), at: path)
+                }
+            }
+        }
+        w = ByteWriter()
+        pending.removeAll(keepingCapacity: true)
+    }
+}
