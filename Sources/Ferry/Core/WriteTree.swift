@@ -213,6 +213,11 @@ final class WriteTree {
                                 includeHidden: Bool = false) -> Node? {
         if excluding == nil && (!includeHidden || hidden.isEmpty) {
             if let shadowing = completeNode(at: path) { return shadowing }
+            let below = overlay.entries(below: path)
+            if below.isEmpty { return completeServerCache }
+            // No write at `path`: without complete server data there, nothing is complete.
+            guard let server = completeServerCache else { return nil }
+            if let node = overlay.layered(below, onto: server) { return node }
             let subMerge = childCompoundWrite(at: path)
             if subMerge.isEmpty { return completeServerCache }
             if completeServerCache == nil && !subMerge.hasCompleteWrite(at: .root) { return nil }

@@ -195,6 +195,65 @@ indirect enum Node: Sendable {
         }
     }
 
+    /// The same node as `updatingImmediateChild` applied for each change in turn, built in one
+    /// pass (sorting the new keys once) instead of a copy of the children per change. No key
+    /// may be `.priority`.
+    func updatingImmediateChildren(_ changes: [(String, Node)]) -> Node {
+        if changes.count < 16 {
+            return changes.reduce(self) { $0.updatingImmediateChild($1.0, $1.1) }
+        }
+        var base: ChildMap
+        var priority: Node
+        var leaf: LeafValue?
+        switch self {
+        case .children(let c, let p): base = c; priority = p; leaf = nil
+        case .leaf(let v, let p): base = ChildMap(); priority = p; leaf = v
+        case .empty: base = ChildMap(); priority = .empty; leaf = nil
+        case .max: return self
+        }
+        // Follow the count of children through the changes in order: a node whose last child
+        // goes becomes empty and loses its priority, as one change at a time would.
+        var updates: [String: Node] = [:]
+        updates.reserveCapacity(changes.count)
+        var count = base.count
+        for (key, child) in changes {
+            var replacingLeaf = false
+            if leaf != nil {
+                if child.isEmpty { continue }  // removing a child of a leaf changes nothing
+                leaf = nil  // adding one replaces the leaf, keeping its priority
+                replacingLeaf = true
+            }
+            let existed = updates[key].map { !$0.isEmpty } ?? (base[key] != nil)
+            if child.isEmpty {
+                if existed {
+                    count -= 1
+                    if count == 0 { priority = .empty }
+                }
+            } else if !existed {
+                if count == 0 && !replacingLeaf { priority = .empty }  // children of an empty node
+                count += 1
+            }
+            updates[key] = child
+        }
+        if let leaf { return .leaf(leaf, priority: priority) }
+        if count == 0 { return .empty }
+        var added = updates.filter { !$0.value.isEmpty && base[$0.key] == nil }.map { NamedNode(name: $0.key, node: $0.value) }
+        added.sort { KeyOrder.compare($0.name, $1.name) < 0 }
+        var merged: [NamedNode] = []
+        merged.reserveCapacity(count)
+        var j = 0
+        for e in base.entries {
+            while j < added.count && KeyOrder.compare(added[j].name, e.name) < 0 { merged.append(added[j]); j += 1 }
+            if let u = updates[e.name] {
+                if !u.isEmpty { merged.append(NamedNode(name: e.name, node: u)) }
+            } else {
+                merged.append(e)
+            }
+        }
+        merged.append(contentsOf: added[j...])
+        return .children(ChildMap(sorted: merged), priority: priority)
+    }
+
     func updatingChild(_ path: Path, _ child: Node) -> Node {
         guard let front = path.front else { return child }
         if front == ".priority" {

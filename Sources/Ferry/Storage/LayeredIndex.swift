@@ -213,9 +213,45 @@ final class LayeredIndex {
     /// The complete data at `path`, or nil when no entry at or above it makes it complete.
     func completeNode(at path: Path) -> Node? {
         guard let (chainPath, entry) = deepestChainEntry(path) else { return nil }
-        var node = value(entry).getChild(chainPath.relative(to: path))
-        for (relative, e) in entries(below: path) { node = node.updatingChild(relative, value(e)) }
+        let base = value(entry).getChild(chainPath.relative(to: path))
+        let below = entries(below: path)
+        return layered(below, onto: base) ?? below.reduce(base) { $0.updatingChild($1.path, value($1.entry)) }
+    }
+
+    /// `base` with `entries` (paths relative to it, in key order) layered on: the node that
+    /// `updatingChild` for each in turn gives, built a level at a time — each node's new
+    /// children sorted and merged once, not copied per entry (which is quadratic for a
+    /// location with many children). Nil when a path holds a `.priority` key, whose order of
+    /// application matters: the caller then layers one entry at a time.
+    func layered(_ entries: [(path: Path, entry: LayeredEntry)], onto base: Node) -> Node? {
+        if entries.contains(where: { $0.path.keys.contains(".priority") }) { return nil }
+        guard !entries.isEmpty else { return base }
+        var i = 0
+        var node = base
+        while i < entries.count { node = layer(node, depth: 0, entries, &i) }
         return node
+    }
+
+    /// Layers the run of entries from `i` that share the first `d` keys of `entries[i]`.
+    private func layer(_ node: Node, depth d: Int, _ entries: [(path: Path, entry: LayeredEntry)], _ i: inout Int) -> Node {
+        let prefix = entries[i].path.keys[0..<d]
+        func inRun(_ j: Int, _ depth: Int) -> Bool {
+            j < entries.count && entries[j].path.count > depth && entries[j].path.keys[0..<d] == prefix
+        }
+        var changes: [(String, Node)] = []
+        while inRun(i, d) {
+            let key = entries[i].path.keys[d]
+            var child: Node
+            if entries[i].path.count == d + 1 {
+                child = value(entries[i].entry)
+                i += 1
+            } else {
+                child = node.getImmediateChild(key)
+            }
+            if inRun(i, d + 1) && entries[i].path.keys[d] == key { child = layer(child, depth: d + 1, entries, &i) }
+            changes.append((key, child))
+        }
+        return node.updatingImmediateChildren(changes)
     }
 
     func isComplete(at path: Path) -> Bool { deepestChainEntry(path) != nil }
