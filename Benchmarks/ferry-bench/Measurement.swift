@@ -13,6 +13,7 @@ struct Measurement: Encodable {
     /// Seconds of each run.
     var runs: [Double]
     var bytesOnDisk: Int?
+    var bytesAfterCompaction: Int?
     var peakRSS: Int?
     var note: String?
 
@@ -23,7 +24,7 @@ struct Measurement: Encodable {
     var maxOps: Double { Double(operations) / (runs.min() ?? 1) }
 
     enum CodingKeys: String, CodingKey {
-        case area, workload, engine, operations, bytes, runs, bytesOnDisk, peakRSS, note
+        case area, workload, engine, operations, bytes, runs, bytesOnDisk, bytesAfterCompaction, peakRSS, note
         case medianSeconds, opsPerSecond, mbPerSecond, minOpsPerSecond, maxOpsPerSecond
     }
 
@@ -36,6 +37,7 @@ struct Measurement: Encodable {
         try c.encode(bytes, forKey: .bytes)
         try c.encode(runs, forKey: .runs)
         try c.encodeIfPresent(bytesOnDisk, forKey: .bytesOnDisk)
+        try c.encodeIfPresent(bytesAfterCompaction, forKey: .bytesAfterCompaction)
         try c.encodeIfPresent(peakRSS, forKey: .peakRSS)
         try c.encodeIfPresent(note, forKey: .note)
         try c.encode(median, forKey: .medianSeconds)

@@ -6,10 +6,11 @@ import CSQLite
 import Foundation
 
 /// LevelDB through its C API: what Firebase's Apple SDKs persist to. Bench only.
-final class LevelDB {
+final class LevelDB: @unchecked Sendable {
     let db: OpaquePointer
     let options: OpaquePointer
     let writeOptions: OpaquePointer
+    let syncWriteOptions: OpaquePointer
     let readOptions: OpaquePointer
 
     init(path: String, sync: Bool = false) throws {
@@ -23,12 +24,15 @@ final class LevelDB {
         self.db = db
         writeOptions = leveldb_writeoptions_create()
         leveldb_writeoptions_set_sync(writeOptions, sync ? 1 : 0)
+        syncWriteOptions = leveldb_writeoptions_create()
+        leveldb_writeoptions_set_sync(syncWriteOptions, 1)
         readOptions = leveldb_readoptions_create()
     }
 
-    func put(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws {
+    /// A put; with `sync`, a durable one (it makes every earlier put durable too).
+    func put(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer, sync: Bool = false) throws {
         var err: UnsafeMutablePointer<CChar>?
-        leveldb_put(db, writeOptions, key.baseAddress!.assumingMemoryBound(to: CChar.self), key.count,
+        leveldb_put(db, sync ? syncWriteOptions : writeOptions, key.baseAddress!.assumingMemoryBound(to: CChar.self), key.count,
                     value.baseAddress!.assumingMemoryBound(to: CChar.self), value.count, &err)
         if let err {
             defer { leveldb_free(err) }
@@ -65,6 +69,7 @@ final class LevelDB {
         leveldb_close(db)
         leveldb_options_destroy(options)
         leveldb_writeoptions_destroy(writeOptions)
+        leveldb_writeoptions_destroy(syncWriteOptions)
         leveldb_readoptions_destroy(readOptions)
     }
 }
@@ -93,4 +98,69 @@ func runChild(_ arguments: [String]) throws -> String {
     let text = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
     guard (status & 0x7f) == 0, (status >> 8) & 0xff == 0 else { throw BenchError("child \(arguments) failed: \(text)") }
     return text
+}
+
+/// SQLite through its C API: what GRDB and Core Data store in. Bench only. One table of
+/// (key, value), WAL journal; `synchronous=FULL` makes every commit durable (`fsync`).
+final class SQLite: @unchecked Sendable {
+    let db: OpaquePointer
+    private var insert: OpaquePointer?
+
+    init(path: String, durable: Bool = true) throws {
+        var handle: OpaquePointer?
+        guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK, let handle else {
+            throw BenchError("sqlite3_open_v2 \(path) failed")
+        }
+        db = handle
+        try exec("PRAGMA journal_mode=WAL")
+        try exec("PRAGMA synchronous=\(durable ? "FULL" : "OFF")")
+        try exec("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
+        guard sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO kv (k, v) VALUES (?1, ?2)", -1, &insert, nil) == SQLITE_OK else {
+            throw BenchError("prepare: \(message)")
+        }
+    }
+
+    var message: String { String(cString: sqlite3_errmsg(db)) }
+
+    func exec(_ sql: String) throws {
+        var err: UnsafeMutablePointer<CChar>?
+        guard sqlite3_exec(db, sql, nil, nil, &err) == SQLITE_OK else {
+            defer { sqlite3_free(err) }
+            throw BenchError("\(sql): \(err.map { String(cString: $0) } ?? message)")
+        }
+    }
+
+    /// One INSERT OR REPLACE (a commit of its own outside a transaction).
+    func put(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws {
+        sqlite3_bind_text(insert, 1, key.baseAddress!.assumingMemoryBound(to: CChar.self), Int32(key.count), nil)
+        sqlite3_bind_blob(insert, 2, value.baseAddress!, Int32(value.count), nil)
+        let rc = sqlite3_step(insert)
+        sqlite3_reset(insert)
+        guard rc == SQLITE_DONE else { throw BenchError("insert: \(message)") }
+    }
+
+    /// Reads every row; returns the count.
+    func scan() throws -> Int {
+        var stmt: OpaquePointer?
+        guard sqlite3_prepare_v2(db, "SELECT k, v FROM kv", -1, &stmt, nil) == SQLITE_OK else { throw BenchError("select: \(message)") }
+        defer { sqlite3_finalize(stmt) }
+        var n = 0, bytes = 0
+        while sqlite3_step(stmt) == SQLITE_ROW {
+            _ = sqlite3_column_blob(stmt, 1)
+            bytes += Int(sqlite3_column_bytes(stmt, 1))
+            n += 1
+        }
+        precondition(bytes > 0 || n == 0)
+        return n
+    }
+
+    deinit {
+        sqlite3_finalize(insert)
+        sqlite3_close_v2(db)
+    }
+}
+
+extension LevelDB {
+    /// Compacts the whole key range (what LevelDB's background compaction converges to).
+    func compactAll() { leveldb_compact_range(db, nil, 0, nil, 0) }
 }

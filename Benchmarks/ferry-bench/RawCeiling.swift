@@ -36,6 +36,18 @@ struct RawCeiling {
         if block.count >= Self.blockSize { writeBlock() }
     }
 
+    /// Adds a record of two parts (a key, then its value).
+    mutating func add(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
+        block.append(1)
+        var n = UInt32(key.count + value.count)
+        while n >= 0x80 { block.append(UInt8(truncatingIfNeeded: n) | 0x80); n >>= 7 }
+        block.append(UInt8(n))
+        block.append(contentsOf: key)
+        block.append(contentsOf: value)
+        blockRecords += 1
+        if block.count >= Self.blockSize { writeBlock() }
+    }
+
     /// Frames and writes what is buffered.
     mutating func writeBlock() {
         guard blockRecords > 0 else { return }

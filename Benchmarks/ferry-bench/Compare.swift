@@ -1,0 +1,233 @@
+import ArgumentParser
+import Foundation
+
+/// `ferry-bench compare`: the shared workloads on Ferry, LevelDB, SQLite and the raw ceiling,
+/// each run in a child process of its own, engines alternating run by run; one table.
+struct CompareBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "compare",
+        abstract: "sync1, sync64, concurrent16, bulk, reopen and overwrite on Ferry, LevelDB, SQLite and a raw ceiling, in one run.",
+        discussion: """
+            Every engine gets the same pre-generated records (key /posts/pNNNNNNNN, a ~200-byte JSON post) and the \
+            same durability: sync1 one durable commit per write; sync64 one per 64 writes; concurrent16 16 writers each \
+            waiting for its own write to be durable; bulk one durable commit after all writes; reopen opens the bulk \
+            store and reads every value; overwrite writes each key 10 times, reopens, and compacts.
+            """)
+
+    @OptionGroup var common: CommonOptions
+    @OptionGroup var sizes: CompareSizes
+    @Option(help: "Run only these workloads (comma-separated: sync1, sync64, concurrent16, bulk, reopen, overwrite).")
+    var only: String?
+    @Option(help: "Draw the comparison as an SVG bar chart in this file.") var svg: String?
+    @Flag(help: "Print the table as Markdown too (as the README shows it).") var markdown = false
+
+    static let workloads = ["sync1", "sync64", "concurrent16", "bulk", "reopen", "overwrite"]
+    static let engines = ["ferry", "leveldb", "sqlite", "raw"]
+
+    func wants(_ w: String) -> Bool { only.map { $0.split(separator: ",").contains(Substring(w)) } ?? true }
+
+    func run() async throws {
+        var results: [String: [String: [RunResult]]] = [:]
+        func child(_ workload: String, _ engine: String, _ dir: String) throws -> RunResult {
+            let out = try runChild(["compare-run", workload, engine, dir] + sizes.arguments)
+            guard let line = out.split(separator: "\n").last, let r = try? JSONDecoder().decode(RunResult.self, from: Data(line.utf8)) else {
+                throw BenchError("bad output of compare-run \(workload) \(engine): \(out)")
+            }
+            return r
+        }
+        for workload in Self.workloads where workload != "reopen" && (wants(workload) || (workload == "bulk" && wants("reopen"))) {
+            say("\(workload): \(sizes.operations(workload)) operations × \(common.runs) runs per engine…", json: common.json)
+            for _ in 0..<common.runs {
+                for engine in Self.engines {
+                    let dir = try common.scratch("cmp-\(workload)-\(engine)")
+                    results[workload, default: [:]][engine, default: []].append(try child(workload, engine, dir))
+                    if workload == "bulk" && wants("reopen") {
+                        var r = try child("reopen", engine, dir)
+                        r.payloadBytes = results["bulk"]![engine]!.last!.payloadBytes
+                        results["reopen", default: [:]][engine, default: []].append(r)
+                        if engine == "ferry" {
+                            for f in try FileManager.default.contentsOfDirectory(atPath: dir) where f.hasPrefix("checkpoint-") {
+                                try FileManager.default.removeItem(atPath: dir + "/" + f)
+                            }
+                            var replay = try child("reopen", "ferry-replay", dir)
+                            replay.payloadBytes = r.payloadBytes
+                            results["reopen", default: [:]]["ferry-replay", default: []].append(replay)
+                        }
+                    }
+                    remove(dir)
+                }
+            }
+        }
+
+        var report = Report(json: common.json)
+        for workload in Self.workloads where wants(workload) {
+            for engine in Self.engines + ["ferry-replay"] {
+                guard let runs = results[workload]?[engine] else { continue }
+                report.add(measurement(workload, engine, runs))
+            }
+        }
+        let summary = Summary(report: report)
+        if !common.json {
+            print("")
+            for line in summary.ratioLines { print("  " + line) }
+        }
+        if markdown { print(""); print(summary.markdown) }
+        if let svg { try Chart(report: report).svg.write(toFile: svg, atomically: true, encoding: .utf8) }
+    }
+
+    func measurement(_ workload: String, _ engine: String, _ runs: [RunResult]) -> Measurement {
+        func median<T: Comparable>(_ xs: [T]) -> T { xs.sorted()[xs.count / 2] }
+        var m = Measurement(area: "compare", workload: workload, engine: engine, operations: sizes.operations(workload),
+                            bytes: runs[0].payloadBytes, runs: runs.map(\.seconds),
+                            bytesOnDisk: median(runs.map(\.bytesOnDisk)), peakRSS: median(runs.map(\.peakRSS)))
+        var notes = ["peak RSS " + humanBytes(m.peakRSS!)]
+        if let after = runs.compactMap(\.bytesAfterCompaction).sorted().dropFirst(runs.count / 2).first {
+            m.bytesAfterCompaction = after
+            notes.append("after compaction " + humanBytes(after))
+            if let c = runs.compactMap(\.compactionSeconds).sorted().dropFirst(runs.count / 2).first {
+                notes.append(String(format: "(%.2f s)", c))
+            }
+        }
+        if workload == "reopen" { notes.append(String(format: "%.2f s", m.median)) }
+        if engine == "ferry-replay" { notes.append("no checkpoint") }
+        m.note = notes.joined(separator: " ")
+        return m
+    }
+}
+
+/// The goals of the comparison, as ratios measured in one run.
+struct Summary {
+    let report: Report
+
+    func find(_ w: String, _ e: String) -> Measurement? { report.all.first { $0.workload == w && $0.engine == e } }
+
+    /// Ferry's ops/s over the peer's (for reopen, the peer's time over Ferry's is the same number).
+    func ratio(_ w: String, _ peer: String, ferry: String = "ferry") -> Double? {
+        guard let f = find(w, ferry), let p = find(w, peer) else { return nil }
+        return f.opsPerSecond / p.opsPerSecond
+    }
+
+    struct Goal {
+        var workload: String
+        var text: String
+        var value: Double?
+        var met: Bool?
+    }
+
+    var goals: [Goal] {
+        func atLeast(_ w: String, _ peer: String, _ goal: Double) -> Goal {
+            let r = ratio(w, peer)
+            return Goal(workload: w, text: String(format: "Ferry / %@ ≥ %.2f×", peer, goal), value: r, met: r.map { $0 >= goal })
+        }
+        func time(_ ferry: String, _ goal: Double, _ what: String) -> Goal {
+            // Time ratio = LevelDB's ops/s over Ferry's.
+            let r = ratio("reopen", "leveldb", ferry: ferry).map { 1 / $0 }
+            return Goal(workload: "reopen", text: String(format: "%@ time / LevelDB's ≤ %.2f×", what, goal), value: r, met: r.map { $0 <= goal })
+        }
+        var out = [
+            atLeast("sync1", "raw", 0.95),
+            atLeast("sync64", "leveldb", 1.2), atLeast("sync64", "sqlite", 1.5),
+            atLeast("concurrent16", "leveldb", 1.2), atLeast("concurrent16", "sqlite", 1.5),
+            atLeast("bulk", "leveldb", 2), atLeast("bulk", "sqlite", 3), atLeast("bulk", "raw", 0.7),
+            time("ferry", 0.5, "with a checkpoint, Ferry's"), time("ferry-replay", 1, "without, Ferry's"),
+        ]
+        let f = find("overwrite", "ferry")?.bytesAfterCompaction, l = find("overwrite", "leveldb")?.bytesAfterCompaction
+        let r = f.flatMap { f in l.map { Double(f) / Double($0) } }
+        out.append(Goal(workload: "overwrite", text: "Ferry's bytes after compaction / LevelDB's ≤ 1×", value: r, met: r.map { $0 <= 1 }))
+        return out.filter { $0.value != nil }
+    }
+
+    var ratioLines: [String] {
+        goals.map { g in
+            g.workload.padding(toLength: 14, withPad: " ", startingAt: 0) + String(format: "%6.2f×   ", g.value!) + g.text
+                + (g.met! ? "   met" : "   NOT met")
+        }
+    }
+
+    var markdown: String {
+        let engines = ["ferry", "leveldb", "sqlite", "raw"]
+        var lines = ["| workload | Ferry | LevelDB | SQLite | raw ceiling | Ferry / LevelDB | Ferry / SQLite | Ferry / raw |",
+                     "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for w in CompareBench.workloads {
+            guard find(w, "ferry") != nil else { continue }
+            var cells = [w + (w == "reopen" ? " (values read/s)" : " (writes/s)")]
+            for e in engines { cells.append(find(w, e).map { human($0.opsPerSecond) } ?? "–") }
+            for e in ["leveldb", "sqlite", "raw"] { cells.append(ratio(w, e).map { String(format: "%.2f×", $0) } ?? "–") }
+            lines.append("| " + cells.joined(separator: " | ") + " |")
+            if w == "reopen", let replay = find(w, "ferry-replay") {
+                var cells = ["reopen without checkpoint", human(replay.opsPerSecond), "", "", ""]
+                for e in ["leveldb", "sqlite", "raw"] { cells.append(ratio(w, e, ferry: "ferry-replay").map { String(format: "%.2f×", $0) } ?? "–") }
+                lines.append("| " + cells.joined(separator: " | ") + " |")
+            }
+        }
+        if find("overwrite", "ferry") != nil {
+            var before = ["overwrite: disk before compaction"], after = ["overwrite: disk after compaction"]
+            for e in engines {
+                before.append(find("overwrite", e)?.bytesOnDisk.map(humanBytes) ?? "–")
+                after.append(find("overwrite", e)?.bytesAfterCompaction.map(humanBytes) ?? "–")
+            }
+            lines.append("| " + before.joined(separator: " | ") + " | | | |")
+            lines.append("| " + after.joined(separator: " | ") + " | | | |")
+        }
+        var rss = ["peak RSS, bulk / reopen"]
+        for e in engines {
+            let b = find("bulk", e)?.peakRSS.map(humanBytes) ?? "–", r = find("reopen", e)?.peakRSS.map(humanBytes) ?? "–"
+            rss.append(b + " / " + r)
+        }
+        lines.append("| " + rss.joined(separator: " | ") + " | | | |")
+        lines.append("")
+        lines.append("| goal | measured | |")
+        lines.append("| --- | ---: | --- |")
+        for g in goals { lines.append("| \(g.workload): \(g.text) | " + String(format: "%.2f×", g.value!) + " | " + (g.met! ? "met" : "**not met**") + " |") }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// The comparison as a bar chart: per workload, one bar per engine, as long as its ops/s
+/// against the fastest engine of that workload; for overwrite, also the bytes left after
+/// compaction (shorter is better).
+struct Chart {
+    let report: Report
+
+    var svg: String {
+        let colors = ["ferry": "#1f77b4", "ferry-replay": "#9ecae1", "leveldb": "#ff7f0e", "sqlite": "#2ca02c", "raw": "#7f7f7f"]
+        let names = ["ferry": "Ferry", "ferry-replay": "Ferry, no checkpoint", "leveldb": "LevelDB", "sqlite": "SQLite", "raw": "raw ceiling"]
+        let order = ["ferry", "ferry-replay", "leveldb", "sqlite", "raw"]
+        let labelWidth = 170.0, barMax = 520.0, barHeight = 16.0, gap = 4.0
+        var y = 40.0
+        var body: [String] = []
+        func esc(_ s: String) -> String { s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;") }
+        func group(_ title: String, _ bars: [(String, Double, String)]) {
+            body.append(#"<text x="10" y="\#(y + 12)" font-weight="bold">\#(esc(title))</text>"#)
+            y += 20
+            let top = bars.map(\.1).max() ?? 1
+            for (engine, value, label) in bars {
+                let w = max(1, barMax * value / top)
+                body.append(#"<text x="\#(labelWidth - 6)" y="\#(y + 12)" text-anchor="end">\#(esc(names[engine] ?? engine))</text>"#)
+                body.append(#"<rect x="\#(labelWidth)" y="\#(y)" width="\#(String(format: "%.1f", w))" height="\#(barHeight)" fill="\#(colors[engine] ?? "#333")"/>"#)
+                body.append(#"<text x="\#(labelWidth + w + 6)" y="\#(y + 12)">\#(esc(label))</text>"#)
+                y += barHeight + gap
+            }
+            y += 12
+        }
+        for w in CompareBench.workloads {
+            let ms = order.compactMap { e in report.all.first { $0.workload == w && $0.engine == e } }
+            guard !ms.isEmpty else { continue }
+            let unit = w == "reopen" ? "values read/s" : "writes/s"
+            group("\(w) — \(unit) (longer is better)", ms.map { ($0.engine, $0.opsPerSecond, human($0.opsPerSecond)) })
+            if w == "overwrite" {
+                let after = ms.compactMap { m in m.bytesAfterCompaction.map { (m.engine, Double($0), humanBytes($0)) } }
+                group("overwrite — bytes on disk after compaction (shorter is better)", after)
+            }
+        }
+        let height = Int(y + 10)
+        return """
+            <svg xmlns="http://www.w3.org/2000/svg" width="800" height="\(height)" font-family="sans-serif" font-size="12">
+            <rect width="800" height="\(height)" fill="white"/>
+            <text x="10" y="22" font-size="15" font-weight="bold">ferry-bench compare: medians of each engine's runs, same data and durability</text>
+            \(body.joined(separator: "\n"))
+            </svg>
+
+            """
+    }
+}

@@ -1,0 +1,252 @@
+import ArgumentParser
+@_spi(Server) import Ferry
+import FerryLog
+import Foundation
+import Synchronization
+
+/// What one workload on one engine measured, in a child process of its own (so that its peak
+/// memory is its own).
+struct RunResult: Codable {
+    /// Seconds of the timed part.
+    var seconds: Double
+    /// Bytes of keys and values the timed part wrote or read.
+    var payloadBytes = 0
+    /// Bytes the store takes on disk at the end (before compaction for `overwrite`).
+    var bytesOnDisk: Int
+    /// For `overwrite`: bytes after compaction.
+    var bytesAfterCompaction: Int?
+    /// For `overwrite`: seconds the compaction took.
+    var compactionSeconds: Double?
+    var peakRSS: Int
+}
+
+/// The sizes of the shared workloads (the same for every engine).
+struct CompareSizes: ParsableArguments {
+    @Option(help: "Writes of the bulk workload (and values read back by reopen).") var records = 1_000_000
+    @Option(help: "Writes of sync1 (one durable commit each).") var sync1Records = 2_000
+    @Option(help: "Writes of sync64 (a durable commit per 64).") var sync64Records = 64_000
+    @Option(help: "Writes of concurrent16, shared by its 16 writers.") var concurrentRecords = 4_000
+    @Option(help: "Keys of overwrite.") var overwriteKeys = 100_000
+    @Option(help: "Times overwrite writes each key.") var overwriteRounds = 10
+
+    var arguments: [String] {
+        ["--records", String(records), "--sync1-records", String(sync1Records), "--sync64-records", String(sync64Records),
+         "--concurrent-records", String(concurrentRecords), "--overwrite-keys", String(overwriteKeys),
+         "--overwrite-rounds", String(overwriteRounds)]
+    }
+
+    func operations(_ workload: String) -> Int {
+        switch workload {
+        case "sync1": sync1Records
+        case "sync64": sync64Records
+        case "concurrent16": concurrentRecords
+        case "overwrite": overwriteKeys * overwriteRounds
+        default: records
+        }
+    }
+}
+
+/// `ferry-bench compare-run WORKLOAD ENGINE DIR`: one measurement, printed as JSON. The parent
+/// (`compare`) runs it once per engine and run.
+struct CompareRun: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "compare-run", shouldDisplay: false)
+    @Argument var workload: String
+    @Argument var engine: String
+    @Argument var directory: String
+    @OptionGroup var sizes: CompareSizes
+
+    func run() async throws {
+        let n = sizes.operations(workload)
+        // Overwrite writes each key `rounds` times with a different post each time.
+        // Reopen generates nothing: its peak memory is the open's and the reads'.
+        let reads = workload == "reopen"
+        let data = Dataset(count: reads ? 0 : n)
+        let keys = (0..<(reads ? 0 : workload == "overwrite" ? sizes.overwriteKeys : n)).map { Dataset.key($0) }
+        var result = RunResult(seconds: 0, bytesOnDisk: 0, peakRSS: 0)
+        if !reads { result.payloadBytes = data.payloadBytes + (0..<n).reduce(0) { $0 + keys[$1 % keys.count].utf8.count } }
+        let clock = ContinuousClock()
+        @Sendable func key(_ i: Int) -> String { keys[i % keys.count] }
+
+        switch (workload, engine) {
+        case ("reopen", "ferry"), ("reopen", "ferry-replay"):
+            var options = DatabaseOptions(durability: .none)
+            options.checkpointOnClose = false
+            let start = clock.now
+            let db = try Database.open(at: directory, options: options)
+            // Every value, read through the view.
+            let all = try await db.reference("posts").getData()
+            guard all.childrenCount == sizes.records else { throw BenchError("ferry read \(all.childrenCount) posts") }
+            result.seconds = seconds(start.duration(to: clock.now))
+            try await db.close()
+        case ("reopen", "leveldb"):
+            let start = clock.now
+            let db = try LevelDB(path: directory)
+            let (count, _) = db.scan()
+            guard count == sizes.records else { throw BenchError("leveldb scanned \(count)") }
+            result.seconds = seconds(start.duration(to: clock.now))
+        case ("reopen", "sqlite"):
+            let start = clock.now
+            let db = try SQLite(path: directory + "/kv.sqlite")
+            let count = try db.scan()
+            guard count == sizes.records else { throw BenchError("sqlite scanned \(count)") }
+            result.seconds = seconds(start.duration(to: clock.now))
+        case ("reopen", "raw"):
+            let start = clock.now
+            let count = RawCeiling.replay(path: directory + "/raw.log")
+            guard count == sizes.records else { throw BenchError("raw read \(count)") }
+            result.seconds = seconds(start.duration(to: clock.now))
+
+        case (_, "ferry"):
+            var options = DatabaseOptions(durability: workload == "sync1" || workload == "concurrent16" ? .fsync : .none)
+            options.compactionSegments = nil  // overwrite compacts when asked, after measuring the bytes before
+            let db = try Database.open(at: directory, options: options)
+            // As in an app that has synced: the server said /posts was empty, so that /posts,
+            // with the local writes on top, reads complete (reopen reads it whole).
+            if workload == "bulk" { try await db.applyServerPut(at: "posts", [:]) }
+            let start = clock.now
+            switch workload {
+            case "concurrent16":
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for w in 0..<16 {
+                        group.addTask {
+                            for i in stride(from: w, to: n, by: 16) {
+                                _ = try await db.reference(String(key(i).dropFirst())).setValue(jsonBytes: data.withRecord(i) { Array($0) })
+                            }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+            default:
+                for i in 0..<n {
+                    let receipt = try await db.reference(String(key(i).dropFirst())).setValue(jsonBytes: data.withRecord(i) { Array($0) })
+                    if workload == "sync64" && i % 64 == 63 { try await db.sync() }
+                    // The server's acknowledgement, as the sync layer would apply it.
+                    if workload == "overwrite" { try await db.acknowledgeWrite(receipt.writeID!) }
+                }
+                try await db.sync()
+            }
+            result.seconds = seconds(start.duration(to: clock.now))
+            try await db.close()
+            if workload == "overwrite" {
+                var options = DatabaseOptions(durability: .none)
+                options.compactionSegments = nil
+                let db = try Database.open(at: directory, options: options)
+                result.bytesOnDisk = directorySize(directory)
+                let c = clock.now
+                try await db.compact()
+                result.compactionSeconds = seconds(c.duration(to: clock.now))
+                try await db.close()
+                result.bytesAfterCompaction = directorySize(directory)
+            }
+
+        case (_, "leveldb"):
+            let db = try LevelDB(path: directory, sync: workload == "sync1" || workload == "concurrent16")
+            let start = clock.now
+            @Sendable func put(_ i: Int, sync: Bool = false) throws {
+                try key(i).utf8CString.withUnsafeBytes { k in
+                    try data.withRecord(i) { v in try db.put(UnsafeRawBufferPointer(rebasing: k.dropLast()), v, sync: sync) }
+                }
+            }
+            switch workload {
+            case "concurrent16":
+                try onThreads(16) { w in for i in stride(from: w, to: n, by: 16) { try put(i) } }
+            default:
+                for i in 0..<n {
+                    try put(i, sync: (workload == "sync64" && i % 64 == 63) || i == n - 1)
+                }
+            }
+            result.seconds = seconds(start.duration(to: clock.now))
+        case (_, "sqlite"):
+            let db = try SQLite(path: directory + "/kv.sqlite")
+            let lock = NSLock()
+            @Sendable func put(_ i: Int) throws {
+                try key(i).utf8CString.withUnsafeBytes { k in
+                    try data.withRecord(i) { v in try db.put(UnsafeRawBufferPointer(rebasing: k.dropLast()), v) }
+                }
+            }
+            let start = clock.now
+            switch workload {
+            case "sync1":
+                for i in 0..<n { try put(i) }
+            case "concurrent16":
+                // One connection, as an app shares it; SQLite commits one writer at a time.
+                try onThreads(16) { w in
+                    for i in stride(from: w, to: n, by: 16) {
+                        lock.lock()
+                        defer { lock.unlock() }
+                        try put(i)
+                    }
+                }
+            case "sync64":
+                for i in 0..<n {
+                    if i % 64 == 0 { try db.exec("BEGIN") }
+                    try put(i)
+                    if i % 64 == 63 || i == n - 1 { try db.exec("COMMIT") }
+                }
+            default:
+                try db.exec("BEGIN")
+                for i in 0..<n { try put(i) }
+                try db.exec("COMMIT")
+            }
+            result.seconds = seconds(start.duration(to: clock.now))
+        case (_, "raw"):
+            var raw = RawCeiling(path: directory + "/raw.log")
+            let start = clock.now
+            let every = workload == "sync1" ? 1 : workload == "concurrent16" ? 16 : workload == "sync64" ? 64 : n
+            for i in 0..<n {
+                key(i).utf8CString.withUnsafeBytes { k in data.withRecord(i) { v in raw.add(UnsafeRawBufferPointer(rebasing: k.dropLast()), v) } }
+                if i % every == every - 1 { raw.commit() }
+            }
+            raw.commit()
+            result.seconds = seconds(start.duration(to: clock.now))
+            raw.close()
+        default:
+            throw BenchError("unknown engine \(engine) for \(workload)")
+        }
+
+        // Overwrite: reopen, bytes before, compact, bytes after (LevelDB and SQLite; Ferry did its own above).
+        if workload == "overwrite" && engine == "leveldb" {
+            let db = try LevelDB(path: directory)
+            result.bytesOnDisk = directorySize(directory)
+            let c = clock.now
+            db.compactAll()
+            result.compactionSeconds = seconds(c.duration(to: clock.now))
+            result.bytesAfterCompaction = directorySize(directory)
+        } else if workload == "overwrite" && engine == "sqlite" {
+            let db = try SQLite(path: directory + "/kv.sqlite")
+            result.bytesOnDisk = directorySize(directory)
+            let c = clock.now
+            try db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+            try db.exec("VACUUM")
+            try db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+            result.compactionSeconds = seconds(c.duration(to: clock.now))
+            result.bytesAfterCompaction = directorySize(directory)
+        } else if workload == "overwrite" && engine == "raw" {
+            result.bytesOnDisk = directorySize(directory)
+            result.bytesAfterCompaction = result.bytesOnDisk  // an append-only file has no compaction
+        } else if workload != "overwrite" {
+            result.bytesOnDisk = directorySize(directory)
+        }
+        result.peakRSS = peakResidentBytes()
+        let e = JSONEncoder()
+        print(String(decoding: try e.encode(result), as: UTF8.self))
+    }
+}
+
+func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+
+/// Runs `body(i)` on `count` threads of their own at once and waits for all of them.
+func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) throws -> Void) throws {
+    let group = DispatchGroup()
+    let firstError = Mutex<(any Error)?>(nil)
+    for i in 0..<count {
+        group.enter()
+        let t = Thread {
+            do { try body(i) } catch { firstError.withLock { if $0 == nil { $0 = error } } }
+            group.leave()
+        }
+        t.start()
+    }
+    group.wait()
+    if let error = firstError.withLock({ $0 }) { throw error }
+}
