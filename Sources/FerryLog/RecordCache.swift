@@ -56,10 +56,22 @@ final class RecordCache {
     }
 
     func frame(segment: UInt64, offset: Int64) -> CachedFrame? {
-        guard let i = frames.firstIndex(where: { $0.segment == segment && $0.offset == offset }) else { return nil }
-        let entry = frames.remove(at: i)
-        frames.append(entry)
-        return entry.frame
+        guard let i = frames.lastIndex(where: { $0.segment == segment && $0.offset == offset }) else { return nil }
+        return touch(i)
+    }
+
+    /// The cached frame holding record `lsn`, if any (checked before any file is read).
+    func frame(containing lsn: LSN) -> CachedFrame? {
+        guard let i = frames.lastIndex(where: { $0.frame.firstLSN <= lsn && lsn.rawValue < $0.frame.firstLSN.rawValue + UInt64($0.frame.count) }) else { return nil }
+        return touch(i)
+    }
+
+    private func touch(_ i: Int) -> CachedFrame {
+        if i != frames.count - 1 {
+            let entry = frames.remove(at: i)
+            frames.append(entry)
+        }
+        return frames[frames.count - 1].frame
     }
 
     func store(_ frame: CachedFrame, segment: UInt64, offset: Int64) {
@@ -67,8 +79,11 @@ final class RecordCache {
         if frames.count > Self.maxFrames { frames.removeFirst() }
     }
 
-    /// Forgets a deleted segment.
-    func drop(_ name: String) { cursors.removeAll { $0.name == name } }
+    /// Forgets a deleted segment (and its frames).
+    func drop(_ name: String, seq: UInt64) {
+        cursors.removeAll { $0.name == name }
+        frames.removeAll { $0.segment == seq }
+    }
 }
 
 extension WriteAheadLog {
@@ -101,6 +116,7 @@ extension WriteAheadLog {
     }
 
     private func locateFrame(_ lsn: LSN, in segment: SegmentInfo, cache: RecordCache) throws -> CachedFrame {
+        if let cached = cache.frame(containing: lsn) { return cached }
         let cursor = try cache.cursor(for: segment, directory: directory)
         var (offset, expected) = segment.seek(to: lsn)
         while offset < segment.size {

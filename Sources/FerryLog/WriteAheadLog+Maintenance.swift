@@ -60,7 +60,7 @@ extension WriteAheadLog {
             s.firstLSN = keptFirst.firstLSN
         }
         let names = victims.map(\.name)
-        recordCache.withLock { cache in for n in names { cache.drop(n) } }
+        recordCache.withLock { cache in for v in victims { cache.drop(v.name, seq: v.seq) } }
         try directory.remove(names)
         logger.debug("deleted \(names.count) segment(s) before LSN \(lsn)")
         return names

@@ -237,8 +237,20 @@ indirect enum Node: Sendable {
         }
         if let leaf { return .leaf(leaf, priority: priority) }
         if count == 0 { return .empty }
-        var added = updates.filter { !$0.value.isEmpty && base[$0.key] == nil }.map { NamedNode(name: $0.key, node: $0.value) }
-        added.sort { KeyOrder.compare($0.name, $1.name) < 0 }
+        // New keys in the order of the changes (each once, with its last value).
+        var added: [NamedNode] = []
+        var seen = Set<String>()
+        let repeats = updates.count != changes.count
+        for (key, _) in changes {
+            guard let u = updates[key], !u.isEmpty, base[key] == nil else { continue }
+            if repeats && !seen.insert(key).inserted { continue }
+            added.append(NamedNode(name: key, node: u))
+        }
+        // Often already in key order (the changes come in byte order, which it matches for
+        // keys that are not numbers): check before sorting.
+        if added.indices.dropFirst().contains(where: { KeyOrder.compare(added[$0 - 1].name, added[$0].name) > 0 }) {
+            added.sort { KeyOrder.compare($0.name, $1.name) < 0 }
+        }
         var merged: [NamedNode] = []
         merged.reserveCapacity(count)
         var j = 0
