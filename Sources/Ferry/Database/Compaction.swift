@@ -63,6 +63,24 @@ extension Database {
         return try await maintenance.run { try await compactNow(log) }
     }
 
+    /// Starts a compaction in the background when enough acknowledged segments have gathered
+    /// and none is running.
+    func compactIfDue() {
+        guard let log, let threshold = options.compactionSegments, !maintenance.isBusy else { return }
+        guard let frontier = try? acknowledgedFrontier(log) else { return }
+        let due = log.segments.prefix { $0.sealed && $0.nextLSN.rawValue <= frontier }.count >= threshold
+        guard due else { return }
+        Task { [self] in
+            do {
+                try await compact()
+            } catch let e as DatabaseError where e.code == .closed {
+                // closed meanwhile: nothing to do
+            } catch {
+                options.logger.warning("automatic compaction failed: \(error)")
+            }
+        }
+    }
+
     /// The LSN below which every local write is acknowledged (the oldest pending write's id, or
     /// the end of the log when none is pending).
     private func acknowledgedFrontier(_ log: WriteAheadLog) throws -> UInt64 {

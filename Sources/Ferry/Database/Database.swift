@@ -130,7 +130,7 @@ public final class Database: Sendable {
                 engine.withLock { $0.closed = true }
             }
         }
-        engine.withLock { $0.closed = true }
+        engine.withLock { $0.closed = true }  // (a memory-only database)
         if let log {
             do { try await log.close() } catch { throw DatabaseError(.storage, "closing the log failed: \(error)", underlying: error as? LogError) }
         }
@@ -166,24 +166,6 @@ public final class Database: Sendable {
             throw DatabaseError(.storage, "writing a checkpoint failed: \(error)", underlying: error as? LogError)
         }
         engine.withLock { $0.checkpointLSN = lsn }
-    }
-
-    /// Starts a compaction in the background when enough acknowledged segments have gathered
-    /// and none is running.
-    func compactIfDue() {
-        guard let log, let threshold = options.compactionSegments, !maintenance.isBusy else { return }
-        let frontier = engine.withLock { e in e.writeTree.pending.ids.first.map { UInt64($0) } ?? UInt64.max }
-        let due = log.segments.prefix { $0.sealed && $0.nextLSN.rawValue <= frontier }.count >= threshold
-        guard due else { return }
-        Task { [self] in
-            do {
-                try await compact()
-            } catch let e as DatabaseError where e.code == .closed {
-                // closed meanwhile: nothing to do
-            } catch {
-                options.logger.warning("automatic compaction failed: \(error)")
-            }
-        }
     }
 
     // MARK: Running operations
