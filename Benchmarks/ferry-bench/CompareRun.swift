@@ -68,33 +68,26 @@ struct CompareRun: AsyncParsableCommand {
         @Sendable func key(_ i: Int) -> String { keys[i % keys.count] }
 
         switch (workload, engine) {
-        case ("reopen", "ferry"), ("reopen", "ferry-replay"):
-            var options = DatabaseOptions(durability: .none)
-            options.checkpointOnClose = false
+        case ("reopen", _):
             let start = clock.now
-            let db = try Database.open(at: directory, options: options)
-            // Every value, read through the view.
-            let all = try await db.reference("posts").getData()
-            guard all.childrenCount == sizes.records else { throw BenchError("ferry read \(all.childrenCount) posts") }
+            let count: Int
+            var opened: Database?  // closed after the clock stops
+            switch engine {
+            case "ferry", "ferry-replay":
+                var options = DatabaseOptions(durability: .none)
+                options.checkpointOnClose = false
+                let db = try Database.open(at: directory, options: options)
+                opened = db
+                // Every value, read through the view.
+                count = try await db.reference("posts").getData().childrenCount
+            case "leveldb": count = try LevelDB(path: directory).scan().count
+            case "sqlite": count = try SQLite(path: directory + "/kv.sqlite").scan()
+            case "raw": count = RawCeiling.replay(path: directory + "/raw.log")
+            default: throw BenchError("unknown engine \(engine) for reopen")
+            }
             result.seconds = seconds(start.duration(to: clock.now))
-            try await db.close()
-        case ("reopen", "leveldb"):
-            let start = clock.now
-            let db = try LevelDB(path: directory)
-            let (count, _) = db.scan()
-            guard count == sizes.records else { throw BenchError("leveldb scanned \(count)") }
-            result.seconds = seconds(start.duration(to: clock.now))
-        case ("reopen", "sqlite"):
-            let start = clock.now
-            let db = try SQLite(path: directory + "/kv.sqlite")
-            let count = try db.scan()
-            guard count == sizes.records else { throw BenchError("sqlite scanned \(count)") }
-            result.seconds = seconds(start.duration(to: clock.now))
-        case ("reopen", "raw"):
-            let start = clock.now
-            let count = RawCeiling.replay(path: directory + "/raw.log")
-            guard count == sizes.records else { throw BenchError("raw read \(count)") }
-            result.seconds = seconds(start.duration(to: clock.now))
+            try await opened?.close()
+            guard count == sizes.records else { throw BenchError("\(engine) read \(count) of \(sizes.records) values") }
 
         case (_, "ferry"):
             var options = DatabaseOptions(durability: workload == "sync1" || workload == "concurrent16" ? .fsync : .none)

@@ -37,7 +37,7 @@ final class CachedFrame: Sendable {
 /// Bounded: a few open segments and a few frames (least recently used are dropped).
 final class RecordCache {
     private var cursors: [SegmentCursor] = []
-    private var frames: [(segment: UInt64, offset: Int64, frame: CachedFrame)] = []
+    private var frames: [(segment: UInt64, frame: CachedFrame)] = []
     static let maxCursors = 8
     static let maxFrames = 32
 
@@ -55,11 +55,6 @@ final class RecordCache {
         return c
     }
 
-    func frame(segment: UInt64, offset: Int64) -> CachedFrame? {
-        guard let i = frames.lastIndex(where: { $0.segment == segment && $0.offset == offset }) else { return nil }
-        return touch(i)
-    }
-
     /// The cached frame holding record `lsn`, if any (checked before any file is read).
     func frame(containing lsn: LSN) -> CachedFrame? {
         guard let i = frames.lastIndex(where: { $0.frame.firstLSN <= lsn && lsn.rawValue < $0.frame.firstLSN.rawValue + UInt64($0.frame.count) }) else { return nil }
@@ -74,8 +69,8 @@ final class RecordCache {
         return frames[frames.count - 1].frame
     }
 
-    func store(_ frame: CachedFrame, segment: UInt64, offset: Int64) {
-        frames.append((segment, offset, frame))
+    func store(_ frame: CachedFrame, segment: UInt64) {
+        frames.append((segment, frame))
         if frames.count > Self.maxFrames { frames.removeFirst() }
     }
 
@@ -129,7 +124,6 @@ extension WriteAheadLog {
             case .frame(let h, let stored):
                 guard h.firstLSN == expected else { throw corrupt("LSN discontinuity: expected \(expected), found \(h.firstLSN)") }
                 if h.kind == .data && lsn < h.nextLSN {
-                    if let cached = cache.frame(segment: segment.seq, offset: frameOffset) { return cached }
                     guard let raw = cursor.reader.rawBody(of: h, body: stored) else { throw corrupt("the frame body does not decompress") }
                     var layout: [UInt32] = []
                     layout.reserveCapacity(Int(h.recordCount) * 3)
@@ -141,7 +135,7 @@ extension WriteAheadLog {
                     }
                     guard ok else { throw corrupt("the frame's records do not match its header") }
                     let frame = CachedFrame(firstLSN: h.firstLSN, bytes: Array(raw), layout: layout)
-                    cache.store(frame, segment: segment.seq, offset: frameOffset)
+                    cache.store(frame, segment: segment.seq)
                     return frame
                 }
                 offset += Int64(h.frameSize)

@@ -180,34 +180,23 @@ extension Database {
     }
 }
 
-/// Builds ``RecordKind/serverRestate`` records under the engine's lock and applies each as it
-/// is appended: the entries then refer to the new record.
+/// Builds ``RecordKind/serverRestate`` records under the engine's lock; each is applied, once
+/// appended, by replaying it (so the entries then refer to the new record).
 private struct Restater {
     var w = ByteWriter()
-    var pending: [(Path, Range<Int>)] = []
     var count = 0
     static let recordTarget = 256 << 10
 
     mutating func add(_ path: Path, _ value: UnsafeRawBufferPointer?, _ e: Engine) throws {
-        pending.append((path, RecordCodec.appendRestated(path: path, value: value, to: &w)))
+        RecordCodec.appendRestated(path: path, value: value, to: &w)
         count += 1
         if w.count >= Self.recordTarget { try flush(e) }
     }
 
     mutating func flush(_ e: Engine) throws {
-        guard !pending.isEmpty else { return }
-        let lsn = UInt64(try e.append(.serverRestate, w.bytes))
-        w.bytes.withUnsafeBytes { payload in
-            for (path, range) in pending {
-                if range.isEmpty {
-                    e.server.restate(.stored(.emptyValue), empty: true, at: path)
-                } else {
-                    let ref = ValueRef(lsn: lsn, offset: UInt32(range.lowerBound), length: UInt32(range.count))
-                    e.server.restate(.stored(ref), empty: Engine.isEmptyValue(payload, range), at: path)
-                }
-            }
-        }
+        guard w.count > 0 else { return }
+        let lsn = try e.append(.serverRestate, w.bytes)
+        try w.bytes.withUnsafeBytes { try e.replay(kind: RecordKind.serverRestate.rawValue, lsn: lsn, payload: $0) }
         w = ByteWriter()
-        pending.removeAll(keepingCapacity: true)
     }
 }

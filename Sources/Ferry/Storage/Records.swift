@@ -101,12 +101,10 @@ enum RecordCodec {
 
     /// Appends one entry of a ``RecordKind/serverRestate`` record: the path, then 0 and the
     /// encoded value, or 1 for a marker (an empty entry with no value).
-    static func appendRestated(path: Path, value: UnsafeRawBufferPointer?, to w: inout ByteWriter) -> Range<Int> {
+    static func appendRestated(path: Path, value: UnsafeRawBufferPointer?, to w: inout ByteWriter) {
         w.path(path)
         w.u8(value == nil ? 1 : 0)
-        let start = w.count
         if let value { w.bytes.append(contentsOf: value) }
-        return start..<w.count
     }
 
     /// An acknowledgement (or, with `revert`, a rejection) of a local write. `applied`: the
