@@ -189,6 +189,8 @@ extension FerryDump {
             var storedBodyBytes: Int64
             var uncompressedBodyBytes: Int64
             var compressionRatio: Double
+            /// The database's sync cursor (nil for a store with no cursor record).
+            var syncCursor: Int64?
         }
 
         func run() throws {
@@ -202,7 +204,10 @@ extension FerryDump {
                 lastLSN: inspection.nextLSN.flatMap { n in inspection.firstLSN.flatMap { n > $0 ? n.rawValue - 1 : nil } },
                 bytesOnDisk: directoryBytes(store.directory), segmentBytes: segmentBytes,
                 storedBodyBytes: stored, uncompressedBodyBytes: raw,
-                compressionRatio: stored > 0 ? Double(raw) / Double(stored) : 1)
+                compressionRatio: stored > 0 ? Double(raw) / Double(stored) : 1,
+                syncCursor: (try? RecordDescription.syncCursor { body in
+                    try inspection.forEachRecord { r in try body(r.kind, r.payload) }
+                }) ?? nil)
             if store.json {
                 try printJSON(report)
             } else {
@@ -212,6 +217,7 @@ extension FerryDump {
                 print("bytes on disk:       \(report.bytesOnDisk) (segments \(report.segmentBytes))")
                 print("record bytes:        \(report.uncompressedBodyBytes) uncompressed, \(report.storedBodyBytes) stored")
                 print("compression ratio:   \(String(format: "%.2f", report.compressionRatio))x")
+                print("sync cursor:         \(report.syncCursor.map { "writes up to \($0) answered by the server" } ?? "-")")
             }
             for p in inspection.problems { printError("ferry-dump: note: \(p)") }
         }
@@ -233,6 +239,8 @@ extension FerryDump {
             var visible: String?
             var serverCache: String?
             var pendingWrites: [String]
+            var syncCursor: Int64
+            var rejectedWrites: [String]
         }
 
         func run() throws {
@@ -249,7 +257,9 @@ extension FerryDump {
                 throw ExitCode(ExitStatus.corruption)
             }
             let report = Report(lsn: last, path: path, visible: replayer.visible(at: path)?.json, serverCache: replayer.serverCache(at: path)?.json,
-                                pendingWrites: replayer.pendingWrites.map { "\($0.id) \($0.path)" })
+                                pendingWrites: replayer.pendingWrites.map { "\($0.id) \($0.path)" },
+                                syncCursor: replayer.acknowledgedThrough,
+                                rejectedWrites: ((try? replayer.rejectedWrites()) ?? []).map { "\($0.writeID) \($0.path) (\($0.status): \($0.message))" })
             if store.json {
                 try printJSON(report)
             } else {
@@ -257,6 +267,10 @@ extension FerryDump {
                 print("  visible:      \(report.visible ?? "(not complete: no server data or full local write covers it)")")
                 print("  server cache: \(report.serverCache ?? "(not cached)")")
                 print("  pending writes (\(report.pendingWrites.count)): \(report.pendingWrites.prefix(20).joined(separator: ", "))\(report.pendingWrites.count > 20 ? ", …" : "")")
+                print("  sync cursor:  \(report.syncCursor) (writes up to it answered by the server)")
+                if !report.rejectedWrites.isEmpty {
+                    print("  rejected writes (\(report.rejectedWrites.count)): \(report.rejectedWrites.prefix(20).joined(separator: ", "))")
+                }
             }
         }
     }

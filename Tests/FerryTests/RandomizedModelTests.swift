@@ -17,6 +17,8 @@ struct Model {
 
     var server: Value = .null
     var pending: [Write] = []
+    /// Writes refused in a batch answer and not cleared (kept by the database).
+    var rejected: [Int64] = []
 
     static func get(_ v: Value, _ path: ArraySlice<String>) -> Value {
         guard let k = path.first else { return v }
@@ -122,6 +124,15 @@ struct Model {
             }
         }
         func ref(_ p: [String]) -> DatabaseReference { p.isEmpty ? db.root : try! db.reference(p.joined(separator: "/")) }
+        /// The server's own update for a write it applied (it arrives before the acknowledgement).
+        func echo(_ w: Model.Write) async throws {
+            switch w {
+            case .set(_, let p, let v): try await db.applyServerPut(at: p.joined(separator: "/"), v)
+            case .update(_, let p, let children):
+                try await db.applyServerMerge(at: p.joined(separator: "/"), Dictionary(uniqueKeysWithValues: children.map { ($0.0.joined(separator: "/"), $0.1) }))
+            }
+            model.server = Model.apply(w, to: model.server)
+        }
 
         var listeners: [Listener] = []
         func listen(_ path: [String]) {
@@ -170,17 +181,33 @@ struct Model {
                 what = "server merge /\(p.joined(separator: "/")) \(k)=\(v)"
                 try await db.applyServerMerge(at: p.joined(separator: "/"), [k: v])
                 model.server = Model.set(model.server, (p + [k])[...], v)
-            case 55..<72 where !model.pending.isEmpty:
+            case 55..<63 where !model.pending.isEmpty:
                 // The server applies the oldest write, echoes it, then acknowledges it.
                 let w = model.pending.removeFirst()
                 what = "ack \(w.id)"
-                switch w {
-                case .set(_, let p, let v): try await db.applyServerPut(at: p.joined(separator: "/"), v)
-                case .update(_, let p, let children):
-                    try await db.applyServerMerge(at: p.joined(separator: "/"), Dictionary(uniqueKeysWithValues: children.map { ($0.0.joined(separator: "/"), $0.1) }))
-                }
-                model.server = Model.apply(w, to: model.server)
+                try await echo(w)
                 try await db.acknowledgeWrite(w.id)
+            case 63..<72 where !model.pending.isEmpty:
+                // The server answers the oldest writes in order, refusing some: one cursor record.
+                let n = 1 + Int(g.next() % UInt64(min(4, model.pending.count)))
+                var rejections: [WriteRejection] = []
+                for w in model.pending.prefix(n) {
+                    if g.next() % 4 == 0 {
+                        rejections.append(WriteRejection(writeID: w.id, status: 401, message: "Permission denied"))
+                        model.rejected.append(w.id)
+                    } else {
+                        try await echo(w)
+                    }
+                }
+                let through = model.pending[n - 1].id
+                model.pending.removeFirst(n)
+                what = "ack through \(through), rejecting \(rejections.map(\.writeID))"
+                try await db.acknowledgeWrites(through: through, rejecting: rejections)
+                #expect(db.acknowledgedThrough == through)
+            case 97..<98 where !model.rejected.isEmpty:
+                let id = model.rejected.remove(at: Int(g.next() % UInt64(model.rejected.count)))
+                what = "clear rejected \(id)"
+                try await db.clearRejectedWrites([id])
             case 72..<78 where !model.pending.isEmpty:
                 let i = Int(g.next() % UInt64(model.pending.count))
                 let w = model.pending.remove(at: i)
@@ -217,6 +244,7 @@ struct Model {
                 db = try Database.open(at: dir.path, options: options)
                 #expect(try await db.root.getData().value == before, "seed \(seed) step \(step): replay after a restart")
                 #expect(db.pendingWriteIDs == model.pending.map(\.id), "seed \(seed) step \(step): pending writes after a restart")
+                #expect(try db.rejectedWrites().map(\.writeID) == model.rejected.sorted(), "seed \(seed) step \(step): rejected writes after a restart")
                 for p in paths { listen(p) }
             default:
                 let p = randomPath()

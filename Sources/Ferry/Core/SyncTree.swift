@@ -68,6 +68,12 @@ final class SyncTree {
         return applyToSyncPoints(.ackUserWrite(write.path, affected: affected, revert: revert))
     }
 
+    /// The views' side of acknowledging a write at `path` that the write tree has already
+    /// dropped: `affected` marks the locations (relative to `path`) it wrote.
+    func applyAcknowledgement(at path: Path, affected: ImmutableTree<Bool>, revert: Bool) -> [Event] {
+        applyToSyncPoints(.ackUserWrite(path, affected: affected, revert: revert))
+    }
+
     func removeAllWrites() -> [Event] {
         let removed = writeTree.removeAllWrites()
         guard !removed.isEmpty else { return [] }

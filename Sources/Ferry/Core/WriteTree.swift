@@ -85,7 +85,7 @@ final class WriteTree {
     }
 
     private func record(at i: Int) -> WriteRecord? {
-        let id = pending.ids[i]
+        let id = pending.id(at: i)
         return pending.inlineRecord(id) ?? stored?.writeRecord(id)
     }
 
@@ -135,11 +135,47 @@ final class WriteTree {
         return true
     }
 
+    /// Removes the oldest pending write (acknowledged in order): O(1) in the number of pending
+    /// writes — O(log n) index look-ups per location the write wrote — instead of
+    /// ``removeWrite(_:)``'s scan of every pending write. `writtenPaths` are the locations it
+    /// wrote (its path for a set; each child's for an update). Returns what ``removeWrite(_:)``
+    /// returns. Falls back to re-layering the remaining writes (O(n)) only where a newer write
+    /// sits below one of those locations or a marker stands in for one of its leaves, and for
+    /// memory-only stores, whose values are not named by write id in the overlay.
+    func removeOldest(_ writeID: Int64, writtenPaths: [Path]) -> Bool {
+        precondition(pending.firstID == writeID, "removeOldest takes the oldest pending write")
+        if pending.inlineRecord(writeID) != nil { return removeWrite(writeID) }
+        let visible = pending.isVisible(at: 0)
+        pending.removeFirst()
+        guard visible else {
+            hidden.remove(writeID)
+            return false
+        }
+        var own: [[UInt8]] = []
+        for path in writtenPaths {
+            let key = PathKey.encode(path)
+            guard let entry = overlay.index.get(key) else { continue }  // a newer write above replaced it
+            if entry.isInline || entry.isMarker {
+                rebuildOverlay()
+                return true
+            }
+            guard entry.ref.lsn == UInt64(writeID) else { continue }  // a newer write at the same place
+            if overlay.index.hasKey(strictlyBelow: key) {
+                rebuildOverlay()  // newer writes below it, which were layered over its value
+                return true
+            }
+            own.append(key)
+        }
+        if own.isEmpty { return false }  // shadowed everywhere: nothing visible changes
+        for key in own { overlay.removeEntry(key) }
+        return true
+    }
+
     /// Re-layers every visible pending write, oldest first.
     private func rebuildOverlay() {
         overlay.removeAll()
         for i in 0..<pending.count where pending.isVisible(at: i) {
-            let id = pending.ids[i]
+            let id = pending.id(at: i)
             if let record = pending.inlineRecord(id) {
                 switch record.change {
                 case .overwrite(let n): overlay.set(node: n, at: record.path)
@@ -228,7 +264,7 @@ final class WriteTree {
         if !includeHidden && completeServerCache == nil && !merge.hasCompleteWrite(at: .root) { return nil }
         let related = (0..<pending.count).filter { i in
             let p = pending.path(at: i)
-            return (pending.isVisible(at: i) || includeHidden) && !(excluding?.contains(pending.ids[i]) ?? false)
+            return (pending.isVisible(at: i) || includeHidden) && !(excluding?.contains(pending.id(at: i)) ?? false)
                 && (p.contains(path) || path.contains(p))
         }
         let layered = Self.layer(related.compactMap { record(at: $0) }, root: path) { _ in true }

@@ -8,12 +8,13 @@ import FerryLog
 enum Checkpoint {
     static let prefix = "checkpoint-"
     static let magic = Array("FERRYCKP".utf8)
-    static let version: UInt16 = 2
+    /// The version written. Version 2 (no sync cursor, no rejected writes) is still read.
+    static let version: UInt16 = 3
     /// Blocks are cut once they pass this many bytes.
     static let blockTarget = 256 << 10
 
     enum Section: UInt8 {
-        case server = 1, pending = 2, overlay = 3
+        case server = 1, pending = 2, overlay = 3, rejected = 4
     }
 
     static func fileName(_ lsn: UInt64) -> String {
@@ -68,6 +69,10 @@ struct CheckpointImage {
     let server: PathIndex<LayeredEntry>
     let pending: PendingList
     let overlay: PathIndex<LayeredEntry>
+    /// The sync cursor.
+    let ackedThrough: Int64
+    /// Rejected writes: (id, LSN of the rejection record), by id.
+    let rejected: [(id: Int64, lsn: UInt64)]
 
     /// Streams the checkpoint into `out`, a block at a time.
     func write(storeID: StoreID, nextLSN: UInt64, to out: SideFileBlockWriter) throws {
@@ -81,6 +86,8 @@ struct CheckpointImage {
         w.varint(UInt64(pending.count))
         w.varint(UInt64(overlay.count))
         w.varint(UInt64(pending.keyBytes))
+        w.signed(ackedThrough)
+        w.varint(UInt64(rejected.count))
         try w.bytes.withUnsafeBytes { try out.write($0) }
         w.bytes.removeAll(keepingCapacity: true)
 
@@ -114,7 +121,7 @@ struct CheckpointImage {
         try entries(server, .server)
         for i in 0..<pending.count {
             try startBlockIfNeeded(.pending)
-            let id = pending.ids[i]
+            let id = pending.id(at: i)
             w.signed(id &- previousID)
             previousID = id
             w.u8(pending.flags(at: i))
@@ -122,12 +129,20 @@ struct CheckpointImage {
         }
         try flush()
         try entries(overlay, .overlay)
+        for (id, lsn) in rejected {
+            try startBlockIfNeeded(.rejected)
+            w.signed(id &- previousID)
+            previousID = id
+            w.varint(lsn)
+        }
+        try flush()
     }
 }
 
 extension Engine {
     var checkpointImage: CheckpointImage {
-        CheckpointImage(server: server.index, pending: writeTree.pending, overlay: writeTree.overlay.index)
+        CheckpointImage(server: server.index, pending: writeTree.pending, overlay: writeTree.overlay.index,
+                        ackedThrough: ackedThrough, rejected: rejected.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
     }
 
     /// Loads the newest checkpoint that checks out; returns the LSN replay starts at (the
@@ -148,6 +163,8 @@ extension Engine {
                 logger.warning("ignoring checkpoint \(name): \(error); replaying the log instead")
                 server.removeAll()
                 writeTree.beginRestore()
+                rejected = [:]
+                ackedThrough = 0
             }
         }
         return log.firstLSN.rawValue
@@ -161,8 +178,8 @@ private struct CheckpointLoader {
     let expectedLSN: UInt64
     let firstLSN: UInt64
     let nextLSN: UInt64
-    var expected: (server: UInt64, pending: UInt64, overlay: UInt64)?
-    var counts: (server: UInt64, pending: UInt64, overlay: UInt64) = (0, 0, 0)
+    var expected: (server: UInt64, pending: UInt64, overlay: UInt64, rejected: UInt64)?
+    var counts: (server: UInt64, pending: UInt64, overlay: UInt64, rejected: UInt64) = (0, 0, 0, 0)
     var lastSection: UInt8 = 0
     var keys = KeyDelta()
     /// The section's previous key: keys must rise (the indexes are rebuilt by appending).
@@ -211,6 +228,13 @@ private struct CheckpointLoader {
                     throw Checkpoint.damaged("a key is not a path")
                 }
                 if section == .server { counts.server += 1 } else { counts.overlay += 1 }
+            case .rejected:
+                let id = previousID &+ (try r.signed())
+                previousID = id
+                let lsn = try r.varint()
+                guard lsn >= firstLSN && lsn < expectedLSN else { throw Checkpoint.damaged("it names rejection record \(lsn), outside the log") }
+                engine.rejected[id] = lsn
+                counts.rejected += 1
             case .pending:
                 let id = previousID &+ (try r.signed())
                 previousID = id
@@ -228,7 +252,7 @@ private struct CheckpointLoader {
             }
             first = false
         }
-        if !first && section != .pending {
+        if !first && (section == .server || section == .overlay) {
             lastKey.removeAll(keepingCapacity: true)
             lastKey.append(contentsOf: keys.previous)
             hasLastKey = true
@@ -238,7 +262,7 @@ private struct CheckpointLoader {
     private mutating func header(_ r: inout ByteReader) throws {
         guard r.bytes.count >= 37, Array(r.bytes[0..<8]) == Checkpoint.magic else { throw Checkpoint.damaged("not a checkpoint") }
         let version = UInt16(littleEndian: r.bytes.loadUnaligned(fromByteOffset: 8, as: UInt16.self))
-        guard version == Checkpoint.version else {
+        guard version == Checkpoint.version || version == 2 else {
             throw DatabaseError(.storage, "checkpoint format version \(version) is not understood by this build")
         }
         let high = UInt64(littleEndian: r.bytes.loadUnaligned(fromByteOffset: 10, as: UInt64.self))
@@ -247,11 +271,19 @@ private struct CheckpointLoader {
         let next = UInt64(littleEndian: r.bytes.loadUnaligned(fromByteOffset: 26, as: UInt64.self))
         guard next == expectedLSN, next <= nextLSN else { throw Checkpoint.damaged("its LSN \(next) does not fit the log") }
         r.offset = 34
-        expected = (try r.varint(), try r.varint(), try r.varint())
+        let (server, pending, overlay) = (try r.varint(), try r.varint(), try r.varint())
         let pendingKeyBytes = try r.varint()
+        var ackedThrough: Int64 = 0, rejected: UInt64 = 0
+        if version >= 3 {
+            ackedThrough = try r.signed()
+            rejected = try r.varint()
+        }
+        expected = (server, pending, overlay, rejected)
         guard r.atEnd else { throw Checkpoint.damaged("trailing bytes in its header") }
         engine.server.removeAll()
         engine.writeTree.beginRestore()
+        engine.rejected = [:]
+        engine.ackedThrough = ackedThrough
         // Room for what the header announces (within reason: it is not trusted further).
         let room = Int(min(expected!.pending, 1 << 28)), bytes = Int(min(pendingKeyBytes, 1 << 32))
         engine.writeTree.reservePending(room, keyBytes: bytes)

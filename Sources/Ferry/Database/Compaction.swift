@@ -86,7 +86,7 @@ extension Database {
     private func acknowledgedFrontier(_ log: WriteAheadLog) throws -> UInt64 {
         try engine.withLock { e in
             try e.checkUsable()
-            return e.writeTree.pending.ids.first.map { UInt64($0) } ?? log.nextLSN.rawValue
+            return e.writeTree.pending.firstID.map { UInt64($0) } ?? log.nextLSN.rawValue
         }
     }
 
@@ -103,6 +103,7 @@ extension Database {
                 return report
             }
             report.restatedEntries = try restateServerEntries(below: cutoff, log)
+            try carrySyncStateForward(below: cutoff)
             try await log.sync()
             try await writeCheckpoint(log)
             report.deletedSegments = try await log.deleteSegments(before: LSN(cutoff))
@@ -177,6 +178,25 @@ extension Database {
             start = end
         }
         return restated
+    }
+}
+
+extension Database {
+    /// Restates the sync cursor at the head of the log, and copies there the records of rejected
+    /// writes kept for the app that lie below `cutoff` (the same payload: replaying the copy
+    /// points the list at it).
+    fileprivate func carrySyncStateForward(below cutoff: UInt64) throws {
+        try engine.withLock { e in
+            // The cursor too: its records may all lie in the segments about to go.
+            if e.ackedThrough > 0 {
+                _ = try e.append(.ackCursor, RecordCodec.ackCursor(through: e.ackedThrough, notApplied: []))
+            }
+            for (_, lsn) in e.rejected.sorted(by: { $0.key < $1.key }) where lsn < cutoff {
+                let (kind, payload) = try e.withPayload(lsn) { k, p in (k, Array(p)) }
+                let copy = try e.append(.rejection, payload)
+                try payload.withUnsafeBytes { try e.replay(kind: kind, lsn: copy, payload: $0) }
+            }
+        }
     }
 }
 

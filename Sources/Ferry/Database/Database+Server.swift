@@ -19,9 +19,48 @@
         _ = try await perform { e in (nil, try e.serverMerge(p, list, tag: tag)) }
     }
 
-    /// The server acknowledged (or rejected) a local write.
+    /// The server acknowledged (or rejected) one local write, in any order: a record per call,
+    /// O(pending writes). A server answers in write order; use
+    /// ``acknowledgeWrites(through:rejecting:)`` for that.
     public func acknowledgeWrite(_ writeID: Int64, rejected: Bool = false) async throws {
-        _ = try await perform { e in (nil, try e.acknowledge(writeID, revert: rejected)) }
+        try await answer { e in try e.acknowledge(writeID, revert: rejected) }
+    }
+
+    /// The server answered every pending write up to `writeID`, in write order: those in
+    /// `rejections` it refused (each is reverted — listeners see it — and kept in
+    /// ``Database/rejectedWrites()``; their receipts throw), the rest it acknowledged. This moves
+    /// the sync cursor: one record for the batch, O(1) per acknowledged write in the number of
+    /// pending writes (a rejection costs O(pending writes)).
+    ///
+    /// Returns once the records are durable; only then do the writes' receipts
+    /// (``WriteReceipt/serverAcknowledgement()``) return.
+    public func acknowledgeWrites(through writeID: Int64, rejecting rejections: [WriteRejection] = []) async throws {
+        try await answer { e in try e.acknowledge(through: writeID, rejections: rejections) }
+    }
+
+    /// The sync cursor: every write up to this id has been answered by the server.
+    public var acknowledgedThrough: Int64 { engine.withLock { $0.ackedThrough } }
+
+    /// Records an answer of the server and delivers its events; once its records are durable,
+    /// resumes the receipts it settled (with the error instead, if they cannot be made durable).
+    private func answer(_ body: (Engine) throws -> ([Event], Int64)) async throws {
+        var settled: [(waiter: AckWaiter, outcome: DatabaseError?)] = []
+        do {
+            _ = try await perform { e in
+                defer {
+                    settled = e.settledWaiters
+                    e.settledWaiters = []
+                }
+                let (events, lsn) = try body(e)
+                return (lsn == 0 ? nil : lsn, events)
+            }
+        } catch {
+            for s in settled { s.waiter.continuation.resume(throwing: error) }
+            throw error
+        }
+        for s in settled {
+            if let error = s.outcome { s.waiter.continuation.resume(throwing: error) } else { s.waiter.continuation.resume() }
+        }
         compactIfDue()
     }
 
@@ -44,6 +83,26 @@
 
     /// The ids of the local writes the server has not yet acknowledged, oldest first.
     public var pendingWriteIDs: [Int64] {
-        engine.withLock { $0.writeTree.pending.ids }
+        engine.withLock { Array($0.writeTree.pending.ids) }
+    }
+}
+
+extension Database {
+    /// The local writes the server refused, oldest first, until cleared: each was reverted
+    /// locally (listeners saw it) and is kept here with the server's answer, across restarts
+    /// and compactions (Firebase drops them silently).
+    ///
+    /// - Throws: ``DatabaseError/Code/storage`` if a rejected write's record cannot be read.
+    public func rejectedWrites() throws -> [RejectedWrite] {
+        try engine.withLock { try $0.rejectedWrites() }
+    }
+
+    /// Forgets rejected writes: those with the given ids, or all of them (nil). Durable when it
+    /// returns.
+    public func clearRejectedWrites(_ writeIDs: [Int64]? = nil) async throws {
+        _ = try await perform { e in
+            let lsn = try e.clearRejected(writeIDs)
+            return (lsn == 0 ? nil : lsn, [])
+        }
     }
 }

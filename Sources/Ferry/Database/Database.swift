@@ -173,13 +173,7 @@ public final class Database: Sendable {
     /// Runs `body` on the engine under the lock (in the log's order), delivers the events it
     /// raised, waits for the record's durability per the durability mode, and returns its id.
     func perform(_ body: (Engine) throws -> (Int64?, [Event])) async throws -> Int64? {
-        let (id, seq) = try engine.withLock { e -> (Int64?, UInt64) in
-            let (id, events) = try body(e)
-            let delivered = e.finish(events)
-            e.pruneRecent()
-            return (id, delivery.enqueue(delivered))
-        }
-        delivery.drain()
+        let (id, seq) = try apply(body)
         if let id, let log {
             do {
                 let lsn = LSN(UInt64(id))
@@ -191,6 +185,19 @@ public final class Database: Sendable {
         }
         await delivery.waitDelivered(seq)
         return id
+    }
+
+    /// Runs `body` on the engine under the lock (in the log's order) and delivers the events it
+    /// raised, without waiting for anything: returns its id and the events' delivery number.
+    func apply(_ body: (Engine) throws -> (Int64?, [Event])) throws -> (Int64?, UInt64) {
+        let (id, seq) = try engine.withLock { e -> (Int64?, UInt64) in
+            let (id, events) = try body(e)
+            let delivered = e.finish(events)
+            e.pruneRecent()
+            return (id, delivery.enqueue(delivered))
+        }
+        delivery.drain()
+        return (id, seq)
     }
 
     /// Like ``perform(_:)`` for operations that write nothing (registrations).

@@ -1,3 +1,5 @@
+import FerryLog
+
 /// A location in a ``Database``: read it, write it, listen to it, query below it.
 public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     /// The database this location belongs to.
@@ -99,6 +101,13 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     /// location (`"a/b/c"`), none inside another; null values remove.
     @discardableResult
     public func updateChildValues(_ values: [String: Value]) async throws -> WriteReceipt {
+        let children = try updateChildren(values)
+        guard !children.isEmpty else { return WriteReceipt(database: database, writeID: nil) }
+        return try await write { e in try e.localUpdate(path, children) }
+    }
+
+    /// The children of an update, validated and sorted.
+    private func updateChildren(_ values: [String: Value]) throws -> [(Path, Node)] {
         var children: [(Path, Node)] = []
         for (key, value) in values {
             let p = try Path(validating: key)
@@ -110,12 +119,57 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
         for (a, b) in zip(children, children.dropFirst()) where a.0.contains(b.0) {
             throw DatabaseError(.invalidData, "the update writes both \(a.0) and \(b.0), which is inside it")
         }
-        guard !children.isEmpty else { return WriteReceipt(database: database, writeID: nil) }
-        return try await write { e in try e.localUpdate(path, children) }
+        return children
     }
 
     private func write(_ body: (Engine) throws -> (Int64, [Event])) async throws -> WriteReceipt {
         let id = try await database.perform { e in
+            let (id, events) = try body(e)
+            return (id, events)
+        }
+        return WriteReceipt(database: database, writeID: id)
+    }
+
+    // MARK: Writing without waiting
+
+    /// Replaces the data here, as ``setValue(_:)`` does, without waiting: the write is applied
+    /// and ordered when this returns — local listeners have been called (or, with a
+    /// ``DatabaseOptions/callbackQueue``, queued) and every later read sees it — but it may not
+    /// be durable yet. Await ``WriteReceipt/durable()`` for that, and
+    /// ``WriteReceipt/serverAcknowledgement()`` for the server. This is how Firebase apps
+    /// usually write (`setValue` without a completion block), and the fastest way to write
+    /// many values: writes made this way share syncs.
+    ///
+    /// - Throws: as ``setValue(_:)``, at once; nothing is written when it throws.
+    @discardableResult
+    public func setValueNow(_ value: Value) throws -> WriteReceipt {
+        let encoded = try EncodedValue(value, path: path)
+        return try writeNow { e in try e.localSet(path, encoded) }
+    }
+
+    /// Replaces the data here with the value JSON text (UTF-8 bytes) describes, without
+    /// waiting; see ``setValueNow(_:)`` and ``setValue(jsonBytes:)``.
+    @discardableResult
+    public func setValueNow(jsonBytes bytes: [UInt8]) throws -> WriteReceipt {
+        let encoded = try EncodedValue(jsonBytes: bytes, path: path)
+        return try writeNow { e in try e.localSet(path, encoded) }
+    }
+
+    /// Removes the data here without waiting; see ``setValueNow(_:)``.
+    @discardableResult
+    public func removeValueNow() throws -> WriteReceipt { try setValueNow(.null) }
+
+    /// Writes several locations at once, all or nothing, without waiting; see
+    /// ``updateChildValues(_:)`` and ``setValueNow(_:)``.
+    @discardableResult
+    public func updateChildValuesNow(_ values: [String: Value]) throws -> WriteReceipt {
+        let children = try updateChildren(values)
+        guard !children.isEmpty else { return WriteReceipt(database: database, writeID: nil) }
+        return try writeNow { e in try e.localUpdate(path, children) }
+    }
+
+    private func writeNow(_ body: (Engine) throws -> (Int64, [Event])) throws -> WriteReceipt {
+        let (id, _) = try database.apply { e in
             let (id, events) = try body(e)
             return (id, events)
         }
@@ -181,29 +235,71 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     public func hash(into h: inout Hasher) { h.combine(path) }
 }
 
-/// What a write returns: its id, and a way to wait for the server's verdict.
+/// What a write returns: its id, and ways to wait for its durability and for the server's verdict.
 public struct WriteReceipt: Sendable {
     let database: Database
     /// The write's id: the LSN of its record (nil for an empty update, which writes nothing).
     public let writeID: Int64?
 
-    /// Returns when the server has acknowledged the write.
-    /// - Throws: ``DatabaseError/Code/writeRejected`` if it rejected it (the write was then
-    ///   reverted locally and listeners saw the revert).
+    /// Returns once the write is durable per ``DatabaseOptions/durability`` (with `.fsync`: on
+    /// stable storage; with the other modes: at once). The awaiting write forms
+    /// (``DatabaseReference/setValue(_:)``…) return only then; the `…Now` forms return before,
+    /// and this is how to wait for it.
+    ///
+    /// - Throws: ``DatabaseError/Code/storage`` if the log failed before the write was durable
+    ///   (it may then be lost).
+    public func durable() async throws {
+        guard let id = writeID, let log = database.log else { return }
+        do {
+            let lsn = LSN(UInt64(id))
+            try await log.awaitDurability(of: lsn...lsn)
+        } catch {
+            throw database.engine.withLock { $0.storageError(error) }
+        }
+    }
+
+    /// Returns when the server has acknowledged the write, once that acknowledgement is durable.
+    ///
+    /// Every wait ends: on the server's answer, on ``Database/close()`` (throwing
+    /// ``DatabaseError/Code/closed``), when the database fails (its error), and when the
+    /// awaiting task is cancelled (`CancellationError`).
+    ///
+    /// - Throws: ``DatabaseError/Code/writeRejected`` if the server refused the write (it was
+    ///   then reverted locally, listeners saw the revert, and it is kept in
+    ///   ``Database/rejectedWrites()``).
     public func serverAcknowledgement() async throws {
         guard let id = writeID else { return }
-        try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
-            let outcome = database.engine.withLock { e -> Bool? in
-                if let rejected = e.outcomes[id] { return rejected }
-                if e.writeTree.write(id) == nil { return false }  // long since acknowledged
-                e.ackWaiters[id, default: []].append(c)
-                return nil
+        let database = self.database
+        let token = database.engine.withLock { e -> UInt64 in
+            defer { e.nextAckWaiterToken += 1 }
+            return e.nextAckWaiterToken
+        }
+        var answered: (outcome: DatabaseError?, lsn: Int64)?
+        try await withTaskCancellationHandler {
+            try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
+                let wait = database.engine.withLock { e -> Engine.AckWait in
+                    Task.isCancelled ? .cancelled : e.registerAckWaiter(id, token: token, c)
+                }
+                switch wait {
+                case .waiting: break
+                case .cancelled: c.resume(throwing: CancellationError())
+                case .failed(let error): c.resume(throwing: error)
+                case .answered(let outcome, let lsn):
+                    answered = (outcome, lsn)
+                    c.resume()
+                }
             }
-            switch outcome {
-            case .some(true): c.resume(throwing: DatabaseError(.writeRejected, "the server rejected write \(id); it was reverted locally"))
-            case .some(false): c.resume()
-            case .none: break
+        } onCancel: {
+            database.engine.withLock { $0.cancelAckWaiter(id, token: token) }?.resume(throwing: CancellationError())
+        }
+        // Answered before this call: the answer's record must be durable before we say so.
+        if let (outcome, lsn) = answered {
+            if lsn > 0, let log = database.log {
+                do { try await log.awaitDurability(of: LSN(UInt64(lsn))...LSN(UInt64(lsn))) } catch {
+                    throw database.engine.withLock { $0.storageError(error) }
+                }
             }
+            if let outcome { throw outcome }
         }
     }
 }

@@ -118,23 +118,27 @@ extension Engine {
         }
     }
 
-    /// The server acknowledged a local write (or, with `revert`, rejected it).
-    func acknowledge(_ writeID: Int64, revert: Bool) throws -> [Event] {
+    /// The server acknowledged a local write (or, with `revert`, rejected it), in any order:
+    /// one record per write (kind 5), O(pending writes) per call. Acknowledgements in write
+    /// order go through ``acknowledge(through:rejections:)`` instead (the sync cursor).
+    /// Returns the events and the record's LSN (0 when nothing was written).
+    func acknowledge(_ writeID: Int64, revert: Bool) throws -> ([Event], Int64) {
         try checkUsable()
-        guard let write = writeTree.write(writeID) else { return [] }
+        guard let write = writeTree.write(writeID) else { return ([], 0) }
         // Where a listen keeps the data up to date, the server's own update is the truth;
         // elsewhere the acknowledged value is the best knowledge of the server's data.
         let applied = !revert && write.visible && !syncTree.hasCompleteView(covering: write.path)
         let values = applied ? valueHandles(of: write) : []
-        _ = try append(.ack, RecordCodec.ack(writeID: writeID, revert: revert, applied: applied))
+        let lsn = try append(.ack, RecordCodec.ack(writeID: writeID, revert: revert, applied: applied))
         for (p, h, empty) in values { server.set(h, empty: empty, at: p) }
         let events = syncTree.ackUserWrite(writeID, revert: revert)
-        settle(writeID, rejected: revert)
-        return events
+        settle(writeID, recordLSN: lsn,
+               revert ? DatabaseError(.writeRejected, "the server rejected write \(writeID); it was reverted locally") : nil)
+        return (events, lsn)
     }
 
     /// The absolute paths and values a write wrote, and whether each is empty.
-    private func valueHandles(of write: WriteRecord) -> [(Path, ValueHandle, Bool)] {
+    func valueHandles(of write: WriteRecord) -> [(Path, ValueHandle, Bool)] {
         if isPersistent { return writeValues(write.writeID).map { (write.path.child($0.0), $0.1, $0.2) } }
         switch write.change {
         case .overwrite(let n): return [(write.path, .inline(n), n.isEmpty)]
@@ -142,18 +146,6 @@ extension Engine {
             var out: [(Path, ValueHandle, Bool)] = []
             m.forEachWrite { p, n in out.append((write.path.child(p), .inline(n), n.isEmpty)) }
             return out
-        }
-    }
-
-    func settle(_ writeID: Int64, rejected: Bool) {
-        outcomes[writeID] = rejected
-        if outcomes.count > 16_384, let oldest = outcomes.keys.min() { outcomes[oldest] = nil }
-        for c in ackWaiters.removeValue(forKey: writeID) ?? [] {
-            if rejected {
-                c.resume(throwing: DatabaseError(.writeRejected, "the server rejected write \(writeID); it was reverted locally"))
-            } else {
-                c.resume()
-            }
         }
     }
 
@@ -200,7 +192,14 @@ extension Engine {
                 for (p, h, empty) in writeValues(s.ackedWrite) { server.set(h, empty: empty, at: base.child(p)) }
             }
             _ = writeTree.removeWrite(s.ackedWrite)
-            outcomes[s.ackedWrite] = s.revert
+            if s.revert { recentRejections[s.ackedWrite] = DatabaseError(.writeRejected, "the server rejected write \(s.ackedWrite); it was reverted locally") }
+        case .ackCursor:
+            replayCursor(through: s.ackedWrite, notApplied: s.ids)
+        case .rejection:
+            if writeTree.pending.index(of: s.ackedWrite) != nil { _ = writeTree.removeWrite(s.ackedWrite) }
+            rejected[s.ackedWrite] = UInt64(lsn)
+        case .clearRejected:
+            for id in s.ids { rejected[id] = nil }
         }
     }
 }

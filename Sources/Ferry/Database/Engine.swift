@@ -37,24 +37,55 @@ final class Engine: StoredValues, ServerCacheSource {
     var livePaths: Set<Path> = []
     var liveQueries: Set<QuerySpec> = []
     var serverTimeOffset: Int64 = 0
-    var failure: DatabaseError?
-    var closed = false
-    /// Outcomes of acknowledged writes (true: rejected), for receipts awaited afterwards.
-    var outcomes: [Int64: Bool] = [:]
-    var ackWaiters: [Int64: [UnsafeContinuation<Void, any Error>]] = [:]
+    /// The error that stopped the database. Setting it ends every wait for a server's answer.
+    var failure: DatabaseError? {
+        didSet { if let failure, oldValue == nil { endAckWaiters(failure) } }
+    }
+    /// Setting it ends every wait for a server's answer.
+    var closed = false {
+        didSet { if closed && !oldValue { endAckWaiters(DatabaseError(.closed, "the database was closed before the server answered")) } }
+    }
+    /// The sync cursor: every write up to this id has been answered by the server in order
+    /// (acknowledged, or rejected and recorded). 0 before the first answer.
+    var ackedThrough: Int64 = 0
+    /// The rejected writes the app has not cleared: write id → LSN of its rejection record.
+    var rejected: [Int64: UInt64] = [:]
+    /// A memory-only store's rejected writes (a stored one reads them from their records).
+    var rejectedInMemory: [Int64: RejectedWrite] = [:]
+    /// The LSN of the newest record that answered a write (acknowledgement or rejection).
+    var lastAnswerLSN: Int64 = 0
+    /// Rejections of this session, for receipts awaited after the fact (bounded).
+    var recentRejections: [Int64: DatabaseError] = [:]
+    /// Receipts waiting for the server's answer to a write, by write id.
+    var ackWaiters: [Int64: [AckWaiter]] = [:]
+    var nextAckWaiterToken: UInt64 = 1
+    /// Receipts whose answer the operation under way has decided: the operation resumes them
+    /// once its record is durable (see ``settle(_:recordLSN:_:)``).
+    var settledWaiters: [(waiter: AckWaiter, outcome: DatabaseError?)] = []
     /// The LSN the last checkpoint covers up to (records below it are in it).
     var checkpointLSN: UInt64 = 0
 
-    init(log: WriteAheadLog?, logger: Logger) {
+    /// Records are kept in memory and values referenced in them, as a stored database does
+    /// with its log (for tools replaying a log: see ``StateReplayer``).
+    let keepsRecords: Bool
+
+    init(log: WriteAheadLog?, logger: Logger, keepsRecords: Bool = false) {
         self.log = log
         self.logger = logger
+        self.keepsRecords = keepsRecords
         syncTree = SyncTree(writeTree: WriteTree())
         server.reader = self
         writeTree.stored = self
         syncTree.serverCacheSource = self
     }
 
-    var isPersistent: Bool { log != nil }
+    /// Values live in records (the log's, or kept ones), not in inline nodes.
+    var isPersistent: Bool { log != nil || keepsRecords }
+
+    /// Keeps a record read elsewhere so that values can refer to it (``keepsRecords``).
+    func keep(lsn: UInt64, kind: UInt8, payload: [UInt8]) {
+        recent.append((lsn, kind, payload))
+    }
 
     func checkUsable() throws {
         if let failure { throw failure }

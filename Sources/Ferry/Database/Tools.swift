@@ -24,6 +24,15 @@
                 return "server data carried forward " + s.values.map { $0.range.isEmpty ? "\($0.path): (marker)" : "\($0.path): \(value($0.range))" }.joined(separator: ", ")
             case .ack:
                 return (s.revert ? "reject write \(s.ackedWrite)" : "ack write \(s.ackedWrite)") + (s.appliedToServerCache ? " (value kept as server data)" : "")
+            case .ackCursor:
+                return "sync cursor → \(s.ackedWrite): writes up to \(s.ackedWrite) acknowledged"
+                    + (s.ids.isEmpty ? "" : " (values not kept as server data: \(s.ids.map(String.init).joined(separator: ", ")))")
+            case .rejection:
+                let what = (try? RecordCodec.unresolvedValues(kind: s.embeddedKind ?? .localSet, UnsafeRawBufferPointer(rebasing: payload[s.embedded])))
+                    .map { vs in vs.map { ($0.0.isEmpty ? "" : "\($0.0.keys.joined(separator: "/")): ") + $0.1.value(export: true).json }.joined(separator: ", ") } ?? "?"
+                return "write \(s.ackedWrite) rejected by the server (\(s.status): \(s.message)), reverted and kept: \(s.embeddedKind == .localUpdate ? "update" : "set") \(s.path) \(what)"
+            case .clearRejected:
+                return "rejected writes cleared: \(s.ids.map(String.init).joined(separator: ", "))"
             }
         } catch {
             return "damaged \(k) record: \(error)"
@@ -31,45 +40,32 @@
     }
 }
 
-/// Rebuilds the database's state by replaying records, with values decoded in memory.
+extension RecordDescription {
+    /// The highest sync cursor among the records `forEach` gives (nil when there is none).
+    public static func syncCursor(_ forEach: ((UInt8, UnsafeRawBufferPointer) throws -> Void) throws -> Void) throws -> Int64? {
+        var cursor: Int64?
+        try forEach { kind, payload in
+            guard kind == RecordKind.ackCursor.rawValue else { return }
+            let s = try RecordCodec.summarize(kind: kind, payload)
+            cursor = max(cursor ?? 0, s.ackedWrite)
+        }
+        return cursor
+    }
+}
+
+/// Rebuilds the database's state by replaying records — with the database's own replay, the
+/// records kept in memory.
 @_spi(Tools) public final class StateReplayer {
-    private let engine = Engine(log: nil, logger: .init(label: "ferry.tools"))
+    private let engine = Engine(log: nil, logger: .init(label: "ferry.tools"), keepsRecords: true)
 
     /// An empty state, as before the first record.
     public init() {}
 
     /// Applies one record (in LSN order).
     public func apply(kind: UInt8, lsn: UInt64, payload: UnsafeRawBufferPointer) throws {
-        let s = try RecordCodec.summarize(kind: kind, payload)
-        let id = Int64(lsn)
-        func value(_ r: Range<Int>) throws -> Node { try ValueCodec.decode(UnsafeRawBufferPointer(rebasing: payload[r])) }
-        switch s.kind {
-        case .localSet:
-            engine.writeTree.addOverwrite(s.path, try value(s.values[0].range), writeID: id, visible: !s.hidden)
-        case .localUpdate:
-            engine.writeTree.addMerge(s.path, CompoundWrite(try s.values.map { ($0.path, try value($0.range)) }), writeID: id)
-        case .serverPut:
-            engine.server.set(node: try value(s.values[0].range), at: s.path)
-        case .serverMerge:
-            for v in s.values { engine.server.set(node: try value(v.range), at: s.path.child(v.path)) }
-        case .serverRestate:
-            for v in s.values {
-                if v.range.isEmpty {
-                    engine.server.restate(.stored(.emptyValue), empty: true, at: v.path)
-                } else {
-                    let node = try value(v.range)
-                    engine.server.restate(.inline(node), empty: node.isEmpty, at: v.path)
-                }
-            }
-        case .ack:
-            if s.appliedToServerCache, let w = engine.writeTree.write(s.ackedWrite) {
-                switch w.change {
-                case .overwrite(let n): engine.server.set(node: n, at: w.path)
-                case .merge(let m): m.forEachWrite { p, n in engine.server.set(node: n, at: w.path.child(p)) }
-                }
-            }
-            _ = engine.writeTree.removeWrite(s.ackedWrite)
-        }
+        engine.keep(lsn: lsn, kind: kind, payload: Array(payload))
+        try engine.replay(kind: kind, lsn: Int64(lsn), payload: payload)
+        if let failure = engine.failure { throw failure }
     }
 
     /// What a reader sees at `path` (server data with pending writes), or nil when incomplete.
@@ -79,6 +75,10 @@
     /// The pending local writes, oldest first.
     public var pendingWrites: [(id: Int64, path: String)] {
         let p = engine.writeTree.pending
-        return (0..<p.count).map { (p.ids[$0], p.path(at: $0).description) }
+        return (0..<p.count).map { (p.id(at: $0), p.path(at: $0).description) }
     }
+    /// The sync cursor: every write up to this id has been answered by the server.
+    public var acknowledgedThrough: Int64 { engine.ackedThrough }
+    /// The rejected writes not cleared, oldest first.
+    public func rejectedWrites() throws -> [RejectedWrite] { try engine.rejectedWrites() }
 }

@@ -161,6 +161,11 @@ final class LayeredIndex {
     /// The entry at `path` itself, if there is one.
     func entry(at path: Path) -> LayeredEntry? { index.get(PathKey.encode(path)) }
 
+    /// Removes the entry whose path key is `key`, which has no entry below it.
+    func removeEntry(_ key: [UInt8]) {
+        index.removeAll(withPrefix: key, dropped)
+    }
+
     /// Removes the entry at `path` and everything below it.
     func removeSubtree(_ path: Path) {
         index.removeAll(withPrefix: PathKey.encode(path), dropped)

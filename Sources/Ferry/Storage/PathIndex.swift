@@ -407,6 +407,22 @@ struct PathIndex<Entry> {
         }
     }
 
+    /// Whether any key starts with `prefix` and is longer than it (below it, for a path key).
+    func hasKey(strictlyBelow prefix: [UInt8]) -> Bool {
+        guard !chunks.isEmpty else { return false }
+        return prefix.withUnsafeBytes { p in
+            var ci = chunkIndex(p)
+            var (i, exact) = chunks[ci].search(p)
+            if exact { i += 1 }
+            while ci < chunks.count {
+                if i < chunks[ci].count { return chunks[ci].hasPrefix(i, p) }
+                ci += 1
+                i = 0
+            }
+            return false
+        }
+    }
+
     mutating func removeAll() {
         chunks = []
         count = 0

@@ -14,6 +14,14 @@ enum RecordKind: UInt8 {
     /// back the entry at one path exactly (a value, or an empty marker), leaving the entries
     /// below it alone. A restatement, never a change: the data read is the same before and after.
     case serverRestate = 6
+    /// The sync cursor moved: the server acknowledged, in write order, every pending write up
+    /// to an id. One record per batch of acknowledgements.
+    case ackCursor = 7
+    /// The server rejected a local write: it is reverted and kept, with the server's answer
+    /// and a copy of its record, in the list of rejected writes until the app clears it.
+    case rejection = 8
+    /// The app cleared rejected writes from the list.
+    case clearRejected = 9
 }
 
 /// Where a value sits inside a record's payload.
@@ -36,6 +44,16 @@ struct RecordSummary {
     var revert = false
     /// For an ack: the write's value was copied into the server cache.
     var appliedToServerCache = false
+    /// For a cursor: the acknowledged writes whose values were *not* copied into the server
+    /// cache (a listen kept the data current there, or the write was hidden). For a clearing:
+    /// the ids cleared.
+    var ids: [Int64] = []
+    /// For a rejection: the server's status, message and when (ms since 1970), and where the
+    /// rejected write's own record (kind and payload) sits in this one.
+    var status = 0
+    var message = ""
+    var embeddedKind: RecordKind?
+    var embedded: Range<Int> = 0..<0
 }
 
 enum RecordCodec {
@@ -117,6 +135,58 @@ enum RecordCodec {
         return w.bytes
     }
 
+    /// The sync cursor moved to `through`; `notApplied` (ascending) are the acknowledged writes
+    /// whose values were not copied into the server cache.
+    static func ackCursor(through: Int64, notApplied: [Int64]) -> [UInt8] {
+        var w = ByteWriter(capacity: 12 + notApplied.count * 3)
+        w.signed(through)
+        appendIDs(notApplied, to: &w)
+        return w.bytes
+    }
+
+    /// A rejection of write `writeID`, whose own record is `kind` + `payload`.
+    static func rejection(writeID: Int64, status: Int, message: String, time: Int64, kind: UInt8, payload: UnsafeRawBufferPointer) -> [UInt8] {
+        var w = ByteWriter(capacity: payload.count + message.utf8.count + 32)
+        w.signed(writeID)
+        w.varint(UInt64(max(0, status)))
+        w.string(message)
+        w.signed(time)
+        w.u8(kind)
+        w.bytes.append(contentsOf: payload)
+        return w.bytes
+    }
+
+    static func clearRejected(_ ids: [Int64]) -> [UInt8] {
+        var w = ByteWriter()
+        appendIDs(ids, to: &w)
+        return w.bytes
+    }
+
+    /// Ascending ids as a count and the differences from the previous one (the first from 0).
+    private static func appendIDs(_ ids: [Int64], to w: inout ByteWriter) {
+        w.varint(UInt64(ids.count))
+        var previous: Int64 = 0
+        for id in ids {
+            w.signed(id &- previous)
+            previous = id
+        }
+    }
+
+    private static func readIDs(_ r: inout ByteReader) throws -> [Int64] {
+        let n = Int(try r.varint())
+        guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more ids than bytes") }
+        var ids: [Int64] = []
+        ids.reserveCapacity(n)
+        var previous: Int64 = 0
+        for _ in 0..<n {
+            let id = previous &+ (try r.signed())
+            guard id > previous else { throw ByteReader.damaged("ids out of order") }
+            ids.append(id)
+            previous = id
+        }
+        return ids
+    }
+
     /// Writes a local write's value and, when it holds server values, the locally resolved form
     /// after it (flag bit 1); returns the range of the one the local view uses.
     private static func encodeWithResolved(_ value: Node, _ resolved: Node?, into w: inout ByteWriter) -> Range<Int> {
@@ -187,6 +257,28 @@ enum RecordCodec {
             let flags = try r.u8()
             return RecordSummary(kind: kind, path: .root, values: [], ackedWrite: id, revert: flags & 1 != 0,
                                  appliedToServerCache: flags & 2 != 0)
+        case .ackCursor:
+            let through = try r.signed()
+            let ids = try readIDs(&r)
+            guard r.atEnd, ids.last.map({ $0 <= through }) ?? true else { throw ByteReader.damaged("a cursor record that does not add up") }
+            return RecordSummary(kind: kind, path: .root, values: [], ackedWrite: through, ids: ids)
+        case .rejection:
+            let id = try r.signed()
+            let status = Int(try r.varint())
+            let message = try r.string()
+            let time = try r.signed()
+            guard let inner = RecordKind(rawValue: try r.u8()), inner == .localSet || inner == .localUpdate else {
+                throw ByteReader.damaged("a rejection of something that is not a local write")
+            }
+            let start = r.offset
+            let innerSummary = try summarize(kind: inner.rawValue, UnsafeRawBufferPointer(rebasing: payload[start...]))
+            return RecordSummary(kind: kind, path: innerSummary.path, values: innerSummary.values.map { ($0.path, ($0.range.lowerBound + start)..<($0.range.upperBound + start)) },
+                                 time: time, ackedWrite: id, revert: true, status: status, message: message,
+                                 embeddedKind: inner, embedded: start..<payload.count)
+        case .clearRejected:
+            let ids = try readIDs(&r)
+            guard r.atEnd else { throw ByteReader.damaged("trailing bytes after the cleared ids") }
+            return RecordSummary(kind: kind, path: .root, values: [], ids: ids)
         case .serverRestate:
             // Absolute paths; an empty range is a marker.
             var values: [(path: Path, range: Range<Int>)] = []
