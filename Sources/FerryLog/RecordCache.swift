@@ -20,12 +20,15 @@ final class SegmentCursor {
 /// A decompressed data frame and where each of its records starts.
 final class CachedFrame: Sendable {
     let firstLSN: LSN
+    /// The frame's byte offset in its segment file.
+    let offset: Int64
     let bytes: [UInt8]
     /// Offsets of kind byte, payload start and payload length, three per record.
     let layout: [UInt32]
 
-    init(firstLSN: LSN, bytes: [UInt8], layout: [UInt32]) {
+    init(firstLSN: LSN, offset: Int64, bytes: [UInt8], layout: [UInt32]) {
         self.firstLSN = firstLSN
+        self.offset = offset
         self.bytes = bytes
         self.layout = layout
     }
@@ -110,6 +113,18 @@ extension WriteAheadLog {
         }
     }
 
+    /// Where record `lsn` is stored: its segment file and the byte offset of its frame — for
+    /// errors about a record that names its place. Nil when the record is not in the written,
+    /// kept log or its frame cannot be read.
+    public func location(of lsn: LSN) -> RecordLocation? {
+        let segments = shared.withLock { $0.segments }
+        guard let segment = segments.last(where: { $0.firstLSN <= lsn && lsn < $0.nextLSN }) else { return nil }
+        guard let frame = try? recordCache.withLock({ cache in try locateFrame(lsn, in: segment, cache: cache) }) else {
+            return RecordLocation(lsn: lsn, file: directory.path(segment.name), frameOffset: nil)
+        }
+        return RecordLocation(lsn: lsn, file: directory.path(segment.name), frameOffset: frame.offset)
+    }
+
     private func locateFrame(_ lsn: LSN, in segment: SegmentInfo, cache: RecordCache) throws -> CachedFrame {
         if let cached = cache.frame(containing: lsn) { return cached }
         let cursor = try cache.cursor(for: segment, directory: directory)
@@ -134,7 +149,7 @@ extension WriteAheadLog {
                         layout.append(UInt32(r.payload.count))
                     }
                     guard ok else { throw corrupt("the frame's records do not match its header") }
-                    let frame = CachedFrame(firstLSN: h.firstLSN, bytes: Array(raw), layout: layout)
+                    let frame = CachedFrame(firstLSN: h.firstLSN, offset: frameOffset, bytes: Array(raw), layout: layout)
                     cache.store(frame, segment: segment.seq)
                     return frame
                 }
@@ -146,4 +161,14 @@ extension WriteAheadLog {
         }
         throw LogError(.recordsUnavailable, "record \(lsn) was not found in \(segment.name)", file: directory.path(segment.name))
     }
+}
+
+/// Where a record is stored: for errors that name the place of a record.
+public struct RecordLocation: Sendable, Hashable {
+    /// The record.
+    public let lsn: LSN
+    /// The segment file holding it.
+    public let file: String
+    /// The byte offset of the frame holding it in ``file``, if the frame could be read.
+    public let frameOffset: Int64?
 }

@@ -113,10 +113,10 @@ import Testing
         let db = Database.inMemory()
         try await db.applyServerPut(at: "here", 1)
         #expect(try await db.root.child("here").observeSingleEvent().value == 1)
-        let later = Task { await (try! db.root.child("later")).observeSingleEvent().value }
+        let later = Task { try await (try db.root.child("later")).observeSingleEvent().value }
         try await Task.sleep(for: .milliseconds(50))
         try await db.applyServerPut(at: "later", "arrived")
-        #expect(await later.value == "arrived")
+        #expect(try await later.value == "arrived")
     }
 
     @Test func removedObserversHearNothingMore() async throws {
@@ -141,14 +141,14 @@ import Testing
         let ref = try db.root.child("counter")
         let received = Mutex<[Value]>([])
         let reader = Task {
-            for await snapshot in ref.values() {
+            for try await snapshot in ref.values() {
                 received.withLock { $0.append(snapshot.value) }
                 if snapshot.value == 3 { break }
             }
         }
         try await Task.sleep(for: .milliseconds(20))
         for i in 1...3 { try await ref.setValue(.int(Int64(i))) }
-        await reader.value
+        try await reader.value
         #expect(received.withLock { $0 } == [1, 2, 3])
         // The observer went away with the sequence.
         try await Task.sleep(for: .milliseconds(20))

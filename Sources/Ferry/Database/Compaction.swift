@@ -19,7 +19,7 @@ public struct CompactionReport: Sendable, Equatable {
 final class MaintenanceLock: Sendable {
     private let state = Mutex<(busy: Bool, waiters: [UnsafeContinuation<Void, Never>])>((false, []))
 
-    func run<T>(_ body: () async throws -> T) async throws -> T {
+    func run<T>(_ body: () async throws -> T) async rethrows -> T {
         await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
             let now = state.withLock { s -> Bool in
                 if s.busy { s.waiters.append(c); return false }

@@ -80,23 +80,24 @@ public final class Database: Sendable {
         let engine = Engine(log: log, logger: options.logger)
         do {
             let start = try engine.loadLatestCheckpoint()
-            var failure: (any Error)?
             try log.forEachRecord(from: max(LSN(start), log.firstLSN)) { r in
                 do {
                     try engine.replay(kind: r.kind, lsn: Int64(r.lsn.rawValue), payload: r.payload)
                 } catch {
-                    failure = error
-                    throw error
+                    // Name the record, its segment and offset, and the store.
+                    let place = log.location(of: r.lsn)
+                    let why = (error as? DatabaseError)?.message ?? "\(error)"
+                    throw DatabaseError(.storage, "record \(r.lsn) (kind \(r.kind)) cannot be replayed: \(why)",
+                                        underlying: (error as? DatabaseError)?.underlying ?? (error as? LogError),
+                                        lsn: r.lsn.rawValue, file: place?.file, offset: place?.frameOffset, store: path)
                 }
             }
-            if let failure { throw failure }
             if let f = engine.failure { throw f }
-        } catch let e as DatabaseError {
-            Task { try? await log.close() }
-            throw e
         } catch {
-            Task { try? await log.close() }
-            throw DatabaseError(.storage, "replaying the log of \(path) failed: \(error)", underlying: error as? LogError)
+            // Release the store before throwing, so that a retry (or another process) can open it.
+            log.release()
+            throw error as? DatabaseError
+                ?? DatabaseError(.storage, "replaying the log of \(path) failed: \(error)", underlying: error as? LogError, store: path)
         }
         return Database(engine: engine, log: log, path: path, options: options)
     }
@@ -125,14 +126,24 @@ public final class Database: Sendable {
     public func close() async throws {
         if let log {
             // After any compaction under way; a closed database starts no other.
-            try? await maintenance.run {
-                if options.checkpointOnClose { try? await writeCheckpoint(log) }
+            await maintenance.run {
+                if options.checkpointOnClose && engine.withLock({ $0.stopReason == nil }) {
+                    do {
+                        try await writeCheckpoint(log)
+                    } catch {
+                        // The data is safe in the log; the next open replays more of it.
+                        options.logger.warning("closing \(log.path): no checkpoint written (\(error)); the next open replays the log")
+                    }
+                }
                 engine.withLock { $0.closed = true }
             }
         }
         engine.withLock { $0.closed = true }  // (a memory-only database)
+        endObserversIfStopped()
         if let log {
-            do { try await log.close() } catch { throw DatabaseError(.storage, "closing the log failed: \(error)", underlying: error as? LogError) }
+            do { try await log.close() } catch {
+                throw DatabaseError(.storage, "closing the log failed: \(error)", underlying: error as? LogError, store: log.path)
+            }
         }
     }
 
@@ -180,6 +191,7 @@ public final class Database: Sendable {
                 try await log.awaitDurability(of: lsn...lsn)
             } catch {
                 let e = engine.withLock { $0.storageError(error) }
+                endObserversIfStopped()
                 throw e
             }
         }
@@ -190,8 +202,11 @@ public final class Database: Sendable {
     /// Runs `body` on the engine under the lock (in the log's order) and delivers the events it
     /// raised, without waiting for anything: returns its id and the events' delivery number.
     func apply(_ body: (Engine) throws -> (Int64?, [Event])) throws -> (Int64?, UInt64) {
+        defer { endObserversIfStopped() }
         let (id, seq) = try engine.withLock { e -> (Int64?, UInt64) in
             let (id, events) = try body(e)
+            // A record read while applying failed: the events would show data as missing.
+            if let failure = e.failure { throw failure }
             let delivered = e.finish(events)
             e.pruneRecent()
             return (id, delivery.enqueue(delivered))
@@ -202,12 +217,20 @@ public final class Database: Sendable {
 
     /// Like ``perform(_:)`` for operations that write nothing (registrations).
     func raise(_ body: (Engine) throws -> [Event]) rethrows {
-        let seq = try engine.withLock { e -> UInt64 in
+        defer { endObserversIfStopped() }
+        try engine.withLock { e in
             let events = try body(e)
-            return delivery.enqueue(e.finish(events))
+            if e.failure != nil { return }  // a read failed: deliver nothing that may show data as missing
+            _ = delivery.enqueue(e.finish(events))
         }
-        _ = seq
         delivery.drain()
+    }
+
+    /// Once the database has closed or failed, ends every active observer's stream or wait
+    /// (outside the lock: an end handler may call back in to remove its observer).
+    func endObserversIfStopped() {
+        guard let (reason, ends) = engine.withLock({ $0.takeEndedRegistrations() }) else { return }
+        for end in ends { end(reason) }
     }
 }
 

@@ -197,7 +197,9 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         observe(types: [type], includeMetadataChanges: includeMetadataChanges) { handler($0.snapshot) }
     }
 
-    func observe(types: Set<DataEventType>, includeMetadataChanges: Bool, _ handler: @escaping @Sendable (DataEvent) -> Void) -> ObserverHandle {
+    func observe(types: Set<DataEventType>, includeMetadataChanges: Bool,
+                 onEnd: (@Sendable (DatabaseError) -> Void)? = nil,
+                 _ handler: @escaping @Sendable (DataEvent) -> Void) -> ObserverHandle {
         let db = database
         let query = spec
         let id = database.engine.withLock { e -> UInt64 in
@@ -207,11 +209,16 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         let registration = EventRegistration(id: id, types: types, includeMetadataChanges: includeMetadataChanges) { event, metadata in
             handler(DataEvent(event, metadata: metadata, database: db))
         }
+        var refused: DatabaseError?
         database.raise { e in
-            guard (try? e.checkUsable()) != nil else { return [] }
-            e.registrations[id] = RegistrationState(registration: registration, query: query, lastMetadata: nil)
+            if let reason = e.stopReason {
+                refused = reason
+                return []
+            }
+            e.registrations[id] = RegistrationState(registration: registration, query: query, lastMetadata: nil, onEnd: onEnd)
             return e.syncTree.addEventRegistration(registration, for: query)
         }
+        if let refused { onEnd?(refused) }  // closed or failed already: end at once
         return ObserverHandle(id: id)
     }
 
@@ -233,18 +240,23 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    /// The events of `type` as an `AsyncSequence`; the observer is removed when the iterating
-    /// task is cancelled or stops iterating.
-    public func events(_ type: DataEventType = .value, includeMetadataChanges: Bool = false) -> AsyncStream<DataEvent> {
-        AsyncStream { continuation in
-            let handle = observe(types: [type], includeMetadataChanges: includeMetadataChanges) { continuation.yield($0) }
+    /// The events of `type` as an `AsyncSequence`. The observer is removed when the iterating
+    /// task is cancelled or stops iterating (the sequence then ends), and the sequence ends by
+    /// throwing when the database closes (``DatabaseError/Code/closed``) or fails (its error).
+    ///
+    /// It does not end by itself otherwise: offline, a location that is not complete in the
+    /// cache yields no `value` event until data arrives — iterate it in a task you can cancel.
+    public func events(_ type: DataEventType = .value, includeMetadataChanges: Bool = false) -> AsyncThrowingStream<DataEvent, any Error> {
+        AsyncThrowingStream { continuation in
+            let handle = observe(types: [type], includeMetadataChanges: includeMetadataChanges,
+                                 onEnd: { continuation.finish(throwing: $0) }) { continuation.yield($0) }
             let q = self
             continuation.onTermination = { _ in q.removeObserver(withHandle: handle) }
         }
     }
 
-    /// The values as an `AsyncSequence` of snapshots (value events).
-    public func values(includeMetadataChanges: Bool = false) -> AsyncMapSequence<AsyncStream<DataEvent>, DataSnapshot> {
+    /// The values as an `AsyncSequence` of snapshots (value events); it ends as ``events(_:includeMetadataChanges:)`` does.
+    public func values(includeMetadataChanges: Bool = false) -> AsyncThrowingMapSequence<AsyncThrowingStream<DataEvent, any Error>, DataSnapshot> {
         events(.value, includeMetadataChanges: includeMetadataChanges).map(\.snapshot)
     }
 
@@ -253,29 +265,30 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     /// The data now: from the server when online, else from the cache.
     ///
     /// - Throws: ``DatabaseError/Code/notCached`` when the data is neither available from a
-    ///   server nor complete in the local cache.
+    ///   server nor complete in the local cache; ``DatabaseError/Code/storage`` naming the record,
+    ///   segment and offset when stored data cannot be read; ``DatabaseError/Code/closed``.
     public func getData() async throws -> DataSnapshot {
         if let snapshot = try cachedSnapshot() { return snapshot }
         throw DatabaseError(.notCached,
             "the data at \(path)\(params.isDefault ? "" : " (\(params))") is neither available from a server (there is no connection) nor complete in the local cache")
     }
 
-    /// The first value: from the cache at once when it is complete there, else the first value
-    /// event (when the data arrives).
-    public func observeSingleEvent(of type: DataEventType = .value) async -> DataSnapshot {
-        if type == .value, let cached = try? cachedSnapshot() { return cached }
-        let box = OneShot()
-        return await withCheckedContinuation { (c: CheckedContinuation<DataSnapshot, Never>) in
-            let handle = observe(types: [type], includeMetadataChanges: false) { event in
-                if box.fire() { c.resume(returning: event.snapshot) }
-            }
-            box.onFired { self.removeObserver(withHandle: handle) }
-        }
+    /// The first event of `type`: for `value`, from the cache at once when the data is complete
+    /// there, else when it arrives.
+    ///
+    /// - Throws: ``DatabaseError/Code/closed`` when the database closes first (or is closed),
+    ///   the database's error when it fails, `CancellationError` when the task is cancelled.
+    public func observeSingleEvent(of type: DataEventType = .value) async throws -> DataSnapshot {
+        if type == .value, let cached = try cachedSnapshot() { return cached }
+        for try await event in events(type) { return event.snapshot }
+        try Task.checkCancellation()
+        throw DatabaseError(.closed, "the database closed before an event of type \(type) at \(path)")
     }
 
     /// The complete data for this query from an active view or the stored cache, or nil.
     func cachedSnapshot() throws -> DataSnapshot? {
         let query = spec
+        defer { database.endObserversIfStopped() }
         let result = try database.engine.withLock { e -> (Node, SnapshotMetadata)? in
             try e.checkUsable()
             if let view = e.syncTree.view(for: query), view.eventCache.isFullyInitialized {
@@ -286,6 +299,8 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             let filtered = query.params.nodeFilter.updateFullNode(IndexedNode(.empty, index: query.index), IndexedNode(node, index: query.index), accumulator: nil)
             return (filtered.node, e.metadata(for: query))
         }
+        // A stored value that could not be read shows as missing: that is an error, not data.
+        if let failure = database.engine.withLock({ $0.failure }) { throw failure }
         guard let (node, metadata) = result else { return nil }
         return DataSnapshot(ref: ref, node: node, index: params.index, metadata: metadata)
     }

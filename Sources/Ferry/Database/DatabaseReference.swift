@@ -219,17 +219,17 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     /// Same as ``DatabaseQuery/removeAllObservers()`` on this location's ``query``.
     public func removeAllObservers() { query.removeAllObservers() }
     /// Same as ``DatabaseQuery/events(_:includeMetadataChanges:)`` on this location's ``query``.
-    public func events(_ type: DataEventType = .value, includeMetadataChanges: Bool = false) -> AsyncStream<DataEvent> {
+    public func events(_ type: DataEventType = .value, includeMetadataChanges: Bool = false) -> AsyncThrowingStream<DataEvent, any Error> {
         query.events(type, includeMetadataChanges: includeMetadataChanges)
     }
     /// Same as ``DatabaseQuery/values(includeMetadataChanges:)`` on this location's ``query``.
-    public func values(includeMetadataChanges: Bool = false) -> AsyncMapSequence<AsyncStream<DataEvent>, DataSnapshot> {
+    public func values(includeMetadataChanges: Bool = false) -> AsyncThrowingMapSequence<AsyncThrowingStream<DataEvent, any Error>, DataSnapshot> {
         query.values(includeMetadataChanges: includeMetadataChanges)
     }
     /// Same as ``DatabaseQuery/getData()`` on this location's ``query``.
     public func getData() async throws -> DataSnapshot { try await query.getData() }
     /// Same as ``DatabaseQuery/observeSingleEvent(of:)`` on this location's ``query``.
-    public func observeSingleEvent(of type: DataEventType = .value) async -> DataSnapshot { await query.observeSingleEvent(of: type) }
+    public func observeSingleEvent(of type: DataEventType = .value) async throws -> DataSnapshot { try await query.observeSingleEvent(of: type) }
 
     public static func == (a: DatabaseReference, b: DatabaseReference) -> Bool { a.database === b.database && a.path == b.path }
     public func hash(into h: inout Hasher) { h.combine(path) }

@@ -6,6 +6,9 @@ struct RegistrationState {
     var registration: EventRegistration
     var query: QuerySpec
     var lastMetadata: SnapshotMetadata?
+    /// Called once, outside the lock, when the database closes or fails while the registration
+    /// is active (ends the streams and single-event waits built on it).
+    var onEnd: (@Sendable (DatabaseError) -> Void)?
 }
 
 /// An event with the metadata of its snapshot, ready to deliver.
@@ -195,10 +198,34 @@ final class Engine: StoredValues, ServerCacheSource {
         range.count == 1 && payload[range.lowerBound] == ValueCodec.Tag.empty.rawValue
     }
 
+    /// A record a value is read from could not be read or decoded: the database stops (what it
+    /// would show is not the data), and the error names the record, its segment and offset.
     private func fail(_ error: any Error, reading lsn: UInt64) {
-        let e = DatabaseError(.storage, "reading record \(lsn) failed: \(error)", underlying: error as? LogError)
+        let place = log?.location(of: LSN(lsn))
+        let e = DatabaseError(.storage, "reading record \(lsn) failed: \(error)", underlying: error,
+                              lsn: lsn, file: place?.file, offset: place?.frameOffset, store: log?.path)
         logger.error("\(e)")
         if failure == nil { failure = e }
+    }
+
+    /// Why the database no longer answers (failed or closed), if it does not.
+    var stopReason: DatabaseError? {
+        if let failure { return failure }
+        return closed ? DatabaseError(.closed, "the database is closed", store: log?.path) : nil
+    }
+
+    /// When the database has stopped: takes the end handlers of the active registrations (each
+    /// is given once), to be called outside the lock.
+    func takeEndedRegistrations() -> (DatabaseError, [@Sendable (DatabaseError) -> Void])? {
+        guard let reason = stopReason else { return nil }
+        var ends: [@Sendable (DatabaseError) -> Void] = []
+        for (id, state) in registrations {
+            if let end = state.onEnd {
+                ends.append(end)
+                registrations[id]?.onEnd = nil
+            }
+        }
+        return ends.isEmpty ? nil : (reason, ends)
     }
 
     // MARK: ServerCacheSource

@@ -1,3 +1,5 @@
+import FerryLog
+
 /// An error from the database.
 ///
 /// Carries a ``Code`` to switch on and a message a person can act on; errors from the log
@@ -51,16 +53,41 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible {
     public var message: String
     /// The error underneath (a ``FerryLog/LogError`` for ``Code/storage``), if any.
     public var underlying: (any Error & Sendable)?
+    /// The store directory, for errors about a stored database.
+    public var store: String?
+    /// The log record involved (its LSN), if any: a record that could not be read or decoded.
+    public var lsn: UInt64?
+    /// The file involved (a segment or checkpoint), if known.
+    public var file: String?
+    /// The byte offset in ``file`` (of the frame holding ``lsn``), if known.
+    public var offset: Int64?
+    /// Where in Ferry's source the error was raised (for bug reports).
+    public var source: String
 
-    init(_ code: Code, _ message: String, underlying: (any Error & Sendable)? = nil) {
+    init(_ code: Code, _ message: String, underlying: (any Error & Sendable)? = nil, lsn: UInt64? = nil,
+         file: String? = nil, offset: Int64? = nil, store: String? = nil, fileID: StaticString = #fileID, line: UInt = #line) {
         self.code = code
         self.message = message
         self.underlying = underlying
+        self.lsn = lsn
+        self.file = file
+        self.offset = offset
+        self.store = store
+        self.source = "\(fileID):\(line)"
+        if let log = underlying as? LogError {
+            if self.file == nil { self.file = log.file }
+            if self.offset == nil { self.offset = log.offset }
+        }
     }
 
     public var description: String {
         var s = "\(code): \(message)"
-        if let underlying { s += " (\(underlying))" }
+        var place: [String] = []
+        if let lsn { place.append("record \(lsn)") }
+        if let file { place.append("file: \(file)" + (offset.map { ", offset \($0)" } ?? "")) }
+        if let store, file == nil { place.append("store: \(store)") }
+        if !place.isEmpty { s += " [" + place.joined(separator: ", ") + "]" }
+        if let underlying, !(underlying is LogError && message.contains(String(describing: underlying))) { s += " (\(underlying))" }
         return s
     }
 }

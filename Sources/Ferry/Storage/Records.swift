@@ -1,5 +1,5 @@
 /// The kinds of records the database writes to the log (the log's kind byte).
-enum RecordKind: UInt8 {
+enum RecordKind: UInt8, CaseIterable {
     /// A local set (overwrite) at a path; its LSN is its write id.
     case localSet = 1
     /// A local multi-path update (merge) at a path.
@@ -214,7 +214,12 @@ enum RecordCodec {
     /// range is the resolved one.
     static func summarize(kind raw: UInt8, _ payload: UnsafeRawBufferPointer) throws -> RecordSummary {
         guard let kind = RecordKind(rawValue: raw) else {
-            throw DatabaseError(.storage, "the log holds a record of unknown kind \(raw); it was written by a newer Ferry")
+            if raw == 0 {
+                throw DatabaseError(.storage, "the log holds a record of kind 0, which Ferry's database never writes: "
+                    + "this store was not written by a Ferry database (a log written with FerryLog directly?)")
+            }
+            throw DatabaseError(.storage, "the log holds a record of unknown kind \(raw): it was written by a newer Ferry "
+                + "(this build knows kinds 1–\(RecordKind.allCases.count)), or the store is not a Ferry database")
         }
         var r = ByteReader(payload)
         switch kind {
