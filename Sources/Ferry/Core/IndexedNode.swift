@@ -10,7 +10,7 @@ struct IndexedNode: Sendable {
         self.node = node
         self.index = index
         if index.needsOwnOrder(for: node) {
-            order = node.childMap.entries.sorted { index.compare($0, $1) < 0 }
+            order = index.sorted(node.childMap.entries)
         } else {
             order = nil
         }

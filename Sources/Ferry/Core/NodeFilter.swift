@@ -117,11 +117,13 @@ struct RangedFilter: NodeFilter {
         if new.node.isLeaf {
             filtered = IndexedNode(.empty, index: index)
         } else {
-            // Queries do not support priorities.
-            filtered = new.updatingPriority(.empty)
+            // Queries do not support priorities. The children in range are gathered and the node
+            // built once: O(n), where dropping the others one at a time was O(n²).
+            var kept: [(String, Node)] = []
             new.node.forEachChild { key, child in
-                if !matches(key, child) { filtered = filtered.updatingChild(key, .empty) }
+                if matches(key, child) { kept.append((key, child)) }
             }
+            filtered = IndexedNode(Node.empty.updatingImmediateChildren(kept), index: index)
         }
         return indexedFilter.updateFullNode(old, filtered, accumulator: accumulator)
     }
@@ -198,20 +200,50 @@ struct LimitedFilter: NodeFilter {
         return old
     }
 
+    /// The window of `new`: its first `limit` children in range, from the query's end.
+    ///
+    /// O(n log k) for n children and a limit of k: the window is selected in one pass with a
+    /// bounded heap, then built once (removing the n − k others one at a time was quadratic).
     func updateFullNode(_ old: IndexedNode, _ new: IndexedNode, accumulator: ChildChangeAccumulator?) -> IndexedNode {
-        var filtered: IndexedNode
-        if new.node.isLeaf || new.node.isEmpty {
-            filtered = IndexedNode(.empty, index: index)
-        } else {
-            filtered = IndexedNode(new.node, index: index).updatingPriority(.empty)
-            var count = 0
-            let items = filtered.ordered
-            for item in reverse ? items.reversed() : items {
-                let inRange = count < limit && withinDirectionalStart(item) && withinDirectionalEnd(item)
-                if inRange { count += 1 } else { filtered = filtered.updatingChild(item.name, .empty) }
-            }
+        var filtered = IndexedNode(.empty, index: index)
+        if !(new.node.isLeaf || new.node.isEmpty) {
+            let window = selectWindow(of: new.node)
+            filtered = IndexedNode(Node.empty.updatingImmediateChildren(window.map { ($0.name, $0.node) }), index: index)
         }
         return ranged.indexedFilter.updateFullNode(old, filtered, accumulator: accumulator)
+    }
+
+    /// The first `limit` in-range children of `node` in the query's direction, in that order.
+    func selectWindow(of node: Node) -> [NamedNode] {
+        // A max-heap by direction order: its top is the last child still in the window.
+        var heap: [NamedNode] = []
+        heap.reserveCapacity(min(limit, 1 << 16))
+        func after(_ a: NamedNode, _ b: NamedNode) -> Bool { index.compare(a, b, reverse: reverse) > 0 }
+        node.forEachChild { key, child in
+            let item = NamedNode(name: key, node: child)
+            guard withinDirectionalStart(item) && withinDirectionalEnd(item) else { return }
+            if heap.count < limit {
+                heap.append(item)
+                var i = heap.count - 1
+                while i > 0, after(heap[i], heap[(i - 1) / 2]) {
+                    heap.swapAt(i, (i - 1) / 2)
+                    i = (i - 1) / 2
+                }
+            } else if after(heap[0], item) {
+                heap[0] = item
+                var i = 0
+                while true {
+                    let l = 2 * i + 1, r = l + 1
+                    var top = i
+                    if l < heap.count && after(heap[l], heap[top]) { top = l }
+                    if r < heap.count && after(heap[r], heap[top]) { top = r }
+                    if top == i { break }
+                    heap.swapAt(i, top)
+                    i = top
+                }
+            }
+        }
+        return heap.sorted { index.compare($0, $1, reverse: reverse) < 0 }
     }
 
     func updatePriority(_ priority: Node, _ snap: IndexedNode) -> IndexedNode { snap }

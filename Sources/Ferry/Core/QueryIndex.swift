@@ -19,6 +19,30 @@ enum QueryIndex: Hashable, Sendable {
         return c != 0 ? c : KeyOrder.compare(a.name, b.name)
     }
 
+    /// What a child is ordered by (not for ``key``, which orders by name alone).
+    func indexedValue(_ node: Node) -> Node {
+        switch self {
+        case .key: .empty
+        case .priority: node.priority
+        case .value: node
+        case .child(let path): node.getChild(path)
+        }
+    }
+
+    /// `entries` (in key order, as a node holds them) in this index's order: each child's
+    /// indexed value is taken once, then sorted — O(n log n) comparisons of values, not of
+    /// children looked up again at every comparison. Ties keep key order.
+    func sorted(_ entries: [NamedNode]) -> [NamedNode] {
+        if self == .key { return entries }
+        let values = entries.map { indexedValue($0.node) }
+        var order = Array(entries.indices)
+        order.sort { i, j in
+            let c = Node.compare(values[i], values[j])
+            return c != 0 ? c < 0 : i < j
+        }
+        return order.map { entries[$0] }
+    }
+
     func compare(_ a: NamedNode, _ b: NamedNode, reverse: Bool) -> Int {
         reverse ? compare(b, a) : compare(a, b)
     }
