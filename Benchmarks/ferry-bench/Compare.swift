@@ -22,7 +22,10 @@ struct CompareBench: AsyncParsableCommand {
     @Flag(help: "Print the table as Markdown too (as the README shows it).") var markdown = false
 
     static let workloads = ["sync1", "sync64", "concurrent16", "bulk", "reopen", "overwrite"]
-    static let engines = ["ferry", "leveldb", "sqlite", "raw"]
+    static let engines = ["ferry", "ferry-now", "leveldb", "sqlite", "raw"]
+    /// The workloads where Ferry's non-awaiting write form (`setValueNow`, as Firebase apps
+    /// write) gets a row of its own beside the awaited `setValue`.
+    static let nowWorkloads: Set<String> = ["sync64", "bulk", "overwrite"]
 
     func wants(_ w: String) -> Bool { only.map { $0.split(separator: ",").contains(Substring(w)) } ?? true }
 
@@ -38,10 +41,10 @@ struct CompareBench: AsyncParsableCommand {
         for workload in Self.workloads where workload != "reopen" && (wants(workload) || (workload == "bulk" && wants("reopen"))) {
             say("\(workload): \(sizes.operations(workload)) operations × \(common.runs) runs per engine…", json: common.json)
             for _ in 0..<common.runs {
-                for engine in Self.engines {
+                for engine in Self.engines where engine != "ferry-now" || Self.nowWorkloads.contains(workload) {
                     let dir = try common.scratch("cmp-\(workload)-\(engine)")
                     results[workload, default: [:]][engine, default: []].append(try child(workload, engine, dir))
-                    if workload == "bulk" && wants("reopen") {
+                    if workload == "bulk" && wants("reopen") && engine != "ferry-now" {
                         var r = try child("reopen", engine, dir)
                         r.payloadBytes = results["bulk"]![engine]!.last!.payloadBytes
                         results["reopen", default: [:]][engine, default: []].append(r)
@@ -154,6 +157,11 @@ struct Summary {
             for e in engines { cells.append(find(w, e).map { human($0.opsPerSecond) } ?? "–") }
             for e in ["leveldb", "sqlite", "raw"] { cells.append(ratio(w, e).map { String(format: "%.2f×", $0) } ?? "–") }
             lines.append("| " + cells.joined(separator: " | ") + " |")
+            if let now = find(w, "ferry-now") {
+                var cells = [w + ", not awaiting each write (`setValueNow`)", human(now.opsPerSecond), "", "", ""]
+                for e in ["leveldb", "sqlite", "raw"] { cells.append(ratio(w, e, ferry: "ferry-now").map { String(format: "%.2f×", $0) } ?? "–") }
+                lines.append("| " + cells.joined(separator: " | ") + " |")
+            }
             if w == "reopen", let replay = find(w, "ferry-replay") {
                 var cells = ["reopen without checkpoint", human(replay.opsPerSecond), "", "", ""]
                 for e in ["leveldb", "sqlite", "raw"] { cells.append(ratio(w, e, ferry: "ferry-replay").map { String(format: "%.2f×", $0) } ?? "–") }
@@ -190,9 +198,9 @@ struct Chart {
     let report: Report
 
     var svg: String {
-        let colors = ["ferry": "#1f77b4", "ferry-replay": "#9ecae1", "leveldb": "#ff7f0e", "sqlite": "#2ca02c", "raw": "#7f7f7f"]
-        let names = ["ferry": "Ferry", "ferry-replay": "Ferry, no checkpoint", "leveldb": "LevelDB", "sqlite": "SQLite", "raw": "raw ceiling"]
-        let order = ["ferry", "ferry-replay", "leveldb", "sqlite", "raw"]
+        let colors = ["ferry": "#1f77b4", "ferry-now": "#6baed6", "ferry-replay": "#9ecae1", "leveldb": "#ff7f0e", "sqlite": "#2ca02c", "raw": "#7f7f7f"]
+        let names = ["ferry": "Ferry", "ferry-now": "Ferry, setValueNow", "ferry-replay": "Ferry, no checkpoint", "leveldb": "LevelDB", "sqlite": "SQLite", "raw": "raw ceiling"]
+        let order = ["ferry", "ferry-now", "ferry-replay", "leveldb", "sqlite", "raw"]
         let labelWidth = 170.0, barMax = 520.0, barHeight = 16.0, gap = 4.0
         var y = 40.0
         var body: [String] = []

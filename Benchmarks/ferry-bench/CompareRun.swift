@@ -89,7 +89,8 @@ struct CompareRun: AsyncParsableCommand {
             try await opened?.close()
             guard count == sizes.records else { throw BenchError("\(engine) read \(count) of \(sizes.records) values") }
 
-        case (_, "ferry"):
+        case (_, "ferry"), (_, "ferry-now"):
+            let now = engine == "ferry-now"
             var options = DatabaseOptions(durability: workload == "sync1" || workload == "concurrent16" ? .fsync : .none)
             options.compactionSegments = nil  // overwrite compacts when asked, after measuring the bytes before
             let db = try Database.open(at: directory, options: options)
@@ -109,6 +110,16 @@ struct CompareRun: AsyncParsableCommand {
                     }
                     try await group.waitForAll()
                 }
+            case _ where now:
+                // Firebase's usual form: apply and order each write at once, observe durability
+                // at the commit points; acknowledgements arrive a batch at a time (the cursor).
+                for i in 0..<n {
+                    let receipt = try db.reference(String(key(i).dropFirst())).setValueNow(jsonBytes: data.withRecord(i) { Array($0) })
+                    if workload == "sync64" && i % 64 == 63 { try await db.sync() }
+                    if workload == "overwrite" && i % 64 == 63 { try await db.acknowledgeWrites(through: receipt.writeID!) }
+                }
+                if workload == "overwrite", let last = db.pendingWriteIDs.last { try await db.acknowledgeWrites(through: last) }
+                try await db.sync()
             default:
                 for i in 0..<n {
                     let receipt = try await db.reference(String(key(i).dropFirst())).setValue(jsonBytes: data.withRecord(i) { Array($0) })
