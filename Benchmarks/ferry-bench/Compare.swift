@@ -11,17 +11,19 @@ struct CompareBench: AsyncParsableCommand {
             Every engine gets the same pre-generated records (key /posts/pNNNNNNNN, a ~200-byte JSON post) and the \
             same durability: sync1 one durable commit per write; sync64 one per 64 writes; concurrent16 16 writers each \
             waiting for its own write to be durable; bulk one durable commit after all writes; reopen opens the bulk \
-            store and reads every value; overwrite writes each key 10 times, reopens, and compacts.
+            store and reads every value; limited opens it and asks for the 10 posts with the most likes (Ferry: the \
+            first event of queryOrdered(byChild: "likes").queryLimited(toLast: 10); LevelDB a scan keeping the top 10; \
+            SQLite ORDER BY json_extract(v, '$.likes') LIMIT 10); overwrite writes each key 10 times, reopens, and compacts.
             """)
 
     @OptionGroup var common: CommonOptions
     @OptionGroup var sizes: CompareSizes
-    @Option(help: "Run only these workloads (comma-separated: sync1, sync64, concurrent16, bulk, reopen, overwrite).")
+    @Option(help: "Run only these workloads (comma-separated: sync1, sync64, concurrent16, bulk, reopen, limited, overwrite).")
     var only: String?
     @Option(help: "Draw the comparison as an SVG bar chart in this file.") var svg: String?
     @Flag(help: "Print the table as Markdown too (as the README shows it).") var markdown = false
 
-    static let workloads = ["sync1", "sync64", "concurrent16", "bulk", "reopen", "overwrite"]
+    static let workloads = ["sync1", "sync64", "concurrent16", "bulk", "reopen", "limited", "overwrite"]
     static let engines = ["ferry", "ferry-now", "leveldb", "sqlite", "raw"]
     /// The workloads where Ferry's non-awaiting write form (`setValueNow`, as Firebase apps
     /// write) gets a row of its own beside the awaited `setValue`.
@@ -38,12 +40,18 @@ struct CompareBench: AsyncParsableCommand {
             }
             return r
         }
-        for workload in Self.workloads where workload != "reopen" && (wants(workload) || (workload == "bulk" && wants("reopen"))) {
+        let readsBulk = wants("reopen") || wants("limited")
+        for workload in Self.workloads where workload != "reopen" && workload != "limited" && (wants(workload) || (workload == "bulk" && readsBulk)) {
             say("\(workload): \(sizes.operations(workload)) operations × \(common.runs) runs per engine…", json: common.json)
             for _ in 0..<common.runs {
                 for engine in Self.engines where engine != "ferry-now" || Self.nowWorkloads.contains(workload) {
                     let dir = try common.scratch("cmp-\(workload)-\(engine)")
                     results[workload, default: [:]][engine, default: []].append(try child(workload, engine, dir))
+                    if workload == "bulk" && wants("limited") && ["ferry", "leveldb", "sqlite"].contains(engine) {
+                        var r = try child("limited", engine, dir)
+                        r.payloadBytes = results["bulk"]![engine]!.last!.payloadBytes
+                        results["limited", default: [:]][engine, default: []].append(r)
+                    }
                     if workload == "bulk" && wants("reopen") && engine != "ferry-now" {
                         var r = try child("reopen", engine, dir)
                         r.payloadBytes = results["bulk"]![engine]!.last!.payloadBytes
@@ -91,7 +99,8 @@ struct CompareBench: AsyncParsableCommand {
                 notes.append(String(format: "(%.2f s)", c))
             }
         }
-        if workload == "reopen" { notes.append(String(format: "%.2f s", m.median)) }
+        if workload == "reopen" || workload == "limited" { notes.append(String(format: "%.3f s", m.median)) }
+        if workload == "limited", let top = runs.last?.note { notes.append("top: \(top)") }
         if engine == "ferry-replay" { notes.append("no checkpoint") }
         m.note = notes.joined(separator: " ")
         return m
@@ -115,6 +124,8 @@ struct Summary {
         var text: String
         var value: Double?
         var met: Bool?
+        /// How the value is printed: a ratio, or seconds.
+        var unit = "×"
     }
 
     var goals: [Goal] {
@@ -134,6 +145,10 @@ struct Summary {
             atLeast("bulk", "leveldb", 2), atLeast("bulk", "sqlite", 3), atLeast("bulk", "raw", 0.7),
             time("ferry", 0.5, "with a checkpoint, Ferry's"), time("ferry-replay", 1, "without, Ferry's"),
         ]
+        if let limited = find("limited", "ferry") {
+            out.append(Goal(workload: "limited", text: "first event of a top-10 query after a reopen ≤ 0.1 s",
+                            value: limited.median, met: limited.median <= 0.1, unit: " s"))
+        }
         let f = find("overwrite", "ferry")?.bytesAfterCompaction, l = find("overwrite", "leveldb")?.bytesAfterCompaction
         let r = f.flatMap { f in l.map { Double(f) / Double($0) } }
         out.append(Goal(workload: "overwrite", text: "Ferry's bytes after compaction / LevelDB's ≤ 1×", value: r, met: r.map { $0 <= 1 }))
@@ -142,7 +157,7 @@ struct Summary {
 
     var ratioLines: [String] {
         goals.map { g in
-            g.workload.padding(toLength: 14, withPad: " ", startingAt: 0) + String(format: "%6.2f×   ", g.value!) + g.text
+            g.workload.padding(toLength: 14, withPad: " ", startingAt: 0) + String(format: "%6.2f", g.value!) + g.unit + "   " + g.text
                 + (g.met! ? "   met" : "   NOT met")
         }
     }
@@ -153,7 +168,7 @@ struct Summary {
                      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for w in CompareBench.workloads {
             guard find(w, "ferry") != nil else { continue }
-            var cells = [w + (w == "reopen" ? " (values read/s)" : " (writes/s)")]
+            var cells = [w + (w == "reopen" ? " (values read/s)" : w == "limited" ? " (queries/s)" : " (writes/s)")]
             for e in engines { cells.append(find(w, e).map { human($0.opsPerSecond) } ?? "–") }
             for e in ["leveldb", "sqlite", "raw"] { cells.append(ratio(w, e).map { String(format: "%.2f×", $0) } ?? "–") }
             lines.append("| " + cells.joined(separator: " | ") + " |")
@@ -186,7 +201,7 @@ struct Summary {
         lines.append("")
         lines.append("| goal | measured | |")
         lines.append("| --- | ---: | --- |")
-        for g in goals { lines.append("| \(g.workload): \(g.text) | " + String(format: "%.2f×", g.value!) + " | " + (g.met! ? "met" : "**not met**") + " |") }
+        for g in goals { lines.append("| \(g.workload): \(g.text) | " + String(format: "%.2f", g.value!) + g.unit + " | " + (g.met! ? "met" : "**not met**") + " |") }
         return lines.joined(separator: "\n")
     }
 }
@@ -221,7 +236,7 @@ struct Chart {
         for w in CompareBench.workloads {
             let ms = order.compactMap { e in report.all.first { $0.workload == w && $0.engine == e } }
             guard !ms.isEmpty else { continue }
-            let unit = w == "reopen" ? "values read/s" : "writes/s"
+            let unit = w == "reopen" ? "values read/s" : w == "limited" ? "top-10 queries/s after a reopen" : "writes/s"
             group("\(w) — \(unit) (longer is better)", ms.map { ($0.engine, $0.opsPerSecond, human($0.opsPerSecond)) })
             if w == "overwrite" {
                 let after = ms.compactMap { m in m.bytesAfterCompaction.map { (m.engine, Double($0), humanBytes($0)) } }

@@ -18,6 +18,8 @@ struct RunResult: Codable {
     /// For `overwrite`: seconds the compaction took.
     var compactionSeconds: Double?
     var peakRSS: Int
+    /// For `limited`: the key with the most likes (the engines must agree).
+    var note: String?
 }
 
 /// The sizes of the shared workloads (the same for every engine).
@@ -41,6 +43,7 @@ struct CompareSizes: ParsableArguments {
         case "sync64": sync64Records
         case "concurrent16": concurrentRecords
         case "overwrite": overwriteKeys * overwriteRounds
+        case "limited": 1  // one query over every post
         default: records
         }
     }
@@ -68,6 +71,30 @@ struct CompareRun: AsyncParsableCommand {
         @Sendable func key(_ i: Int) -> String { keys[i % keys.count] }
 
         switch (workload, engine) {
+        case ("limited", _):
+            // A new user's first query after a reopen: the 10 posts with the most likes.
+            let start = clock.now
+            var top: [String]
+            var opened: Database?
+            switch engine {
+            case "ferry":
+                var options = DatabaseOptions(durability: .none)
+                options.checkpointOnClose = false
+                let db = try Database.open(at: directory, options: options)
+                opened = db
+                let query = try db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 10)
+                top = try await query.observeSingleEvent().children.map { "/posts/" + $0.key! }
+            case "leveldb":
+                top = try LevelDB(path: directory).topByLikes(10)
+            case "sqlite":
+                top = try SQLite(path: directory + "/kv.sqlite").topByLikes(10)
+            default: throw BenchError("limited has no \(engine) engine")
+            }
+            result.seconds = seconds(start.duration(to: clock.now))
+            try await opened?.close()
+            guard top.count == 10 else { throw BenchError("\(engine) found \(top.count) of the top 10") }
+            result.note = top.last
+
         case ("reopen", _):
             let start = clock.now
             let count: Int

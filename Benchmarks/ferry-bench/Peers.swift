@@ -164,3 +164,72 @@ extension LevelDB {
     /// Compacts the whole key range (what LevelDB's background compaction converges to).
     func compactAll() { leveldb_compact_range(db, nil, 0, nil, 0) }
 }
+
+/// The keys of the `n` values with the most likes (ties: the greater key), from JSON posts,
+/// highest last — what a query `orderBy likes, limitToLast n` returns, for the peers.
+struct TopByLikes {
+    let n: Int
+    private(set) var items: [(likes: Int64, key: String)] = []
+
+    init(_ n: Int) { self.n = n }
+
+    mutating func offer(key: String, json: UnsafeRawBufferPointer) {
+        guard let likes = Self.likes(json) else { return }
+        if items.count == n, let lowest = items.first, (likes, key) < (lowest.likes, lowest.key) { return }
+        items.append((likes, key))
+        items.sort { ($0.likes, $0.key) < ($1.likes, $1.key) }
+        if items.count > n { items.removeFirst() }
+    }
+
+    var keys: [String] { items.map(\.key) }
+
+    /// The integer after `"likes":` in a JSON object's text.
+    static func likes(_ json: UnsafeRawBufferPointer) -> Int64? {
+        let pattern = Array(#""likes":"#.utf8)
+        guard json.count > pattern.count else { return nil }
+        var i = 0
+        while i + pattern.count <= json.count {
+            if json[i] == pattern[0] && (0..<pattern.count).allSatisfy({ json[i + $0] == pattern[$0] }) {
+                var j = i + pattern.count, v: Int64 = 0
+                while j < json.count, json[j] >= 0x30, json[j] <= 0x39 { v = v * 10 + Int64(json[j] - 0x30); j += 1 }
+                return v
+            }
+            i += 1
+        }
+        return nil
+    }
+}
+
+extension LevelDB {
+    /// A full scan keeping the top `n` posts by likes.
+    func topByLikes(_ n: Int) -> [String] {
+        let it = leveldb_create_iterator(db, readOptions)!
+        defer { leveldb_iter_destroy(it) }
+        leveldb_iter_seek_to_first(it)
+        var top = TopByLikes(n)
+        while leveldb_iter_valid(it) != 0 {
+            var klen = 0, vlen = 0
+            let k = leveldb_iter_key(it, &klen)!
+            let v = leveldb_iter_value(it, &vlen)!
+            top.offer(key: String(decoding: UnsafeRawBufferPointer(start: k, count: klen), as: UTF8.self),
+                      json: UnsafeRawBufferPointer(start: v, count: vlen))
+            leveldb_iter_next(it)
+        }
+        return top.keys
+    }
+}
+
+extension SQLite {
+    /// The top `n` posts by likes, as SQL asks for it (no index on likes: a full scan).
+    func topByLikes(_ n: Int) throws -> [String] {
+        var stmt: OpaquePointer?
+        let sql = "SELECT k FROM kv ORDER BY json_extract(CAST(v AS TEXT), '$.likes') DESC, k DESC LIMIT \(n)"
+        guard sqlite3_prepare_v2(db, sql, -1, &stmt, nil) == SQLITE_OK else { throw BenchError("select: \(message)") }
+        defer { sqlite3_finalize(stmt) }
+        var keys: [String] = []
+        while sqlite3_step(stmt) == SQLITE_ROW {
+            keys.append(String(cString: sqlite3_column_text(stmt, 0)))
+        }
+        return keys.reversed()
+    }
+}
