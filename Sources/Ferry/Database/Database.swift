@@ -202,11 +202,19 @@ public final class Database: Sendable {
     /// Runs `body` on the engine under the lock (in the log's order) and delivers the events it
     /// raised, without waiting for anything: returns its id and the events' delivery number.
     func apply(_ body: (Engine) throws -> (Int64?, [Event])) throws -> (Int64?, UInt64) {
-        defer { endObserversIfStopped() }
+        var stopped = false  // (the lock is taken again only then)
+        defer { if stopped { endObserversIfStopped() } }
         let (id, seq) = try engine.withLock { e -> (Int64?, UInt64) in
-            let (id, events) = try body(e)
+            let (id, events): (Int64?, [Event])
+            do { (id, events) = try body(e) } catch {
+                stopped = e.stopReason != nil
+                throw error
+            }
             // A record read while applying failed: the events would show data as missing.
-            if let failure = e.failure { throw failure }
+            if let failure = e.failure {
+                stopped = true
+                throw failure
+            }
             let delivered = e.finish(events)
             e.pruneRecent()
             return (id, delivery.enqueue(delivered))
@@ -217,10 +225,14 @@ public final class Database: Sendable {
 
     /// Like ``perform(_:)`` for operations that write nothing (registrations).
     func raise(_ body: (Engine) throws -> [Event]) rethrows {
-        defer { endObserversIfStopped() }
+        var stopped = false
+        defer { if stopped { endObserversIfStopped() } }
         try engine.withLock { e in
             let events = try body(e)
-            if e.failure != nil { return }  // a read failed: deliver nothing that may show data as missing
+            if e.failure != nil {  // a read failed: deliver nothing that may show data as missing
+                stopped = true
+                return
+            }
             _ = delivery.enqueue(e.finish(events))
         }
         delivery.drain()

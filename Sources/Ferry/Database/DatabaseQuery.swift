@@ -288,7 +288,6 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     /// The complete data for this query from an active view or the stored cache, or nil.
     func cachedSnapshot() throws -> DataSnapshot? {
         let query = spec
-        defer { database.endObserversIfStopped() }
         let result = try database.engine.withLock { e -> (Node, SnapshotMetadata)? in
             try e.checkUsable()
             if let view = e.syncTree.view(for: query), view.eventCache.isFullyInitialized {
@@ -300,7 +299,10 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             return (filtered.node, e.metadata(for: query))
         }
         // A stored value that could not be read shows as missing: that is an error, not data.
-        if let failure = database.engine.withLock({ $0.failure }) { throw failure }
+        if let failure = database.engine.withLock({ $0.failure }) {
+            database.endObserversIfStopped()
+            throw failure
+        }
         guard let (node, metadata) = result else { return nil }
         return DataSnapshot(ref: ref, node: node, index: params.index, metadata: metadata)
     }
