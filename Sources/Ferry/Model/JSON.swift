@@ -3,8 +3,9 @@
 enum JSON {
     static let maxDepth = 512
 
-    static func parse(_ bytes: [UInt8]) throws -> Value {
+    static func parse(_ bytes: [UInt8], integersMustFit: Bool = false) throws -> Value {
         var p = Parser(bytes: bytes)
+        p.integersMustFit = integersMustFit
         p.skipSpace()
         let v = try p.value(depth: 0)
         p.skipSpace()
@@ -15,6 +16,8 @@ enum JSON {
     struct Parser {
         let bytes: [UInt8]
         var i = 0
+        /// Refuse integers beyond 64 bits instead of reading them as doubles.
+        var integersMustFit = false
 
         func error(_ why: String) -> DatabaseError {
             DatabaseError(.invalidData, "invalid JSON at byte \(i): \(why)")
@@ -83,31 +86,72 @@ enum JSON {
             }
         }
 
-        /// Moves past the number at `i`; returns where it started and whether it has neither a
-        /// fraction nor an exponent. (Its syntax is checked by whoever converts it.)
-        mutating func scanNumber() -> (start: Int, integral: Bool) {
+        /// Moves past the number at `i`, which must have RFC 8259's syntax — `-`? then `0` or a
+        /// digit 1–9 and more digits, then optionally `.` and digits, then optionally `e` or `E`,
+        /// a sign and digits (so `01`, `1.`, `+1`, `.5`, `-01`, `1.e5` are refused); returns
+        /// where it started and whether it has neither a fraction nor an exponent.
+        /// - Throws: ``DatabaseError/Code/invalidData`` naming the byte offset and the number.
+        mutating func scanNumber() throws -> (start: Int, integral: Bool) {
             let start = i
-            if i < bytes.count, bytes[i] == UInt8(ascii: "-") { i += 1 }
-            var integral = true
-            while i < bytes.count {
-                let c = bytes[i]
-                if c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9") { i += 1; continue }
-                if c == UInt8(ascii: ".") || c == UInt8(ascii: "e") || c == UInt8(ascii: "E") || c == UInt8(ascii: "+") || c == UInt8(ascii: "-") {
-                    integral = false
-                    i += 1
-                    continue
-                }
-                break
+            func isDigit(_ at: Int) -> Bool { at < bytes.count && bytes[at] >= UInt8(ascii: "0") && bytes[at] <= UInt8(ascii: "9") }
+            func refuse(_ why: String) -> DatabaseError {
+                // The whole token, for the message: up to the next delimiter.
+                var end = i
+                while end < bytes.count, !Self.isDelimiter(bytes[end]) { end += 1 }
+                let token = String(decoding: bytes[start..<max(end, min(start + 1, bytes.count))], as: UTF8.self)
+                return DatabaseError(.invalidData, "invalid JSON at byte \(start): \(token.isEmpty ? "a value" : "\"\(token.prefix(40))\"") is not a JSON number (\(why))")
             }
+            if i < bytes.count, bytes[i] == UInt8(ascii: "-") { i += 1 }
+            guard isDigit(i) else {
+                if i < bytes.count, bytes[i] == UInt8(ascii: "+") { throw refuse("a number may not start with +") }
+                if i < bytes.count, bytes[i] == UInt8(ascii: ".") { throw refuse("a digit must come before the decimal point") }
+                throw i == start ? error("unexpected character") : refuse("a digit must follow -")
+            }
+            if bytes[i] == UInt8(ascii: "0") {
+                i += 1
+                if isDigit(i) { throw refuse("a number may not have leading zeros") }
+            } else {
+                while isDigit(i) { i += 1 }
+            }
+            var integral = true
+            if i < bytes.count, bytes[i] == UInt8(ascii: ".") {
+                integral = false
+                i += 1
+                guard isDigit(i) else { throw refuse("a digit must follow the decimal point") }
+                while isDigit(i) { i += 1 }
+            }
+            if i < bytes.count, bytes[i] == UInt8(ascii: "e") || bytes[i] == UInt8(ascii: "E") {
+                integral = false
+                i += 1
+                if i < bytes.count, bytes[i] == UInt8(ascii: "+") || bytes[i] == UInt8(ascii: "-") { i += 1 }
+                guard isDigit(i) else { throw refuse("a digit must follow the exponent's e") }
+                while isDigit(i) { i += 1 }
+            }
+            if i < bytes.count, !Self.isDelimiter(bytes[i]) { throw refuse("unexpected character after the number") }
             return (start, integral)
         }
 
+        /// Whitespace or a character that may follow a value: `,` `]` `}`.
+        static func isDelimiter(_ c: UInt8) -> Bool {
+            switch c {
+            case 0x20, 0x0A, 0x0D, 0x09, UInt8(ascii: ","), UInt8(ascii: "]"), UInt8(ascii: "}"): true
+            default: false
+            }
+        }
+
+        /// Converts the number at `i`: integers that fit 64 bits exactly, the rest as doubles.
+        /// With `integersMustFit`, an integer beyond 64 bits is an error instead of a double
+        /// (what an `Encodable` integer type wrote cannot be kept exactly otherwise).
         mutating func number() throws -> Value {
-            let (start, integral) = scanNumber()
+            let (start, integral) = try scanNumber()
             let text = String(decoding: bytes[start..<i], as: UTF8.self)
-            guard !text.isEmpty, text != "-" else { throw error("unexpected character") }
-            if integral, let v = Int64(text) { return .int(v) }
-            guard let d = Double(text), d.isFinite else { throw error("invalid number \(text)") }
+            if integral {
+                if let v = Int64(text) { return .int(v) }
+                if integersMustFit {
+                    throw DatabaseError(.invalidData, "the integer \(text) at byte \(start) does not fit in 64 bits (\(Int64.min) to \(Int64.max)); the database keeps integers exactly only within that range")
+                }
+            }
+            guard let d = Double(text), d.isFinite else { throw DatabaseError(.invalidData, "invalid JSON at byte \(start): the number \(text.prefix(40)) is out of a double's range") }
             return .double(d)
         }
 
@@ -123,10 +167,26 @@ enum JSON {
                     continue
                 }
                 if c < 0x20 { throw error("control character in a string") }
+                if c >= 0x80 {
+                    let n = try utf8Sequence()
+                    out.append(contentsOf: bytes[i..<(i + n)])
+                    i += n
+                    continue
+                }
                 out.append(c)
                 i += 1
             }
             throw error("unterminated string")
+        }
+
+        /// The length of the well-formed UTF-8 sequence at `i` (Unicode's table 3-7: no overlong
+        /// forms, no surrogates, nothing above U+10FFFF).
+        /// - Throws: ``DatabaseError/Code/invalidData`` naming the byte offset.
+        func utf8Sequence() throws -> Int {
+            guard let n = UTF8Validation.sequenceLength(bytes, at: i) else {
+                throw error("invalid UTF-8 (byte 0x\(String(bytes[i], radix: 16, uppercase: true)) does not begin a well-formed sequence); JSON text must be UTF-8")
+            }
+            return n
         }
 
         /// Decodes the escape sequence at `i` (just after its backslash) into `out`; returns
@@ -232,5 +292,27 @@ enum JSON {
             }
         }
         out.append(UInt8(ascii: "\""))
+    }
+}
+
+/// Checks UTF-8 as Unicode defines it well-formed (table 3-7 of the standard).
+enum UTF8Validation {
+    /// The length (1–4) of the well-formed sequence starting at `i`, or nil when the bytes
+    /// there are not one (a stray continuation byte, an overlong form, a surrogate, a value
+    /// above U+10FFFF, or a sequence cut short).
+    static func sequenceLength<C: RandomAccessCollection<UInt8>>(_ b: C, at i: C.Index) -> Int? where C.Index == Int {
+        let c0 = b[i]
+        if c0 < 0x80 { return 1 }
+        func cont(_ k: Int, _ range: ClosedRange<UInt8> = 0x80...0xBF) -> Bool { i + k < b.endIndex && range.contains(b[i + k]) }
+        switch c0 {
+        case 0xC2...0xDF: return cont(1) ? 2 : nil
+        case 0xE0: return cont(1, 0xA0...0xBF) && cont(2) ? 3 : nil
+        case 0xE1...0xEC, 0xEE...0xEF: return cont(1) && cont(2) ? 3 : nil
+        case 0xED: return cont(1, 0x80...0x9F) && cont(2) ? 3 : nil
+        case 0xF0: return cont(1, 0x90...0xBF) && cont(2) && cont(3) ? 4 : nil
+        case 0xF1...0xF3: return cont(1) && cont(2) && cont(3) ? 4 : nil
+        case 0xF4: return cont(1, 0x80...0x8F) && cont(2) && cont(3) ? 4 : nil
+        default: return nil
+        }
     }
 }
