@@ -13,6 +13,55 @@ enum JSON {
         return v
     }
 
+    /// Scans the number at `start`, which must have RFC 8259's syntax — `-`? then `0` or a
+    /// digit 1–9 and more digits, then optionally `.` and digits, then optionally `e` or `E`, a
+    /// sign and digits — and be followed by whitespace, `,`, `]`, `}` or the end (so `01`, `1.`,
+    /// `+1`, `.5`, `-01`, `1.e5` are refused). Returns where it ends, whether it has neither a
+    /// fraction nor an exponent, and why it is not a number (nil when it is).
+    @inline(__always)
+    static func scanNumber(_ b: UnsafeBufferPointer<UInt8>, at start: Int) -> (end: Int, integral: Bool, problem: String?) {
+        var i = start
+        let n = b.count
+        @inline(__always) func digit(_ at: Int) -> Bool { at < n && b[at] &- UInt8(ascii: "0") < 10 }
+        if i < n && b[i] == UInt8(ascii: "-") { i += 1 }
+        guard digit(i) else {
+            if i < n && b[i] == UInt8(ascii: "+") { return (i, false, "a number may not start with +") }
+            if i < n && b[i] == UInt8(ascii: ".") { return (i, false, "a digit must come before the decimal point") }
+            return (i, false, i == start ? "" : "a digit must follow -")
+        }
+        if b[i] == UInt8(ascii: "0") {
+            i += 1
+            if digit(i) { return (i, false, "a number may not have leading zeros") }
+        } else {
+            while digit(i) { i += 1 }
+        }
+        var integral = true
+        if i < n && b[i] == UInt8(ascii: ".") {
+            integral = false
+            i += 1
+            guard digit(i) else { return (i, false, "a digit must follow the decimal point") }
+            while digit(i) { i += 1 }
+        }
+        if i < n && (b[i] == UInt8(ascii: "e") || b[i] == UInt8(ascii: "E")) {
+            integral = false
+            i += 1
+            if i < n && (b[i] == UInt8(ascii: "+") || b[i] == UInt8(ascii: "-")) { i += 1 }
+            guard digit(i) else { return (i, false, "a digit must follow the exponent's e") }
+            while digit(i) { i += 1 }
+        }
+        if i < n && !Parser.isDelimiter(b[i]) { return (i, false, "unexpected character after the number") }
+        return (i, integral, nil)
+    }
+
+    /// The error for the text at `start` that is not a JSON number (`why` empty: not a value).
+    static func numberError<C: RandomAccessCollection<UInt8>>(_ bytes: C, start: Int, why: String) -> DatabaseError where C.Index == Int {
+        if why.isEmpty { return DatabaseError(.invalidData, "invalid JSON at byte \(start): unexpected character") }
+        var end = start
+        while end < bytes.endIndex, end - start < 40, !Parser.isDelimiter(bytes[end]) { end += 1 }
+        let token = String(decoding: bytes[start..<max(end, start + 1)], as: UTF8.self)
+        return DatabaseError(.invalidData, "invalid JSON at byte \(start): \"\(token)\" is not a JSON number (\(why))")
+    }
+
     struct Parser {
         let bytes: [UInt8]
         var i = 0
@@ -86,49 +135,16 @@ enum JSON {
             }
         }
 
-        /// Moves past the number at `i`, which must have RFC 8259's syntax — `-`? then `0` or a
-        /// digit 1–9 and more digits, then optionally `.` and digits, then optionally `e` or `E`,
-        /// a sign and digits (so `01`, `1.`, `+1`, `.5`, `-01`, `1.e5` are refused); returns
-        /// where it started and whether it has neither a fraction nor an exponent.
+        /// Moves past the number at `i`, which must have RFC 8259's syntax (see
+        /// ``JSON/scanNumber(_:at:)``); returns where it started and whether it has neither a
+        /// fraction nor an exponent.
         /// - Throws: ``DatabaseError/Code/invalidData`` naming the byte offset and the number.
         mutating func scanNumber() throws -> (start: Int, integral: Bool) {
             let start = i
-            func isDigit(_ at: Int) -> Bool { at < bytes.count && bytes[at] >= UInt8(ascii: "0") && bytes[at] <= UInt8(ascii: "9") }
-            func refuse(_ why: String) -> DatabaseError {
-                // The whole token, for the message: up to the next delimiter.
-                var end = i
-                while end < bytes.count, !Self.isDelimiter(bytes[end]) { end += 1 }
-                let token = String(decoding: bytes[start..<max(end, min(start + 1, bytes.count))], as: UTF8.self)
-                return DatabaseError(.invalidData, "invalid JSON at byte \(start): \(token.isEmpty ? "a value" : "\"\(token.prefix(40))\"") is not a JSON number (\(why))")
-            }
-            if i < bytes.count, bytes[i] == UInt8(ascii: "-") { i += 1 }
-            guard isDigit(i) else {
-                if i < bytes.count, bytes[i] == UInt8(ascii: "+") { throw refuse("a number may not start with +") }
-                if i < bytes.count, bytes[i] == UInt8(ascii: ".") { throw refuse("a digit must come before the decimal point") }
-                throw i == start ? error("unexpected character") : refuse("a digit must follow -")
-            }
-            if bytes[i] == UInt8(ascii: "0") {
-                i += 1
-                if isDigit(i) { throw refuse("a number may not have leading zeros") }
-            } else {
-                while isDigit(i) { i += 1 }
-            }
-            var integral = true
-            if i < bytes.count, bytes[i] == UInt8(ascii: ".") {
-                integral = false
-                i += 1
-                guard isDigit(i) else { throw refuse("a digit must follow the decimal point") }
-                while isDigit(i) { i += 1 }
-            }
-            if i < bytes.count, bytes[i] == UInt8(ascii: "e") || bytes[i] == UInt8(ascii: "E") {
-                integral = false
-                i += 1
-                if i < bytes.count, bytes[i] == UInt8(ascii: "+") || bytes[i] == UInt8(ascii: "-") { i += 1 }
-                guard isDigit(i) else { throw refuse("a digit must follow the exponent's e") }
-                while isDigit(i) { i += 1 }
-            }
-            if i < bytes.count, !Self.isDelimiter(bytes[i]) { throw refuse("unexpected character after the number") }
-            return (start, integral)
+            let scan = bytes.withUnsafeBufferPointer { JSON.scanNumber($0, at: start) }
+            if let problem = scan.problem { throw JSON.numberError(bytes, start: start, why: problem) }
+            i = scan.end
+            return (start, scan.integral)
         }
 
         /// Whitespace or a character that may follow a value: `,` `]` `}`.
@@ -183,9 +199,7 @@ enum JSON {
         /// forms, no surrogates, nothing above U+10FFFF).
         /// - Throws: ``DatabaseError/Code/invalidData`` naming the byte offset.
         func utf8Sequence() throws -> Int {
-            guard let n = UTF8Validation.sequenceLength(bytes, at: i) else {
-                throw error("invalid UTF-8 (byte 0x\(String(bytes[i], radix: 16, uppercase: true)) does not begin a well-formed sequence); JSON text must be UTF-8")
-            }
+            guard let n = UTF8Validation.sequenceLength(bytes, at: i) else { throw UTF8Validation.error(at: i, byte: bytes[i]) }
             return n
         }
 
@@ -297,6 +311,12 @@ enum JSON {
 
 /// Checks UTF-8 as Unicode defines it well-formed (table 3-7 of the standard).
 enum UTF8Validation {
+    /// The error for JSON text whose byte at `offset` does not begin a well-formed sequence.
+    static func error(at offset: Int, byte: UInt8) -> DatabaseError {
+        DatabaseError(.invalidData,
+            "invalid JSON at byte \(offset): invalid UTF-8 (byte 0x\(String(byte, radix: 16, uppercase: true)) does not begin a well-formed sequence); JSON text must be UTF-8")
+    }
+
     /// The length (1–4) of the well-formed sequence starting at `i`, or nil when the bytes
     /// there are not one (a stray continuation byte, an overlong form, a surrogate, a value
     /// above U+10FFFF, or a sequence cut short).

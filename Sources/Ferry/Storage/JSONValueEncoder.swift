@@ -275,9 +275,7 @@ struct JSONValueEncoder {
             }
             if c < 0x20 { throw syntax("control character in a string") }
             if c >= 0x80 {
-                var parser = JSON.Parser(bytes: text)
-                parser.i = i
-                let n = try parser.utf8Sequence()
+                guard let n = UTF8Validation.sequenceLength(input, at: i) else { throw UTF8Validation.error(at: i, byte: c) }
                 scratch.append(contentsOf: UnsafeBufferPointer(rebasing: input[i..<(i + n)]))
                 i += n
                 continue
@@ -290,10 +288,11 @@ struct JSONValueEncoder {
 
     /// Appends the number at `i`: exact integers as integers, the rest as doubles.
     private mutating func number() throws {
-        var parser = JSON.Parser(bytes: text)
-        parser.i = i
-        let (start, integral) = try parser.scanNumber()
-        i = parser.i
+        let start = i
+        let scan = JSON.scanNumber(input, at: start)
+        if let problem = scan.problem { throw JSON.numberError(input, start: start, why: problem) }
+        i = scan.end
+        let integral = scan.integral
         let negative = start < input.count && input[start] == UInt8(ascii: "-")
         let digits = (negative ? start + 1 : start)..<i
         if integral {
