@@ -50,7 +50,7 @@ let package = Package(
             ]
         ),
 
-        .executableTarget(name: "ferry-demo", dependencies: ["Ferry"]),
+        .executableTarget(name: "ferry-demo", dependencies: ["Ferry", "FerryLog"]),
 
         // Peers for the bench only; the libraries never link them.
         .systemLibrary(name: "CLevelDB", path: "Benchmarks/CLevelDB", providers: [.apt(["libleveldb-dev"])]),
@@ -82,7 +82,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryTests",
-            dependencies: ["Ferry", "FerryLog", "FerryTestSupport", "ferry-dump"],
+            dependencies: ["Ferry", "FerryLog", "FerryTestSupport", "ferry-dump", "ferry-demo"],
             exclude: ["Conformance"]
         ),
         .testTarget(

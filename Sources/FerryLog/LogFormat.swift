@@ -72,7 +72,8 @@ struct SegmentHeader: Equatable {
         case valid(SegmentHeader)
         /// Magic matches but the version (or header size, or flags) is one this build does not read.
         case unsupported(String)
-        case corrupt(String)
+        /// Damaged: why, and the offset in the file of the byte found wrong.
+        case corrupt(String, offset: Int = 0)
     }
 
     /// Decodes a header. The version is checked before the checksum, so a header written by a
@@ -96,10 +97,18 @@ struct SegmentHeader: Equatable {
         guard size == UInt16(LogFormat.segmentHeaderSize), flags == 0 else {
             return .unsupported("segment header size \(size) / flags \(flags) not understood by this build")
         }
+        if let at = firstNonZero(p, 56..<60) {
+            return .corrupt("reserved byte \(at) of the segment header is not zero", offset: at)
+        }
         return .valid(SegmentHeader(
             storeID: StoreID(high: p.le(16), low: p.le(24)), seq: p.le(32),
             firstLSN: LSN(p.le(40)), createdNanos: p.le(48)))
     }
+}
+
+/// The offset of the first non-zero byte of `range` at `p`, if any (reserved bytes must be zero).
+func firstNonZero(_ p: UnsafeRawPointer, _ range: Range<Int>) -> Int? {
+    range.first { p.load(fromByteOffset: $0, as: UInt8.self) != 0 }
 }
 
 @inline(__always) func memcmpEqual(_ a: UnsafeRawPointer, _ b: UnsafeRawPointer, _ n: Int) -> Bool {

@@ -43,6 +43,16 @@ public struct LogInspection: Sendable {
             problems: scan.problems, leftovers: scan.temporaryFiles + scan.obsolete, directory: dir)
     }
 
+    /// Whether the directory at `path` holds a Ferry store: a `LOCK` file (every open creates
+    /// one first), a segment or `log-start`. An empty directory, or one of unrelated files,
+    /// does not — a tool should say so rather than report an empty log as sound.
+    /// - Throws: ``LogError/Code/io`` when the directory cannot be listed.
+    public static func containsStore(at path: String) throws -> Bool {
+        try StoreDirectory(path: path, system: .live).list().contains { name in
+            name == LogFormat.lockFileName || name == LogFormat.startFileName || LogFormat.parseSegmentName(name) != nil
+        }
+    }
+
     /// The first problem: what `ferry-dump verify` reports. Nil when the store is sound.
     public var firstProblem: StoreProblem? { problems.first }
 

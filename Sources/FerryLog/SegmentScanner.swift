@@ -99,8 +99,8 @@ enum SegmentScanner {
         case .unsupported(let why):
             scan.problem = SegmentProblem(kind: .unsupported, offset: 0, message: why)
             return scan
-        case .corrupt(let why):
-            scan.problem = SegmentProblem(kind: .corruption, offset: 0, message: why)
+        case .corrupt(let why, let at):
+            scan.problem = SegmentProblem(kind: .corruption, offset: Int64(at), message: why)
             if !options.resync { return scan }
         }
 

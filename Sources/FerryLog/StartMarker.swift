@@ -27,7 +27,8 @@ struct StartMarker: Equatable, Sendable {
     enum Decoded {
         case valid(StartMarker)
         case unsupported(String)
-        case corrupt(String)
+        /// Damaged: why, and the offset in the file of the byte found wrong.
+        case corrupt(String, offset: Int = 0)
     }
 
     static func decode(_ bytes: [UInt8]) -> Decoded {
@@ -38,6 +39,14 @@ struct StartMarker: Equatable, Sendable {
             let version: UInt16 = p.le(8)
             if version > LogFormat.version { return .unsupported("log-start format version \(version); this build reads version \(LogFormat.version)") }
             guard CRC32C.checksum(p, count: 60) == p.le(60, as: UInt32.self) else { return .corrupt("log-start checksum mismatch") }
+            guard version == LogFormat.version else { return .corrupt("log-start format version \(version) is not valid", offset: 8) }
+            let size: UInt16 = p.le(10)
+            guard size == UInt16(LogFormat.startFileSize) else {
+                return .unsupported("log-start size \(size) not understood by this build")
+            }
+            if let at = firstNonZero(p, 12..<16) ?? firstNonZero(p, 48..<60) {
+                return .corrupt("reserved byte \(at) of log-start is not zero", offset: at)
+            }
             return .valid(StartMarker(storeID: StoreID(high: p.le(16), low: p.le(24)), seq: p.le(32), firstLSN: LSN(p.le(40))))
         }
     }

@@ -84,8 +84,8 @@ struct StoreScan: Sendable {
             case .unsupported(let why):
                 s.problems.append(StoreProblem(severity: .unsupported, file: LogFormat.startFileName, offset: 0, message: why))
                 return s
-            case .corrupt(let why):
-                s.problems.append(StoreProblem(severity: .corruption, file: LogFormat.startFileName, offset: 0, message: why))
+            case .corrupt(let why, let at):
+                s.problems.append(StoreProblem(severity: .corruption, file: LogFormat.startFileName, offset: Int64(at), message: why))
                 if !resync { return s }
             }
         }

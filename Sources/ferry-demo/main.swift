@@ -4,18 +4,51 @@
 // store is closed, reopened from its checkpoint, and everything — including the writes no
 // server has acknowledged yet — is there. The store is left for `ferry-dump` to show.
 //
-//   ferry-demo DIRECTORY [--posts N]
+//   ferry-demo [DIRECTORY] [--posts N]     (DIRECTORY defaults to $FERRY_DEMO_STORE)
+//
+// The directory must be absent, empty, or a Ferry store (whose files the demo replaces); a
+// directory that holds anything else is refused untouched (exit 65).
 import Ferry
+import FerryLog
 import Foundation
 import Synchronization
 
 let arguments = CommandLine.arguments
-guard arguments.count >= 2 else {
-    print("usage: ferry-demo DIRECTORY [--posts N]")
+let given = arguments.count >= 2 && !arguments[1].hasPrefix("--") ? arguments[1] : nil
+guard let path = given ?? ProcessInfo.processInfo.environment["FERRY_DEMO_STORE"], !path.isEmpty else {
+    print("usage: ferry-demo DIRECTORY [--posts N]   (or set FERRY_DEMO_STORE)")
     exit(64)
 }
-let path = arguments[1]
-let count = arguments.firstIndex(of: "--posts").flatMap { Int(arguments[$0 + 1]) } ?? 2000
+let count = arguments.firstIndex(of: "--posts").flatMap { $0 + 1 < arguments.count ? Int(arguments[$0 + 1]) : nil } ?? 2000
+
+/// The names a Ferry store's directory holds: the log's files and the database's checkpoints.
+func isStoreFile(_ name: String) -> Bool {
+    name == "LOCK" || name == "log-start" || name == "damaged" || name.hasSuffix(".tmp") || name.hasSuffix(".wal")
+        || (name.hasPrefix("checkpoint-") && name.hasSuffix(".ckp"))
+}
+
+/// Makes `path` ready for a fresh store: absent or empty is fine; a Ferry store's own files are
+/// removed (anything else beside them is left alone); any other directory or file is refused.
+func prepareStoreDirectory(_ path: String) throws {
+    var isDirectory: ObjCBool = false
+    guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { return }
+    guard isDirectory.boolValue else {
+        refuse("\(path) is a file, not a directory")
+    }
+    let names = try FileManager.default.contentsOfDirectory(atPath: path)
+    if names.isEmpty { return }
+    guard try LogInspection.containsStore(at: path) else {
+        refuse("\(path) is not empty and is not a Ferry store (it holds \(names.sorted().prefix(3).joined(separator: ", "))\(names.count > 3 ? ", …" : ""))")
+    }
+    for name in names where isStoreFile(name) {
+        try FileManager.default.removeItem(atPath: path + "/" + name)
+    }
+}
+
+func refuse(_ why: String) -> Never {
+    FileHandle.standardError.write(Data("ferry-demo: \(why); nothing was changed. Give an empty or new directory, or a Ferry store to replace.\n".utf8))
+    exit(65)
+}
 
 struct Post: Codable {
     var author: String
@@ -26,7 +59,7 @@ struct Post: Codable {
 func seconds(_ d: Duration) -> String { String(format: "%.3f s", Double(d.components.attoseconds) / 1e18 + Double(d.components.seconds)) }
 
 nonisolated func main() async throws {
-    try? FileManager.default.removeItem(atPath: path)
+    try prepareStoreDirectory(path)
     var options = DatabaseOptions(durability: .fsync)
     options.segmentSize = 256 << 10
     let db = try Database.open(at: path, options: options)

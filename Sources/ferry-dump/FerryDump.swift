@@ -12,6 +12,7 @@ struct FerryDump: ParsableCommand {
             Exit codes: 0 success (for verify: the store is sound); 1 verify found a torn tail, which an open \
             recovers by truncating it; 2 verify found corruption, which an open refuses (unless it salvages); \
             3 the store uses a format this build does not read; 4 the store could not be read (missing, unreadable); \
+            5 the directory holds no Ferry store (no LOCK file, segment or log-start: empty, or unrelated files); \
             64 bad arguments.
             While a writer is appending, the frame it is writing may show as a torn tail.
             """,
@@ -24,6 +25,7 @@ enum ExitStatus {
     static let corruption: Int32 = 2
     static let unsupported: Int32 = 3
     static let unreadable: Int32 = 4
+    static let noStore: Int32 = 5
 }
 
 struct StoreOptions: ParsableArguments {
@@ -40,6 +42,10 @@ struct StoreOptions: ParsableArguments {
             throw ExitCode(ExitStatus.unreadable)
         }
         do {
+            guard try LogInspection.containsStore(at: directory) else {
+                printError("ferry-dump: \(directory) holds no Ferry store (no LOCK file, segment or log-start)")
+                throw ExitCode(ExitStatus.noStore)
+            }
             return try LogInspection.inspect(directory, deep: deep)
         } catch let e as LogError {
             printError("ferry-dump: \(e)")

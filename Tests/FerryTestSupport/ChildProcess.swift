@@ -86,10 +86,14 @@ public struct CommandResult: Sendable {
     public var stderr: String
 }
 
-public func run(_ executable: String, _ arguments: [String]) throws -> CommandResult {
+/// Runs `executable` with `arguments`; `environment` adds to (or overrides) this process's.
+public func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws -> CommandResult {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: executable)
     p.arguments = arguments
+    if !environment.isEmpty {
+        p.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+    }
     let out = Pipe(), err = Pipe()
     p.standardOutput = out
     p.standardError = err

@@ -27,6 +27,10 @@ enum Checkpoint {
         return UInt64(name.dropFirst(prefix.count).dropLast(4), radix: 16)
     }
 
+    /// The longest path key a checkpoint can hold: the longest legal path (``Path/maxDepth``
+    /// keys of 768 bytes, each followed by its 0 byte) and a `.priority` key below it.
+    static let maxKeyBytes = Path.maxDepth * (768 + 1) + ".priority".utf8.count + 1
+
     static func damaged(_ why: String) -> DatabaseError { DatabaseError(.storage, "a checkpoint is damaged: \(why)") }
 }
 
@@ -51,8 +55,8 @@ private struct KeyDelta {
     mutating func read(_ r: inout ByteReader) throws -> Bool {
         let shared = Int(try r.varint())
         let rest = Int(try r.varint())
-        guard shared <= previous.count, rest <= r.bytes.count - r.offset, shared + rest <= 4096 else {
-            throw Checkpoint.damaged("a key does not fit its block")
+        guard shared <= previous.count, rest <= r.bytes.count - r.offset, shared + rest <= Checkpoint.maxKeyBytes else {
+            throw Checkpoint.damaged("a key does not fit its block, or is longer than the longest path (\(Checkpoint.maxKeyBytes) bytes)")
         }
         let restBytes = UnsafeRawBufferPointer(rebasing: r.bytes[r.offset..<(r.offset + rest)])
         let rises = rest > 0 && (shared == previous.count || restBytes[0] > previous[shared])

@@ -3,6 +3,9 @@
 @_spi(Server) extension Database {
     /// The server says: this is the whole value at `path`. With a `tag`, it is meant for that
     /// query only (a filtered query's data).
+    /// - Throws: ``DatabaseError`` (``DatabaseError/Code/invalidPath``,
+    ///   ``DatabaseError/Code/invalidData``) for data the data model does not allow — a key
+    ///   deeper than 32 levels below the root among them — before anything is recorded.
     public func applyServerPut(at path: String, _ value: Value, tag: Int? = nil) async throws {
         let p = try Path(validating: path)
         let node = try Node(value, path: p)
@@ -10,10 +13,12 @@
     }
 
     /// The server says: these children (paths relative to `path`) now have these values.
+    /// - Throws: as ``applyServerPut(at:_:tag:)``; each child's depth counts from the root.
     public func applyServerMerge(at path: String, _ children: [String: Value], tag: Int? = nil) async throws {
         let p = try Path(validating: path)
         let list = try children.keys.sorted().map { k -> (Path, Node) in
             let rel = try Path(validating: k)
+            try p.child(rel).validate()
             return (rel, try Node(children[k]!, path: p.child(rel)))
         }
         _ = try await perform { e in (nil, try e.serverMerge(p, list, tag: tag)) }

@@ -47,7 +47,8 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     ///
     /// - Returns: a receipt to await the server's acknowledgement with.
     /// - Throws: ``DatabaseError/Code/invalidData`` (a bad key, NaN, a misplaced `.priority`, a
-    ///   write over 16 MB), ``DatabaseError/Code/storage``, ``DatabaseError/Code/closed``.
+    ///   value whose keys lie deeper than 32 levels below the root, counting this path's keys,
+    ///   a write over 16 MB), ``DatabaseError/Code/storage``, ``DatabaseError/Code/closed``.
     @discardableResult
     public func setValue(_ value: Value) async throws -> WriteReceipt {
         let encoded = try EncodedValue(value, path: path)
@@ -58,7 +59,9 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     /// `setValue(try Value(json: text))` does, but encoded straight from the text into the
     /// stored form, without building a ``Value`` first (the fastest way to store JSON).
     /// - Throws: ``DatabaseError`` with code ``DatabaseError/Code/invalidData`` for text that is
-    ///   not JSON or data the database cannot hold (naming where), as well as
+    ///   not JSON (RFC 8259: numbers such as `01`, `1.`, `+1` or `.5` are refused, and so are
+    ///   bytes that are not UTF-8, naming the byte) or data the database cannot hold (naming
+    ///   where), as well as
     ///   ``setValue(_:)``'s errors.
     @discardableResult
     public func setValue(json text: String) async throws -> WriteReceipt {
@@ -81,6 +84,9 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Replaces the data here with an `Encodable` value (encoded through JSON).
+    /// - Throws: ``DatabaseError/Code/invalidData`` for a value that cannot be encoded or kept
+    ///   exactly (an integer outside `Int64`'s range, such as `UInt64.max`), as well as
+    ///   ``setValue(_:)``'s errors.
     @discardableResult
     public func setValue<T: Encodable>(_ encodable: T) async throws -> WriteReceipt {
         try await setValue(try ValueCoding.encode(encodable))

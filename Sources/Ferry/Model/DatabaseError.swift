@@ -15,7 +15,8 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible {
 
         /// A key or path breaks the Realtime Database's rules; the message names the key and rule.
         public static let invalidPath = Code(wrapped: .invalidPath)
-        /// A value cannot be stored (NaN, an unsupported type, a misplaced `.priority`, too large…).
+        /// A value cannot be stored (NaN, an unsupported type, a misplaced `.priority`, deeper than
+        /// 32 levels below the root, not JSON, an integer beyond 64 bits, too large…).
         public static let invalidData = Code(wrapped: .invalidData)
         /// The data is neither available from a server nor complete in the local cache.
         public static let notCached = Code(wrapped: .notCached)

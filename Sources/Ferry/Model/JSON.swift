@@ -3,8 +3,9 @@
 enum JSON {
     static let maxDepth = 512
 
-    static func parse(_ bytes: [UInt8]) throws -> Value {
+    static func parse(_ bytes: [UInt8], integersMustFit: Bool = false) throws -> Value {
         var p = Parser(bytes: bytes)
+        p.integersMustFit = integersMustFit
         p.skipSpace()
         let v = try p.value(depth: 0)
         p.skipSpace()
@@ -12,9 +13,60 @@ enum JSON {
         return v
     }
 
+    /// Scans the number at `start`, which must have RFC 8259's syntax — `-`? then `0` or a
+    /// digit 1–9 and more digits, then optionally `.` and digits, then optionally `e` or `E`, a
+    /// sign and digits — and be followed by whitespace, `,`, `]`, `}` or the end (so `01`, `1.`,
+    /// `+1`, `.5`, `-01`, `1.e5` are refused). Returns where it ends, whether it has neither a
+    /// fraction nor an exponent, and why it is not a number (nil when it is).
+    @inline(__always)
+    static func scanNumber(_ b: UnsafeBufferPointer<UInt8>, at start: Int) -> (end: Int, integral: Bool, problem: String?) {
+        var i = start
+        let n = b.count
+        @inline(__always) func digit(_ at: Int) -> Bool { at < n && b[at] &- UInt8(ascii: "0") < 10 }
+        if i < n && b[i] == UInt8(ascii: "-") { i += 1 }
+        guard digit(i) else {
+            if i < n && b[i] == UInt8(ascii: "+") { return (i, false, "a number may not start with +") }
+            if i < n && b[i] == UInt8(ascii: ".") { return (i, false, "a digit must come before the decimal point") }
+            return (i, false, i == start ? "" : "a digit must follow -")
+        }
+        if b[i] == UInt8(ascii: "0") {
+            i += 1
+            if digit(i) { return (i, false, "a number may not have leading zeros") }
+        } else {
+            while digit(i) { i += 1 }
+        }
+        var integral = true
+        if i < n && b[i] == UInt8(ascii: ".") {
+            integral = false
+            i += 1
+            guard digit(i) else { return (i, false, "a digit must follow the decimal point") }
+            while digit(i) { i += 1 }
+        }
+        if i < n && (b[i] == UInt8(ascii: "e") || b[i] == UInt8(ascii: "E")) {
+            integral = false
+            i += 1
+            if i < n && (b[i] == UInt8(ascii: "+") || b[i] == UInt8(ascii: "-")) { i += 1 }
+            guard digit(i) else { return (i, false, "a digit must follow the exponent's e") }
+            while digit(i) { i += 1 }
+        }
+        if i < n && !Parser.isDelimiter(b[i]) { return (i, false, "unexpected character after the number") }
+        return (i, integral, nil)
+    }
+
+    /// The error for the text at `start` that is not a JSON number (`why` empty: not a value).
+    static func numberError<C: RandomAccessCollection<UInt8>>(_ bytes: C, start: Int, why: String) -> DatabaseError where C.Index == Int {
+        if why.isEmpty { return DatabaseError(.invalidData, "invalid JSON at byte \(start): unexpected character") }
+        var end = start
+        while end < bytes.endIndex, end - start < 40, !Parser.isDelimiter(bytes[end]) { end += 1 }
+        let token = String(decoding: bytes[start..<max(end, start + 1)], as: UTF8.self)
+        return DatabaseError(.invalidData, "invalid JSON at byte \(start): \"\(token)\" is not a JSON number (\(why))")
+    }
+
     struct Parser {
         let bytes: [UInt8]
         var i = 0
+        /// Refuse integers beyond 64 bits instead of reading them as doubles.
+        var integersMustFit = false
 
         func error(_ why: String) -> DatabaseError {
             DatabaseError(.invalidData, "invalid JSON at byte \(i): \(why)")
@@ -83,31 +135,39 @@ enum JSON {
             }
         }
 
-        /// Moves past the number at `i`; returns where it started and whether it has neither a
-        /// fraction nor an exponent. (Its syntax is checked by whoever converts it.)
-        mutating func scanNumber() -> (start: Int, integral: Bool) {
+        /// Moves past the number at `i`, which must have RFC 8259's syntax (see
+        /// ``JSON/scanNumber(_:at:)``); returns where it started and whether it has neither a
+        /// fraction nor an exponent.
+        /// - Throws: ``DatabaseError/Code/invalidData`` naming the byte offset and the number.
+        mutating func scanNumber() throws -> (start: Int, integral: Bool) {
             let start = i
-            if i < bytes.count, bytes[i] == UInt8(ascii: "-") { i += 1 }
-            var integral = true
-            while i < bytes.count {
-                let c = bytes[i]
-                if c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9") { i += 1; continue }
-                if c == UInt8(ascii: ".") || c == UInt8(ascii: "e") || c == UInt8(ascii: "E") || c == UInt8(ascii: "+") || c == UInt8(ascii: "-") {
-                    integral = false
-                    i += 1
-                    continue
-                }
-                break
-            }
-            return (start, integral)
+            let scan = bytes.withUnsafeBufferPointer { JSON.scanNumber($0, at: start) }
+            if let problem = scan.problem { throw JSON.numberError(bytes, start: start, why: problem) }
+            i = scan.end
+            return (start, scan.integral)
         }
 
+        /// Whitespace or a character that may follow a value: `,` `]` `}`.
+        static func isDelimiter(_ c: UInt8) -> Bool {
+            switch c {
+            case 0x20, 0x0A, 0x0D, 0x09, UInt8(ascii: ","), UInt8(ascii: "]"), UInt8(ascii: "}"): true
+            default: false
+            }
+        }
+
+        /// Converts the number at `i`: integers that fit 64 bits exactly, the rest as doubles.
+        /// With `integersMustFit`, an integer beyond 64 bits is an error instead of a double
+        /// (what an `Encodable` integer type wrote cannot be kept exactly otherwise).
         mutating func number() throws -> Value {
-            let (start, integral) = scanNumber()
+            let (start, integral) = try scanNumber()
             let text = String(decoding: bytes[start..<i], as: UTF8.self)
-            guard !text.isEmpty, text != "-" else { throw error("unexpected character") }
-            if integral, let v = Int64(text) { return .int(v) }
-            guard let d = Double(text), d.isFinite else { throw error("invalid number \(text)") }
+            if integral {
+                if let v = Int64(text) { return .int(v) }
+                if integersMustFit {
+                    throw DatabaseError(.invalidData, "the integer \(text) at byte \(start) does not fit in 64 bits (\(Int64.min) to \(Int64.max)); the database keeps integers exactly only within that range")
+                }
+            }
+            guard let d = Double(text), d.isFinite else { throw DatabaseError(.invalidData, "invalid JSON at byte \(start): the number \(text.prefix(40)) is out of a double's range") }
             return .double(d)
         }
 
@@ -123,10 +183,24 @@ enum JSON {
                     continue
                 }
                 if c < 0x20 { throw error("control character in a string") }
+                if c >= 0x80 {
+                    let n = try utf8Sequence()
+                    out.append(contentsOf: bytes[i..<(i + n)])
+                    i += n
+                    continue
+                }
                 out.append(c)
                 i += 1
             }
             throw error("unterminated string")
+        }
+
+        /// The length of the well-formed UTF-8 sequence at `i` (Unicode's table 3-7: no overlong
+        /// forms, no surrogates, nothing above U+10FFFF).
+        /// - Throws: ``DatabaseError/Code/invalidData`` naming the byte offset.
+        func utf8Sequence() throws -> Int {
+            guard let n = UTF8Validation.sequenceLength(bytes, at: i) else { throw UTF8Validation.error(at: i, byte: bytes[i]) }
+            return n
         }
 
         /// Decodes the escape sequence at `i` (just after its backslash) into `out`; returns
@@ -232,5 +306,33 @@ enum JSON {
             }
         }
         out.append(UInt8(ascii: "\""))
+    }
+}
+
+/// Checks UTF-8 as Unicode defines it well-formed (table 3-7 of the standard).
+enum UTF8Validation {
+    /// The error for JSON text whose byte at `offset` does not begin a well-formed sequence.
+    static func error(at offset: Int, byte: UInt8) -> DatabaseError {
+        DatabaseError(.invalidData,
+            "invalid JSON at byte \(offset): invalid UTF-8 (byte 0x\(String(byte, radix: 16, uppercase: true)) does not begin a well-formed sequence); JSON text must be UTF-8")
+    }
+
+    /// The length (1–4) of the well-formed sequence starting at `i`, or nil when the bytes
+    /// there are not one (a stray continuation byte, an overlong form, a surrogate, a value
+    /// above U+10FFFF, or a sequence cut short).
+    static func sequenceLength<C: RandomAccessCollection<UInt8>>(_ b: C, at i: C.Index) -> Int? where C.Index == Int {
+        let c0 = b[i]
+        if c0 < 0x80 { return 1 }
+        func cont(_ k: Int, _ range: ClosedRange<UInt8> = 0x80...0xBF) -> Bool { i + k < b.endIndex && range.contains(b[i + k]) }
+        switch c0 {
+        case 0xC2...0xDF: return cont(1) ? 2 : nil
+        case 0xE0: return cont(1, 0xA0...0xBF) && cont(2) ? 3 : nil
+        case 0xE1...0xEC, 0xEE...0xEF: return cont(1) && cont(2) ? 3 : nil
+        case 0xED: return cont(1, 0x80...0x9F) && cont(2) ? 3 : nil
+        case 0xF0: return cont(1, 0x90...0xBF) && cont(2) && cont(3) ? 4 : nil
+        case 0xF1...0xF3: return cont(1) && cont(2) && cont(3) ? 4 : nil
+        case 0xF4: return cont(1, 0x80...0x8F) && cont(2) && cont(3) ? 4 : nil
+        default: return nil
+        }
     }
 }

@@ -358,7 +358,9 @@ extension Node {
         }
     }
 
-    /// Builds a node from a value, checking it: keys, priorities, server values, numbers.
+    /// Builds a node from a value, checking it: keys, priorities, server values, numbers, and
+    /// depth — `path` is where the value is written, and no key may lie deeper than
+    /// ``Path/maxDepth`` below the root.
     /// - Throws: ``DatabaseError`` with code ``DatabaseError/Code/invalidData`` naming where.
     init(_ value: Value, path: Path = .root) throws {
         self = try Node.build(value, at: path, depth: 0)
@@ -377,7 +379,9 @@ extension Node {
         case .array(let items):
             var entries: [NamedNode] = []
             for (i, item) in items.enumerated() {
-                let child = try build(item, at: path.child(String(i)), depth: depth + 1)
+                let childPath = path.child(String(i))
+                if childPath.count > Path.maxDepth { throw Path.valueTooDeep(at: childPath.description, depth: childPath.count) }
+                let child = try build(item, at: childPath, depth: depth + 1)
                 if !child.isEmpty { entries.append(NamedNode(name: String(i), node: child)) }
             }
             entries.sort { KeyOrder.compare($0.name, $1.name) < 0 }
@@ -404,7 +408,9 @@ extension Node {
                 do { try Path.validate(key: key) } catch let e as DatabaseError {
                     throw DatabaseError(.invalidData, "at \(path): \(e.message)")
                 }
-                let node = try build(child, at: path.child(key), depth: depth + 1)
+                let childPath = path.child(key)
+                if childPath.count > Path.maxDepth { throw Path.valueTooDeep(at: childPath.description, depth: childPath.count) }
+                let node = try build(child, at: childPath, depth: depth + 1)
                 if !node.isEmpty { entries.append(NamedNode(name: key, node: node)) }
             }
             guard !entries.isEmpty else { return .empty }

@@ -63,6 +63,14 @@ public struct Path: Hashable, Sendable, Comparable, CustomStringConvertible, Exp
     /// `/a/b/c`, or `/` for the root.
     public var description: String { "/" + keys.joined(separator: "/") }
 
+    /// The error for a value whose key at `location` lies deeper than ``maxDepth`` below the
+    /// root: the depth of a value's key is its path's keys plus the key's nesting in the value
+    /// (`.priority`, `.value` and `.sv` add no level), as in the Realtime Database.
+    static func valueTooDeep(at location: String, depth: Int) -> DatabaseError {
+        DatabaseError(.invalidData,
+            "the value at \(location.count > 200 ? location.prefix(200) + "…" : Substring(location)) lies \(depth) keys below the root (the path's keys plus the value's nesting); the limit is \(Path.maxDepth)")
+    }
+
     /// Checks every key and the depth.
     public func validate() throws {
         if keys.count > Path.maxDepth {

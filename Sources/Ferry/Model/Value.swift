@@ -80,12 +80,16 @@ extension Value: ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
 }
 
 extension Value {
-    /// Parses JSON text. Integers that fit 64 bits stay exact; other numbers become doubles. A
-    /// key given twice in one object is an error (which one would win is not defined by JSON).
+    /// Parses JSON text (RFC 8259). Integers that fit 64 bits stay exact; other numbers become
+    /// doubles. Numbers must have JSON's syntax (`01`, `-01`, `1.`, `.5`, `+1`, `1.e5` are
+    /// refused). A key given twice in one object is an error (which one would win is not defined
+    /// by JSON).
     /// - Throws: ``DatabaseError`` with code ``DatabaseError/Code/invalidData`` and the byte offset.
     public init(json: String) throws { self = try JSON.parse(Array(json.utf8)) }
 
-    /// Parses JSON bytes (UTF-8).
+    /// Parses JSON bytes, which must be UTF-8: a byte sequence that is not well-formed UTF-8
+    /// is an error naming its offset, never replaced with U+FFFD.
+    /// - Throws: ``DatabaseError`` with code ``DatabaseError/Code/invalidData`` and the byte offset.
     public init(jsonBytes: [UInt8]) throws { self = try JSON.parse(jsonBytes) }
 
     /// Compact JSON text, keys sorted.

@@ -49,6 +49,13 @@ struct JSONValueEncoder {
 
     private var location: Path { keys.isEmpty ? base : base.child(Path(keys: keys)) }
 
+    /// Refuses a child `key` of the value being encoded that would lie deeper than
+    /// ``Path/maxDepth`` below the root.
+    private func checkDepth(below key: String) throws {
+        let depth = base.count + keys.count + 1
+        if depth > Path.maxDepth { throw Path.valueTooDeep(at: location.child(key).description, depth: depth) }
+    }
+
     private func syntax(_ why: String) -> DatabaseError {
         DatabaseError(.invalidData, "invalid JSON at byte \(i): \(why)")
     }
@@ -115,6 +122,7 @@ struct JSONValueEncoder {
                 // Array indices are in key order already (integer keys sort numerically).
                 let childStart = w.count
                 let key = String(index)
+                try checkDepth(below: key)
                 w.string(key)
                 keys.append(key)
                 if try value(depth: depth + 1) { n += 1 } else { w.bytes.removeLast(w.count - childStart) }
@@ -184,7 +192,9 @@ struct JSONValueEncoder {
                 let keyStart = w.count
                 w.bytes.append(contentsOf: scratch)
                 let rank = scratch.withUnsafeBufferPointer { KeyRank($0) }
-                keys.append(keyText ?? String(decoding: scratch, as: UTF8.self))
+                let childKey = keyText ?? String(decoding: scratch, as: UTF8.self)
+                try checkDepth(below: childKey)
+                keys.append(childKey)
                 let nonEmpty = try value(depth: depth + 1)
                 keys.removeLast()
                 spans.append(Span(rank: rank, keyStart: keyStart, keyLength: keyLength, start: childStart, end: w.count, empty: !nonEmpty))
@@ -246,27 +256,30 @@ struct JSONValueEncoder {
         return true
     }
 
-    /// Decodes the string at `i` into `scratch` (as valid UTF-8, repaired as `String` does).
+    /// Decodes the string at `i` into `scratch`; invalid UTF-8 is an error naming its byte.
     private mutating func string() throws {
         i += 1  // opening quote
         scratch.removeAll(keepingCapacity: true)
-        var ascii = true
         while i < input.count {
             let c = input[i]
             if c == UInt8(ascii: "\"") {
                 i += 1
-                if !ascii { scratch = Array(String(decoding: scratch, as: UTF8.self).utf8) }
                 return
             }
             if c == UInt8(ascii: "\\") {
                 var parser = JSON.Parser(bytes: text)
                 parser.i = i + 1
-                if try parser.escape(into: &scratch) { ascii = false }
+                _ = try parser.escape(into: &scratch)
                 i = parser.i
                 continue
             }
             if c < 0x20 { throw syntax("control character in a string") }
-            if c >= 0x80 { ascii = false }
+            if c >= 0x80 {
+                guard let n = UTF8Validation.sequenceLength(input, at: i) else { throw UTF8Validation.error(at: i, byte: c) }
+                scratch.append(contentsOf: UnsafeBufferPointer(rebasing: input[i..<(i + n)]))
+                i += n
+                continue
+            }
             scratch.append(c)
             i += 1
         }
@@ -275,10 +288,11 @@ struct JSONValueEncoder {
 
     /// Appends the number at `i`: exact integers as integers, the rest as doubles.
     private mutating func number() throws {
-        var parser = JSON.Parser(bytes: text)
-        parser.i = i
-        let (start, integral) = parser.scanNumber()
-        i = parser.i
+        let start = i
+        let scan = JSON.scanNumber(input, at: start)
+        if let problem = scan.problem { throw JSON.numberError(input, start: start, why: problem) }
+        i = scan.end
+        let integral = scan.integral
         let negative = start < input.count && input[start] == UInt8(ascii: "-")
         let digits = (negative ? start + 1 : start)..<i
         if integral {

@@ -93,8 +93,14 @@ enum ValueCodec {
         return node
     }
 
+    /// Decodes the value at `r`, whose keys lie `depth` levels below the value's top. A value
+    /// nests at most ``Path/maxDepth`` levels (the data model's limit for a value written at
+    /// the root; one written lower nests less); a priority is a number or string leaf and a
+    /// wrapped value is neither empty nor wrapped again, so nothing else can nest.
     static func decode(_ r: inout ByteReader, depth: Int) throws -> Node {
-        guard depth < 600 else { throw ByteReader.damaged("a value nested too deeply") }
+        guard depth <= Path.maxDepth else {
+            throw ByteReader.damaged("a value nested deeper than the data model's \(Path.maxDepth) levels")
+        }
         guard let tag = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
         switch tag {
         case .empty: return .empty
@@ -107,8 +113,14 @@ enum ValueCodec {
         case .incrementInt: return .leaf(.deferred(ServerValue.increment(try r.signed())), priority: .empty)
         case .incrementDouble: return .leaf(.deferred(ServerValue.increment(try r.double())), priority: .empty)
         case .withPriority:
-            let p = try decode(&r, depth: depth + 1)
-            return try decode(&r, depth: depth + 1).updatingPriority(p)
+            guard r.offset < r.bytes.count, [Tag.int, .double, .string].contains(Tag(rawValue: r.bytes[r.offset])) else {
+                throw ByteReader.damaged("a priority that is not a number or a string")
+            }
+            let p = try decode(&r, depth: depth)
+            guard r.offset < r.bytes.count, let inner = Tag(rawValue: r.bytes[r.offset]), inner != .withPriority, inner != .empty else {
+                throw ByteReader.damaged("a priority without a value")
+            }
+            return try decode(&r, depth: depth).updatingPriority(p)
         case .children:
             let n = Int(try r.varint())
             guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
@@ -333,6 +345,9 @@ struct ValueEncoder {
     /// Appends a child's key and value; takes the key back off when the value is empty.
     private mutating func child(_ key: String, _ value: Value, depth: Int) throws -> Bool {
         let start = w.count
+        if base.count + keys.count + 1 > Path.maxDepth {
+            throw Path.valueTooDeep(at: location.child(key).description, depth: base.count + keys.count + 1)
+        }
         w.string(key)
         keys.append(key)
         defer { keys.removeLast() }
