@@ -54,11 +54,15 @@ public struct LogError: Error, Sendable, CustomStringConvertible {
     public var errno: Errno?
     /// Where in Ferry's source the error was raised (for bug reports).
     public var source: String
+    /// The error underneath: for ``Code/failed``, the first failure that stopped the log (an
+    /// ``Code/io`` error naming the system call, the file and the `errno`).
+    public var cause: (any Error & Sendable)?
 
     init(
         _ code: Code, _ message: String, file: String? = nil, offset: Int64? = nil, errno: Errno? = nil,
-        fileID: StaticString = #fileID, line: UInt = #line
+        cause: (any Error & Sendable)? = nil, fileID: StaticString = #fileID, line: UInt = #line
     ) {
+        self.cause = cause
         self.code = code
         self.message = message
         self.file = file

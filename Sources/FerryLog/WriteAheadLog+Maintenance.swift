@@ -66,14 +66,16 @@ extension WriteAheadLog {
         return names
     }
 
-    /// Runs `body` on the writer, after the writes queued before it.
+    /// Runs `body`, a step that changes the store's files, on the writer, after the writes
+    /// queued before it, under the fail-stop rule (``changingFiles(_:)``): a failed log refuses
+    /// it, and if it fails, the log stops.
     func onWriter<T: Sendable>(_ body: @escaping @Sendable (inout Writer) throws -> T) async throws -> T {
         if let f = failure { throw f }
         return try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Error>) in
             queue.async {
                 let result = Result { try self.writer.withLock { w -> T in
                     if w.closed { throw LogError(.closed, "the log is closed", file: self.path) }
-                    return try body(&w)
+                    return try self.changingFiles { try body(&w) }
                 } }
                 c.resume(with: result)
             }
