@@ -19,7 +19,8 @@ public struct LogError: Error, Sendable, CustomStringConvertible {
         public static let unsupportedFormat = Code(wrapped: .unsupportedFormat)
         /// A system call failed (see ``LogError/errno``).
         public static let io = Code(wrapped: .io)
-        /// The log stopped after an earlier write or sync failure; it accepts no more appends.
+        /// The log stopped after a step that changes its files failed (see ``LogError/cause``);
+        /// it accepts no more appends nor maintenance.
         public static let failed = Code(wrapped: .failed)
         /// The log was closed.
         public static let closed = Code(wrapped: .closed)
