@@ -19,7 +19,8 @@ public struct LogError: Error, Sendable, CustomStringConvertible {
         public static let unsupportedFormat = Code(wrapped: .unsupportedFormat)
         /// A system call failed (see ``LogError/errno``).
         public static let io = Code(wrapped: .io)
-        /// The log stopped after an earlier write or sync failure; it accepts no more appends.
+        /// The log stopped after a step that changes its files failed (see ``LogError/cause``);
+        /// it accepts no more appends nor maintenance.
         public static let failed = Code(wrapped: .failed)
         /// The log was closed.
         public static let closed = Code(wrapped: .closed)
@@ -54,11 +55,15 @@ public struct LogError: Error, Sendable, CustomStringConvertible {
     public var errno: Errno?
     /// Where in Ferry's source the error was raised (for bug reports).
     public var source: String
+    /// The error underneath: for ``Code/failed``, the first failure that stopped the log (an
+    /// ``Code/io`` error naming the system call, the file and the `errno`).
+    public var cause: (any Error & Sendable)?
 
     init(
         _ code: Code, _ message: String, file: String? = nil, offset: Int64? = nil, errno: Errno? = nil,
-        fileID: StaticString = #fileID, line: UInt = #line
+        cause: (any Error & Sendable)? = nil, fileID: StaticString = #fileID, line: UInt = #line
     ) {
+        self.cause = cause
         self.code = code
         self.message = message
         self.file = file

@@ -83,7 +83,7 @@ struct StoreDirectory: Sendable {
     /// Like ``createAtomically(_:contents:)``, and returns the new file open for appending.
     func createAtomicallyKeepingOpen(_ name: String, contents: [UInt8]) throws -> FileHandle {
         let temporary = name + LogFormat.temporarySuffix
-        _ = system.unlink(path(temporary))
+        try removeIfPresent(temporary)
         let file = try open(temporary, flags: O_RDWR | O_CREAT | O_EXCL | O_APPEND)
         if case .failure(let e) = contents.withUnsafeBytes({ system.writeAll(file.fd, $0) }) {
             throw LogError.io("write", path: file.path, e)
@@ -94,6 +94,16 @@ struct StoreDirectory: Sendable {
         }
         try syncDirectory()
         return file.renamed(to: path(name))
+    }
+
+    /// Removes a leftover file (a temporary one) if there is one, without syncing the directory:
+    /// the caller creates a file of that name next, and makes that durable. A failure other
+    /// than the file's absence is an error: an `unlink` that failed is never ignored.
+    func removeIfPresent(_ name: String) throws {
+        switch system.unlink(path(name)) {
+        case .success, .failure(.ENOENT): break
+        case .failure(let e): throw LogError.io("unlink", path: path(name), e)
+        }
     }
 
     /// Deletes files durably. Missing files are not an error.

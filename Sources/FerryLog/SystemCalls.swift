@@ -20,6 +20,9 @@ import Darwin
     public var pread: @Sendable (_ fd: Int32, _ into: UnsafeMutableRawBufferPointer, _ offset: Int64) -> Result<Int, Errno>
     /// One `write(2)`; it may write fewer bytes than asked (callers loop through ``writeAll``).
     public var write: @Sendable (_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Result<Int, Errno>
+    /// One `pwrite(2)` at an offset; it may write fewer bytes than asked (callers loop through
+    /// ``pwriteAll``).
+    public var pwrite: @Sendable (_ fd: Int32, _ bytes: UnsafeRawBufferPointer, _ offset: Int64) -> Result<Int, Errno>
     /// `fdatasync(2)` (`F_FULLFSYNC` on Apple platforms).
     public var fdatasync: @Sendable (_ fd: Int32) -> Result<Void, Errno>
     /// `fsync(2)` (`F_FULLFSYNC` on Apple platforms); used on directories.
@@ -46,6 +49,7 @@ import Darwin
         },
         pread: { fd, buffer, offset in retrying { c_pread(fd, buffer.baseAddress, buffer.count, off_t(offset)) } },
         write: { fd, bytes in retrying { c_write(fd, bytes.baseAddress, bytes.count) } },
+        pwrite: { fd, bytes, offset in retrying { c_pwrite(fd, bytes.baseAddress, bytes.count, off_t(offset)) } },
         fdatasync: { fd in retrying { c_fdatasync(fd) }.map { _ in () } },
         fsync: { fd in retrying { c_fsync(fd) }.map { _ in () } },
         ftruncate: { fd, length in retrying { c_ftruncate(fd, off_t(length)) }.map { _ in () } },
@@ -65,6 +69,19 @@ import Darwin
         var done = 0
         while done < bytes.count {
             switch write(fd, UnsafeRawBufferPointer(rebasing: bytes[done...])) {
+            case .success(let n) where n > 0: done += n
+            case .success: return .failure(.EIO)
+            case .failure(let e): return .failure(e)
+            }
+        }
+        return .success(())
+    }
+
+    /// Writes every byte at `offset`, looping over short writes like ``writeAll``.
+    func pwriteAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Result<Void, Errno> {
+        var done = 0
+        while done < bytes.count {
+            switch pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes[done...]), offset + Int64(done)) {
             case .success(let n) where n > 0: done += n
             case .success: return .failure(.EIO)
             case .failure(let e): return .failure(e)
@@ -103,6 +120,7 @@ private func c_open(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 { o
 private func c_close(_ fd: Int32) -> Int32 { close(fd) }
 private func c_pread(_ fd: Int32, _ buf: UnsafeMutableRawPointer?, _ n: Int, _ off: off_t) -> Int { pread(fd, buf, n, off) }
 private func c_write(_ fd: Int32, _ buf: UnsafeRawPointer?, _ n: Int) -> Int { write(fd, buf, n) }
+private func c_pwrite(_ fd: Int32, _ buf: UnsafeRawPointer?, _ n: Int, _ off: off_t) -> Int { pwrite(fd, buf, n, off) }
 private func c_fsync(_ fd: Int32) -> Int32 {
     #if canImport(Darwin)
     fcntl(fd, F_FULLFSYNC)  // fsync on Apple platforms does not flush the drive's cache

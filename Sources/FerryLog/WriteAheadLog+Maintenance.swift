@@ -14,6 +14,9 @@ extension WriteAheadLog {
     /// and an open finishes a deletion a crash interrupted.
     ///
     /// - Returns: the names of the deleted segment files, oldest first.
+    /// - Throws: ``LogError`` — ``LogError/Code/failed`` if the log has failed, or if writing the
+    ///   new start or deleting a file fails: that stops the log, as a failed append does (an open
+    ///   then finishes the deletion); ``LogError/Code/closed``.
     @discardableResult
     public func deleteSegments(before lsn: LSN) async throws -> [String] {
         try await onWriter { w in try self.deleteSegmentsLocked(before: lsn, &w) }
@@ -27,6 +30,9 @@ extension WriteAheadLog {
     /// This is the seam compaction and cache eviction use. A crash between the append and the
     /// deletion leaves both copies; readers of the log must treat a forwarded record as a
     /// restatement, not a new event.
+    ///
+    /// - Throws: what `keep` throws (nothing was appended or deleted); ``LogError`` as
+    ///   ``append(_:)`` and ``deleteSegments(before:)`` throw — a failed step stops the log.
     public func rewriteForward(before lsn: LSN, _ keep: (RecordView, inout LogBatch) throws -> Void) async throws -> Rewrite {
         let (victims, first) = shared.withLock { s in (s.sealed.filter { $0.nextLSN <= lsn }, s.firstLSN) }
         guard let last = victims.last else { return Rewrite(appended: nil, deletedSegments: []) }
@@ -66,14 +72,16 @@ extension WriteAheadLog {
         return names
     }
 
-    /// Runs `body` on the writer, after the writes queued before it.
+    /// Runs `body`, a step that changes the store's files, on the writer, after the writes
+    /// queued before it, under the fail-stop rule (``changingFiles(_:)``): a failed log refuses
+    /// it, and if it fails, the log stops.
     func onWriter<T: Sendable>(_ body: @escaping @Sendable (inout Writer) throws -> T) async throws -> T {
         if let f = failure { throw f }
         return try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Error>) in
             queue.async {
                 let result = Result { try self.writer.withLock { w -> T in
                     if w.closed { throw LogError(.closed, "the log is closed", file: self.path) }
-                    return try body(&w)
+                    return try self.changingFiles { try body(&w) }
                 } }
                 c.resume(with: result)
             }
@@ -88,6 +96,9 @@ extension WriteAheadLog {
     ///
     /// - Returns: the LSN the new segment starts at (everything below it is sealed), or nil
     ///   when the segment being written was empty and nothing was done.
+    /// - Throws: ``LogError`` — ``LogError/Code/failed`` if the log has failed, or if writing the
+    ///   seal, its `fdatasync` or creating the next segment fails: that stops the log, and
+    ///   nothing is ever written after the seal; ``LogError/Code/closed``.
     @discardableResult
     public func roll() async throws -> LSN? {
         try await flush()

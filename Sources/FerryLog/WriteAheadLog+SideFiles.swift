@@ -12,9 +12,13 @@ extension WriteAheadLog {
     ///
     /// The log never reads these files and ``LogInspection`` ignores them; their content is the
     /// caller's. Names may not contain `/` nor collide with the log's own files.
+    ///
+    /// - Throws: ``LogError`` — ``LogError/Code/invalidArgument`` for a bad name (nothing is
+    ///   written); ``LogError/Code/failed`` when the log has failed, or when a step of the write
+    ///   fails: that stops the log, as a failed append does.
     public func writeSideFile(named name: String, contents: [UInt8]) throws {
         try checkSideFileName(name)
-        try directory.createAtomically(name, contents: contents)
+        try changingFiles { try directory.createAtomically(name, contents: contents) }
     }
 
     /// The contents of a side file, or nil if there is none of that name.
@@ -33,9 +37,14 @@ extension WriteAheadLog {
     }
 
     /// Removes side files durably.
+    ///
+    /// - Throws: ``LogError`` — ``LogError/Code/invalidArgument`` for a bad name (nothing is
+    ///   removed); ``LogError/Code/failed`` when the log has failed, or when an `unlink` or the
+    ///   directory's `fsync` fails: that stops the log.
     public func removeSideFiles(named names: [String]) throws {
         for n in names { try checkSideFileName(n) }
-        try directory.remove(names)
+        guard !names.isEmpty else { return }
+        try changingFiles { try directory.remove(names) }
     }
 
     private func checkSideFileName(_ name: String) throws {
@@ -50,14 +59,14 @@ extension WriteAheadLog {
 /// Receives the blocks of a side file being written; see
 /// ``WriteAheadLog/writeSideFile(named:blocks:)``.
 public final class SideFileBlockWriter {
-    fileprivate let system: SystemCalls
+    fileprivate let log: WriteAheadLog
     fileprivate let fd: Int32
     fileprivate let path: String
     private var frame: [UInt8] = []
     fileprivate private(set) var blocks = 0
 
-    fileprivate init(system: SystemCalls, fd: Int32, path: String) {
-        self.system = system
+    fileprivate init(log: WriteAheadLog, fd: Int32, path: String) {
+        self.log = log
         self.fd = fd
         self.path = path
     }
@@ -65,6 +74,10 @@ public final class SideFileBlockWriter {
     /// Appends one block (1 byte to ``WriteAheadLog/maximumSideFileBlock`` bytes; an empty
     /// block is the end marker and cannot be written), compressed when that makes it smaller,
     /// behind its checksum.
+    ///
+    /// - Throws: ``LogError`` — ``LogError/Code/invalidArgument`` for an empty or oversized
+    ///   block; ``LogError/Code/failed`` when the `write` fails (that stops the log) or the log
+    ///   has failed.
     public func write(_ block: UnsafeRawBufferPointer) throws {
         guard block.count > 0, block.count <= WriteAheadLog.maximumSideFileBlock else {
             throw LogError(.invalidArgument, "a side-file block of \(block.count) bytes: blocks are 1 byte to 16 MiB")
@@ -94,7 +107,9 @@ public final class SideFileBlockWriter {
             let crc = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: f[4...]))
             f.storeBytes(of: crc.littleEndian, toByteOffset: 0, as: UInt32.self)
         }
-        if case .failure(let e) = frame.withUnsafeBytes({ system.writeAll(fd, $0) }) { throw LogError.io("write", path: path, e) }
+        try log.changingFiles {
+            if case .failure(let e) = frame.withUnsafeBytes({ log.system.writeAll(fd, $0) }) { throw LogError.io("write", path: path, e) }
+        }
     }
 }
 
@@ -113,23 +128,36 @@ extension WriteAheadLog {
     /// the whole file); atomically and durably, like ``writeSideFile(named:contents:)``. If
     /// `body` throws, the file is left as it was. Read it back with
     /// ``readSideFile(named:blocks:)``.
+    ///
+    /// Every step that changes a file (creating the temporary file, each `write`, the
+    /// `fdatasync`, the `rename` and the directory's `fsync`) runs under the fail-stop rule: if
+    /// one fails, the log stops as a failed append stops it.
+    ///
+    /// - Throws: what `body` throws (the log goes on); ``LogError/Code/invalidArgument`` for a
+    ///   bad name; ``LogError/Code/failed`` when the log has failed or a step failed.
     public func writeSideFile(named name: String, blocks body: (SideFileBlockWriter) throws -> Void) throws {
         try checkSideFileName(name)
         let temporary = name + LogFormat.temporarySuffix
-        let system = directory.system
-        _ = system.unlink(directory.path(temporary))
-        let file = try directory.open(temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_APPEND)
+        let opened = try changingFiles { () throws -> FileHandle in
+            try directory.removeIfPresent(temporary)
+            return try directory.open(temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_APPEND)
+        }
+        let writer = SideFileBlockWriter(log: self, fd: opened.fd, path: opened.path)
+        var file = Optional(opened)
         do {
-            let writer = SideFileBlockWriter(system: system, fd: file.fd, path: file.path)
             try body(writer)
-            try writer.finish()
-            if case .failure(let e) = system.fdatasync(file.fd) { throw LogError.io("fdatasync", path: file.path, e) }
-            try file.close(system)
         } catch {
-            _ = system.unlink(directory.path(temporary))
+            // The caller's own error: leave the file as it was. (After a failed step, the
+            // log touches nothing; the next open removes the temporary file.)
+            if failure == nil { try? changingFiles { try directory.removeIfPresent(temporary) } }
             throw error
         }
-        try directory.rename(temporary, to: name)
+        try changingFiles {
+            try writer.finish()
+            if case .failure(let e) = system.fdatasync(writer.fd) { throw LogError.io("fdatasync", path: writer.path, e) }
+            try file.take()!.close(system)
+            try directory.rename(temporary, to: name)
+        }
     }
 
     /// Reads a side file of blocks, handing each block to `body` in order (the buffer is valid

@@ -49,14 +49,7 @@ extension WriteAheadLog {
     /// Writes a round; returns how many appenders are in flight, or nil if the log failed.
     private func perform(_ round: Round, _ w: inout Writer) -> Int? {
         for c in round.spaceWaiters { c.resume() }
-        do {
-            return try write(round, &w)
-        } catch let error as LogError {
-            fail(error)
-        } catch {
-            fail(LogError(.io, "\(error)"))
-        }
-        return nil
+        return try? changingFiles { try write(round, &w) }
     }
 
     private enum Next {
@@ -197,8 +190,8 @@ extension WriteAheadLog {
 
     private func writeOut(_ w: inout Writer) throws {
         guard w.out.count > 0 else { return }
-        w.bytesInRound += UInt64(w.out.count)
         try w.segment.write(w.out.bytes, system: system)
+        w.bytesInRound += UInt64(w.out.count)
         w.out.removeAll()
     }
 
@@ -214,14 +207,19 @@ extension WriteAheadLog {
     /// Seals the current segment (seal frame, `fdatasync`) and starts the next one. The old
     /// segment is durable and sealed before the new one exists, so a segment that is not the
     /// newest is always complete.
+    ///
+    /// Every step can fail; the caller runs it under ``changingFiles(_:)``, so a failure stops
+    /// the log and nothing is ever written after the seal. The writer's segment and the
+    /// readers' list of segments change only once all the steps succeeded.
     private func roll(nextLSN: LSN, _ w: inout Writer) throws {
         FrameEncoder.appendHeaderOnlyFrame(.seal(nextLSN: nextLSN), to: &w.out)
         try writeOut(&w)
         try w.segment.sync(system)
         let sealed = w.segment.info(nextLSN: nextLSN, sealed: true)
         let created = options.fixedCreationTime ?? wallClockNanos()
-        w.segment = try SegmentWriter.create(in: directory, storeID: storeID, seq: w.segment.seq + 1,
-                                             firstLSN: nextLSN, createdNanos: created)
+        let next = try SegmentWriter.create(in: directory, storeID: storeID, seq: w.segment.seq + 1,
+                                            firstLSN: nextLSN, createdNanos: created)
+        w.segment = next
         let active = w.segment.info(nextLSN: nextLSN)
         shared.withLock { s in
             s.sealed.append(sealed)
@@ -263,26 +261,5 @@ extension WriteAheadLog {
         }
         for c in ready { c.resume() }
         return inFlight
-    }
-
-    /// Stops the log for good after a write or sync failure: nothing is retried and assumed good.
-    private func fail(_ error: LogError) {
-        let failure = LogError(.failed,
-            "the log stopped after a failed write or sync and accepts no more appends; records not yet acknowledged may be lost, acknowledged ones are safe. Reopen the store to recover. Cause: \(error.message)",
-            file: error.file, offset: error.offset, errno: error.errno)
-        let (waiters, space) = shared.withLock { s -> ([Waiter], [UnsafeContinuation<Void, Never>]) in
-            s.failure = failure
-            s.runQueued = false
-            defer {
-                s.waiters.removeAll()
-                s.spaceWaiters.removeAll()
-                s.pending = []
-                s.pendingBatches = []
-            }
-            return (s.waiters, s.spaceWaiters)
-        }
-        logger.error("\(failure)")
-        for w in waiters { w.continuation.resume(throwing: failure) }
-        for c in space { c.resume() }
     }
 }

@@ -16,8 +16,10 @@ import Synchronization
 /// frames, writes them and — per ``Durability`` — calls `fdatasync` once for all of them (group
 /// commit). Readers iterate records from any LSN while appends go on.
 ///
-/// After any write or sync failure the log is *fail-stop*: every waiting and later append
-/// throws ``LogError/Code/failed``; nothing is retried. Reopen the store to recover.
+/// After any failure of a step that changes its files — a write or sync of appends, or a roll,
+/// a deletion of segments, or a side-file write — the log is *fail-stop*: every waiting and
+/// later call throws ``LogError/Code/failed`` with the first cause; nothing is retried. Reopen
+/// the store to recover.
 ///
 /// See FORMAT.md for the bytes on disk and the recovery rules.
 public final class WriteAheadLog: Sendable {
@@ -123,10 +125,14 @@ public final class WriteAheadLog: Sendable {
         case .failure(let e):
             throw LogError.io("flock", path: lock.path, e)
         }
-        // Who holds it, for the message a second opener gets. Best effort.
+        // Who holds it, for the message a second opener gets. It changes a file, so like every
+        // such step it goes through `SystemCalls` and a failure is an error (the open fails
+        // before the store is touched), never ignored.
         let pid = Array("\(getpid())\n".utf8)
-        _ = dir.system.ftruncate(lock.fd, 0)
-        _ = pid.withUnsafeBytes { b in pwrite(lock.fd, b.baseAddress, b.count, 0) }
+        if case .failure(let e) = dir.system.ftruncate(lock.fd, 0) { throw LogError.io("ftruncate", path: lock.path, e) }
+        if case .failure(let e) = pid.withUnsafeBytes({ dir.system.pwriteAll(lock.fd, $0, at: 0) }) {
+            throw LogError.io("pwrite", path: lock.path, e)
+        }
         return lock
     }
 

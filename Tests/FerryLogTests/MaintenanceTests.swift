@@ -50,8 +50,9 @@ import Testing
         try await appendPosts(log, 0..<300, batchSize: 2)
         let segments = log.segments
         faults.arm(.init(call: .unlink, errno: .EIO, after: 2))  // fails part-way through the deletion
-        await #expect(throws: LogError.self) { try await log.deleteSegments(before: segments[3].firstLSN) }
-        try await log.close()
+        let error = await #expect(throws: LogError.self) { try await log.deleteSegments(before: segments[3].firstLSN) }
+        #expect(error?.code == .failed, "a failed deletion stops the log")
+        await #expect(throws: LogError.self) { try await log.close() }
         #expect(Files.exists(dir.sub(segments[1].name)))
 
         let reopened = try WriteAheadLog.open(at: dir.path, options: testOptions())

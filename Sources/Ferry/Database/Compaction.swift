@@ -107,10 +107,8 @@ extension Database {
             try await log.sync()
             try await writeCheckpoint(log)
             report.deletedSegments = try await log.deleteSegments(before: LSN(cutoff))
-        } catch let e as DatabaseError {
-            throw e
         } catch {
-            throw DatabaseError(.storage, "compaction failed: \(error)", underlying: error as? LogError)
+            throw maintenanceFailure("compaction", error)
         }
         report.segmentBytesAfter = log.segments.reduce(0) { $0 + $1.size }
         options.logger.debug("compacted \(report.deletedSegments.count) segment(s), restating \(report.restatedEntries) entries")
@@ -182,6 +180,19 @@ extension Database {
 }
 
 extension Database {
+    /// The error a failed checkpoint or compaction throws. When the step that failed stopped
+    /// the log (``FerryLog/LogError/Code/failed``), it becomes the database's failure too, so
+    /// that every later write throws it — even when no one awaited the maintenance (an
+    /// automatic compaction only logs its error).
+    func maintenanceFailure(_ what: String, _ error: any Error) -> DatabaseError {
+        if let e = error as? DatabaseError { return e }
+        let e = DatabaseError(.storage, "\(what) failed: \(error)", underlying: error as? LogError)
+        if (error as? LogError)?.code == .failed {
+            engine.withLock { if $0.failure == nil { $0.failure = e } }
+        }
+        return e
+    }
+
     /// Restates the sync cursor at the head of the log, and copies there the records of rejected
     /// writes kept for the app that lie below `cutoff` (the same payload: replaying the copy
     /// points the list at it).
