@@ -64,7 +64,8 @@ extension Database {
     }
 
     /// Starts a compaction in the background when enough acknowledged segments have gathered
-    /// and none is running.
+    /// and none is running. A compaction that ran checks again when it ends: acknowledgements
+    /// that arrived while it ran (and skipped their own check) are not left waiting for the next.
     func compactIfDue() {
         guard let log, let threshold = options.compactionSegments, !maintenance.isBusy else { return }
         guard let frontier = try? acknowledgedFrontier(log) else { return }
@@ -72,7 +73,7 @@ extension Database {
         guard due else { return }
         Task { [self] in
             do {
-                try await compact()
+                if try await !compact().deletedSegments.isEmpty { compactIfDue() }
             } catch let e as DatabaseError where e.code == .closed {
                 // closed meanwhile: nothing to do
             } catch {
