@@ -32,7 +32,7 @@ enum Checkpoint {
 
 /// Writes keys as (bytes shared with the previous key, the rest), which neighbouring paths
 /// make short.
-private struct KeyDelta {
+struct KeyDelta {
     var previous: [UInt8] = []
 
     mutating func write(_ key: UnsafeRawBufferPointer, into w: inout ByteWriter) {
@@ -172,7 +172,7 @@ extension Engine {
 }
 
 /// Puts a checkpoint's blocks back into the engine as they are read.
-private struct CheckpointLoader {
+struct CheckpointLoader {
     let engine: Engine
     let storeID: StoreID
     let expectedLSN: UInt64
