@@ -49,8 +49,8 @@ struct KeyDelta {
     /// Reads the next key into `previous`; returns whether it sorts after the one it replaced
     /// (for a key that shares no bytes with an empty `previous`, whether it is non-empty).
     mutating func read(_ r: inout ByteReader) throws -> Bool {
-        let shared = Int(try r.varint())
-        let rest = Int(try r.varint())
+        let shared = try r.varintCount()
+        let rest = try r.varintCount()
         guard shared <= previous.count, rest <= r.bytes.count - r.offset, shared + rest <= 4096 else {
             throw Checkpoint.damaged("a key does not fit its block")
         }

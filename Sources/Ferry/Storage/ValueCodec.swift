@@ -110,7 +110,7 @@ enum ValueCodec {
             let p = try decode(&r, depth: depth + 1)
             return try decode(&r, depth: depth + 1).updatingPriority(p)
         case .children:
-            let n = Int(try r.varint())
+            let n = try r.varintCount()
             guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
             var entries: [NamedNode] = []
             entries.reserveCapacity(n)
