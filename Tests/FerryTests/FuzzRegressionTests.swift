@@ -53,6 +53,19 @@ import Testing
         #expect(throws: DatabaseError.self) { try serverPut.withUnsafeBytes { try FuzzEntryPoints.decodeRecord($0) } }
     }
 
+    /// Only finite numbers are written, so a stored NaN or infinity is damage; a NaN used to be
+    /// decoded into a node that is not equal to itself.
+    @Test func aStoredNumberThatIsNotFiniteIsDamage() throws {
+        for bits in [Double.nan.bitPattern, Double.infinity.bitPattern, (-Double.infinity).bitPattern] {
+            for tag: UInt8 in [4, 9] {  // a double, an increment by a double
+                let value = [tag] + withUnsafeBytes(of: bits.littleEndian) { Array($0) }
+                #expect(throws: DatabaseError.self) { try value.withUnsafeBytes { try FuzzEntryPoints.decodeValue($0) } }
+            }
+        }
+        let finite = [UInt8(4)] + withUnsafeBytes(of: (2.5).bitPattern.littleEndian) { Array($0) }
+        #expect(try finite.withUnsafeBytes { try FuzzEntryPoints.decodeValue($0) } == 1)
+    }
+
     /// The JSON both ways the API takes it agrees on what it accepts and what it stores.
     @Test func bothJSONEncodersAgreeOnTheSeeds() throws {
         let dir = Locations.packageRoot + "/Fuzz/Corpus/fuzz-json"
