@@ -284,8 +284,9 @@ struct CheckpointLoader {
         engine.writeTree.beginRestore()
         engine.rejected = [:]
         engine.ackedThrough = ackedThrough
-        // Room for what the header announces (within reason: it is not trusted further).
-        let room = Int(min(expected!.pending, 1 << 28)), bytes = Int(min(pendingKeyBytes, 1 << 32))
+        // Room for what the header announces, within reason: it is not trusted further, and a
+        // damaged count must not reserve gigabytes (beyond this, the list grows as it loads).
+        let room = Int(min(expected!.pending, 1 << 20)), bytes = Int(min(pendingKeyBytes, 64 << 20))
         engine.writeTree.reservePending(room, keyBytes: bytes)
     }
 
