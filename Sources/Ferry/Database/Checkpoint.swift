@@ -220,7 +220,7 @@ struct CheckpointLoader {
                 }
                 let empty = try r.u8()
                 let ref = ValueRef(lsn: try r.varint(), offset: UInt32(truncatingIfNeeded: try r.varint()), length: UInt32(truncatingIfNeeded: try r.varint()))
-                guard empty <= 1, ref.length == 0 || (ref.lsn >= firstLSN && ref.lsn < expectedLSN) else {
+                guard empty <= 1, ref.lsn <= LayeredEntry.largestLSN, ref.length == 0 || (ref.lsn >= firstLSN && ref.lsn < expectedLSN) else {
                     throw Checkpoint.damaged("it refers to record \(ref.lsn), outside the log")
                 }
                 let index = section == .server ? engine.server : engine.writeTree.overlay
