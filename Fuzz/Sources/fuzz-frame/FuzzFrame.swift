@@ -6,9 +6,11 @@ import Darwin
 import CFuzzerDriver
 @_spi(Fuzzing) import FerryLog
 
-/// A directory of this process's own for the segment file each input becomes.
+/// A directory of this process's own for the segment file each input becomes: in memory
+/// (/dev/shm) where there is one, so that the file system is not what the fuzzer measures.
 let scratch: String = {
-    var template = Array("/tmp/ferry-fuzz-frame-XXXXXX".utf8CString)
+    let base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"
+    var template = Array("\(base)/ferry-fuzz-frame-XXXXXX".utf8CString)
     guard let made = mkdtemp(&template) else { fatalError("mkdtemp failed: \(errno)") }
     return String(cString: made)
 }()
