@@ -13,8 +13,12 @@ targets=(fuzz-frame fuzz-record fuzz-value fuzz-checkpoint fuzz-json)
 scripts/deps.sh
 
 # libFuzzer and the sanitizers come with the toolchain's clang; nothing else to install.
-(cd Fuzz && swift build -c release -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library 2>&1 \
-  | grep -E 'error|warning: var' || true)
+mkdir -p .build-fuzz
+if ! (cd Fuzz && swift build -c release -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library) > .build-fuzz/build.log 2>&1; then
+  grep -E 'error' .build-fuzz/build.log >&2 || true
+  echo "fuzz.sh: the build failed (log: .build-fuzz/build.log)" >&2
+  exit 1
+fi
 bin="Fuzz/.build/release"
 for t in "${targets[@]}"; do
   [ -x "$bin/$t" ] || { echo "fuzz.sh: $bin/$t was not built" >&2; exit 1; }
