@@ -104,6 +104,7 @@ struct FrameHeader: Equatable {
             if kind == .hole && recordCount == 0 { return "empty hole frame" }
         }
         if firstLSN.rawValue == 0 { return "LSN 0" }
+        if UInt64.max - firstLSN.rawValue < UInt64(recordCount) { return "LSNs from \(firstLSN) for \(recordCount) records run past the largest LSN" }
         return nil
     }
 }

@@ -36,7 +36,7 @@ enum Checkpoint {
 
 /// Writes keys as (bytes shared with the previous key, the rest), which neighbouring paths
 /// make short.
-private struct KeyDelta {
+struct KeyDelta {
     var previous: [UInt8] = []
 
     mutating func write(_ key: UnsafeRawBufferPointer, into w: inout ByteWriter) {
@@ -53,8 +53,8 @@ private struct KeyDelta {
     /// Reads the next key into `previous`; returns whether it sorts after the one it replaced
     /// (for a key that shares no bytes with an empty `previous`, whether it is non-empty).
     mutating func read(_ r: inout ByteReader) throws -> Bool {
-        let shared = Int(try r.varint())
-        let rest = Int(try r.varint())
+        let shared = try r.varintCount()
+        let rest = try r.varintCount()
         guard shared <= previous.count, rest <= r.bytes.count - r.offset, shared + rest <= Checkpoint.maxKeyBytes else {
             throw Checkpoint.damaged("a key does not fit its block, or is longer than the longest path (\(Checkpoint.maxKeyBytes) bytes)")
         }
@@ -176,7 +176,7 @@ extension Engine {
 }
 
 /// Puts a checkpoint's blocks back into the engine as they are read.
-private struct CheckpointLoader {
+struct CheckpointLoader {
     let engine: Engine
     let storeID: StoreID
     let expectedLSN: UInt64
@@ -224,7 +224,7 @@ private struct CheckpointLoader {
                 }
                 let empty = try r.u8()
                 let ref = ValueRef(lsn: try r.varint(), offset: UInt32(truncatingIfNeeded: try r.varint()), length: UInt32(truncatingIfNeeded: try r.varint()))
-                guard empty <= 1, ref.length == 0 || (ref.lsn >= firstLSN && ref.lsn < expectedLSN) else {
+                guard empty <= 1, ref.lsn <= LayeredEntry.largestLSN, ref.length == 0 || (ref.lsn >= firstLSN && ref.lsn < expectedLSN) else {
                     throw Checkpoint.damaged("it refers to record \(ref.lsn), outside the log")
                 }
                 let index = section == .server ? engine.server : engine.writeTree.overlay
@@ -288,8 +288,9 @@ private struct CheckpointLoader {
         engine.writeTree.beginRestore()
         engine.rejected = [:]
         engine.ackedThrough = ackedThrough
-        // Room for what the header announces (within reason: it is not trusted further).
-        let room = Int(min(expected!.pending, 1 << 28)), bytes = Int(min(pendingKeyBytes, 1 << 32))
+        // Room for what the header announces, within reason: it is not trusted further, and a
+        // damaged count must not reserve gigabytes (beyond this, the list grows as it loads).
+        let room = Int(min(expected!.pending, 1 << 20)), bytes = Int(min(pendingKeyBytes, 64 << 20))
         engine.writeTree.reservePending(room, keyBytes: bytes)
     }
 

@@ -84,6 +84,13 @@ struct ByteReader {
         }
     }
 
+    /// A varint that counts something (bytes, keys, entries): one above `Int.max` is damage.
+    mutating func varintCount() throws -> Int {
+        let v = try varint()
+        guard v <= UInt64(Int.max) else { throw Self.damaged("a count of \(v)") }
+        return Int(v)
+    }
+
     mutating func signed() throws -> Int64 {
         let v = try varint()
         return Int64(bitPattern: (v >> 1) ^ (0 &- (v & 1)))
@@ -96,14 +103,14 @@ struct ByteReader {
     }
 
     mutating func string() throws -> String {
-        let n = Int(try varint())
+        let n = try varintCount()
         guard n <= bytes.count - offset else { throw Self.damaged("string longer than the record") }
         defer { offset += n }
         return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]), as: UTF8.self)
     }
 
     mutating func path() throws -> Path {
-        let n = Int(try varint())
+        let n = try varintCount()
         guard n <= 64 else { throw Self.damaged("a path of \(n) keys") }
         var keys: [String] = []
         keys.reserveCapacity(n)

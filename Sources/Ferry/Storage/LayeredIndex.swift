@@ -16,6 +16,8 @@ struct LayeredEntry: Sendable, Equatable {
     private static let emptyBit: UInt64 = 1 << 63
     private static let inlineBit: UInt64 = 1 << 62
     private static let idMask: UInt64 = (1 << 56) - 1
+    /// The largest LSN a stored entry can refer to.
+    static let largestLSN: UInt64 = idMask
 
     init(ref: ValueRef, empty: Bool, depth: Int) {
         precondition(ref.lsn <= Self.idMask && depth < 64)

@@ -173,7 +173,7 @@ enum RecordCodec {
     }
 
     private static func readIDs(_ r: inout ByteReader) throws -> [Int64] {
-        let n = Int(try r.varint())
+        let n = try r.varintCount()
         guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more ids than bytes") }
         var ids: [Int64] = []
         ids.reserveCapacity(n)
@@ -233,7 +233,7 @@ enum RecordCodec {
             _ = try r.u8()
             let time = try r.signed()
             let path = try r.path()
-            let n = Int(try r.varint())
+            let n = try r.varintCount()
             var values: [(path: Path, range: Range<Int>)] = []
             for _ in 0..<n {
                 let p = try r.path()
@@ -248,7 +248,7 @@ enum RecordCodec {
             return RecordSummary(kind: kind, path: path, values: [(.root, start..<r.offset)])
         case .serverMerge:
             let path = try r.path()
-            let n = Int(try r.varint())
+            let n = try r.varintCount()
             var values: [(path: Path, range: Range<Int>)] = []
             for _ in 0..<n {
                 let p = try r.path()
@@ -269,7 +269,7 @@ enum RecordCodec {
             return RecordSummary(kind: kind, path: .root, values: [], ackedWrite: through, ids: ids)
         case .rejection:
             let id = try r.signed()
-            let status = Int(try r.varint())
+            let status = try r.varintCount()
             let message = try r.string()
             let time = try r.signed()
             guard let inner = RecordKind(rawValue: try r.u8()), inner == .localSet || inner == .localUpdate else {
@@ -313,7 +313,7 @@ enum RecordCodec {
             _ = try r.u8()
             _ = try r.signed()
             _ = try r.path()
-            let n = Int(try r.varint())
+            let n = try r.varintCount()
             var out: [(Path, Node)] = []
             for _ in 0..<n {
                 let p = try r.path()
@@ -338,17 +338,17 @@ extension ValueCodec {
         case .int, .incrementInt: _ = try r.varint()
         case .double, .incrementDouble: _ = try r.double()
         case .string:
-            let n = Int(try r.varint())
+            let n = try r.varintCount()
             guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("string longer than the record") }
             r.offset += n
         case .withPriority:
             try skip(&r, depth: depth + 1)
             try skip(&r, depth: depth + 1)
         case .children:
-            let n = Int(try r.varint())
+            let n = try r.varintCount()
             guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
             for _ in 0..<n {
-                let k = Int(try r.varint())
+                let k = try r.varintCount()
                 guard k <= r.bytes.count - r.offset else { throw ByteReader.damaged("key longer than the record") }
                 r.offset += k
                 try skip(&r, depth: depth + 1)

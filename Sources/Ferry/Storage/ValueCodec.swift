@@ -107,11 +107,11 @@ enum ValueCodec {
         case .false: return .leaf(.bool(false), priority: .empty)
         case .true: return .leaf(.bool(true), priority: .empty)
         case .int: return .leaf(.int(try r.signed()), priority: .empty)
-        case .double: return .leaf(.double(try r.double()), priority: .empty)
+        case .double: return .leaf(.double(try finite(r.double())), priority: .empty)
         case .string: return .leaf(.string(try r.string()), priority: .empty)
         case .timestamp: return .leaf(.deferred(ServerValue.timestamp), priority: .empty)
         case .incrementInt: return .leaf(.deferred(ServerValue.increment(try r.signed())), priority: .empty)
-        case .incrementDouble: return .leaf(.deferred(ServerValue.increment(try r.double())), priority: .empty)
+        case .incrementDouble: return .leaf(.deferred(ServerValue.increment(try finite(r.double()))), priority: .empty)
         case .withPriority:
             guard r.offset < r.bytes.count, [Tag.int, .double, .string].contains(Tag(rawValue: r.bytes[r.offset])) else {
                 throw ByteReader.damaged("a priority that is not a number or a string")
@@ -122,7 +122,7 @@ enum ValueCodec {
             }
             return try decode(&r, depth: depth).updatingPriority(p)
         case .children:
-            let n = Int(try r.varint())
+            let n = try r.varintCount()
             guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
             var entries: [NamedNode] = []
             entries.reserveCapacity(n)
@@ -135,6 +135,15 @@ enum ValueCodec {
             }
             return entries.isEmpty ? .empty : .children(ChildMap(sorted: entries), priority: .empty)
         }
+    }
+}
+
+extension ValueCodec {
+    /// A stored number: only finite ones are ever written (NaN and infinities are refused on
+    /// the way in), so any other is damage — and would not equal itself in a node.
+    private static func finite(_ d: Double) throws -> Double {
+        guard d.isFinite else { throw ByteReader.damaged("a number that is not finite (\(d))") }
+        return d
     }
 }
 

@@ -1,0 +1,16 @@
+import CFuzzerDriver
+@_spi(Fuzzing) import Ferry
+
+/// Input: a record's kind byte, then its payload.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzRecord(_ data: UnsafePointer<UInt8>?, _ size: Int) -> Int32 {
+    _ = try? FuzzEntryPoints.decodeRecord(UnsafeRawBufferPointer(start: data, count: size))
+    return 0
+}
+
+/// The entry point (SwiftPM points `main` here): libFuzzer's driver, with the callback above.
+@_cdecl("fuzz_record_main")
+public func fuzzMain(_ argc: Int32, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> Int32 {
+    var argc = argc, argv = argv
+    return LLVMFuzzerRunDriver(&argc, &argv) { data, size in fuzzRecord(data, size) }
+}
