@@ -33,6 +33,10 @@
                 return "write \(s.ackedWrite) rejected by the server (\(s.status): \(s.message)), reverted and kept: \(s.embeddedKind == .localUpdate ? "update" : "set") \(s.path) \(what)"
             case .clearRejected:
                 return "rejected writes cleared: \(s.ids.map(String.init).joined(separator: ", "))"
+            case .serverEvict:
+                return "cache limit: server data in records below \(s.cutoff) evicted (not cached)"
+            case .pin:
+                return (s.pinned ? "keepSynced pin set at " : "keepSynced pin cleared at ") + s.path.description
             }
         } catch {
             return "damaged \(k) record: \(error)"

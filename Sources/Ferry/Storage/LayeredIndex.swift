@@ -171,6 +171,24 @@ final class LayeredIndex {
         index.removeAll(withPrefix: PathKey.encode(path), dropped)
     }
 
+    /// Drops every entry `drop` chooses, leaving the others exactly as they are (entries below
+    /// a dropped one stay); returns how many were dropped. O(entries).
+    @discardableResult
+    func removeEntries(where drop: (UnsafeRawBufferPointer, LayeredEntry) -> Bool) -> Int {
+        var kept = PathIndex<LayeredEntry>()
+        var n = 0
+        index.forEach(withPrefix: []) { k, e in
+            if drop(k, e) {
+                dropped(e)
+                n += 1
+            } else {
+                _ = kept.append(k, e)
+            }
+        }
+        if n > 0 { index = kept }
+        return n
+    }
+
     func removeAll() {
         index.removeAll()
         inline = [:]
