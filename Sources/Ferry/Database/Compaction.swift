@@ -1,4 +1,4 @@
-import FerryLog
+@_spi(Testing) import FerryLog
 import Synchronization
 
 /// What ``Database/compact()`` did.
@@ -104,10 +104,14 @@ extension Database {
                 return report
             }
             report.restatedEntries = try restateServerEntries(below: cutoff, log)
+            CrashPoint.hit("compaction.afterRestate")
             try carrySyncStateForward(below: cutoff)
             try await log.sync()
+            CrashPoint.hit("compaction.afterSync")
             try await writeCheckpoint(log)
+            CrashPoint.hit("compaction.afterCheckpoint")
             report.deletedSegments = try await log.deleteSegments(before: LSN(cutoff))
+            CrashPoint.hit("compaction.afterDelete")
         } catch let e as DatabaseError {
             throw e
         } catch {

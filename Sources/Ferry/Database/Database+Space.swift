@@ -128,7 +128,6 @@ final class SpaceState: Sendable {
         var checkpointBytes: Int64?
         var lastCompaction: MaintenanceRun?
         var lastEviction: MaintenanceRun?
-        var overLimit: Int64 = 0
         var evictionScheduled = false
         var checkpointScheduled = false
         /// A memory-only store: bytes of server data received since its last eviction.
@@ -168,7 +167,7 @@ extension Database {
             s.lastCompaction = st.lastCompaction
             s.lastEviction = st.lastEviction
         }
-        if let limit = s.cacheLimit, log != nil { s.overLimitBytes = max(0, s.bytesOnDisk - Int64(limit) - Int64(options.effectiveSegmentSize)) }
+        if let limit = s.cacheLimit, log != nil { s.overLimitBytes = max(0, s.bytesOnDisk - Int64(limit)) }
         engine.withLock { e in e.fillStatistics(&s) }
         return s
     }
@@ -195,8 +194,9 @@ extension Database {
 
     // MARK: Keeping within the limit
 
-    /// After a write or a server update: starts an eviction when the store is over its limit,
-    /// and waits for one when it is over the limit by more than a segment (so that when the
+    /// After a write or a server update: starts an eviction in the background when the store is
+    /// within a segment of its limit (so that it rarely reaches it), and waits for one when it
+    /// is over the limit by more than a segment (so that when the
     /// update's `await` returns, the store is within the limit plus one segment, unless what
     /// it must keep is larger); starts a checkpoint when the policy says one is due.
     /// `memoryBytes`: for a memory-only store, the size of the server data received.
@@ -208,8 +208,9 @@ extension Database {
             return
         }
         let bytes = bytesOnDisk(log)
-        guard bytes > limit else { return }
-        if bytes > limit + Int64(options.effectiveSegmentSize) {
+        let segment = Int64(options.effectiveSegmentSize)
+        guard bytes > limit - segment else { return }
+        if bytes > limit + segment {
             do {
                 _ = try await maintenance.run { try await evictNow(log) }
             } catch {
@@ -223,7 +224,8 @@ extension Database {
     /// The same without waiting (for writes that return at once).
     func settleSpaceNow() {
         checkpointIfDue()
-        guard let limit = options.cacheSizeBytes.limit.map(Int64.init), let log, bytesOnDisk(log) > limit else { return }
+        guard let limit = options.cacheSizeBytes.limit.map(Int64.init), let log,
+              bytesOnDisk(log) > limit - Int64(options.effectiveSegmentSize) else { return }
         scheduleEviction(log)
     }
 
@@ -265,7 +267,8 @@ extension Database {
         }
     }
 
-    /// Evicts now if the store is over its limit (the caller holds the maintenance lock): the
+    /// Evicts now if the store is within a segment of its limit or over it (the caller holds
+    /// the maintenance lock): the
     /// oldest segments holding no pending write go, until the store is expected to be within
     /// three quarters of the limit. Server data in them under a listener or a pin is restated
     /// at the head of the log first (as compaction does); the rest is dropped from the cache
@@ -280,10 +283,7 @@ extension Database {
         guard let limit = options.cacheSizeBytes.limit.map(Int64.init) else { return nil }
         let started = ContinuousClock.now
         let before = bytesOnDisk(log)
-        guard before > limit else {
-            space.state.withLock { $0.overLimit = 0 }
-            return nil
-        }
+        guard before > limit - Int64(options.effectiveSegmentSize) else { return nil }
         do {
             let frontier = try acknowledgedFrontier(log)
             let candidates = log.segments.prefix { $0.sealed && $0.nextLSN.rawValue <= frontier }
@@ -296,10 +296,7 @@ extension Database {
                 cutoff = segment.nextLSN.rawValue
                 victims += 1
             }
-            guard let cutoff else {
-                space.state.withLock { $0.overLimit = before - limit }
-                return nil
-            }
+            guard let cutoff else { return nil }
             CrashPoint.hit("eviction.start")
             let kept = engine.withLock { $0.keptPaths }
             var restated = try restateServerEntries(below: cutoff, log, keeping: { Engine.isKept($0, by: kept) })
@@ -337,10 +334,7 @@ extension Database {
             let after = bytesOnDisk(log)
             let run = MaintenanceRun(bytesFreed: before - after, duration: ContinuousClock.now - started,
                                      segmentsDeleted: deleted.count, entriesKept: restated, entriesEvicted: dropped)
-            space.state.withLock {
-                $0.lastEviction = run
-                $0.overLimit = max(0, after - limit)
-            }
+            space.state.withLock { $0.lastEviction = run }
             options.logger.debug("evicted \(deleted.count) segment(s): \(dropped) entries dropped, \(restated) kept")
             return run
         } catch let e as DatabaseError {
