@@ -64,6 +64,7 @@
             if let error = s.outcome { s.waiter.continuation.resume(throwing: error) } else { s.waiter.continuation.resume() }
         }
         compactIfDue()
+        await settleSpace()
     }
 
     /// The server has sent everything for the listen at `path` (or the tagged query): its

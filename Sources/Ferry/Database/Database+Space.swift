@@ -196,9 +196,10 @@ extension Database {
 
     /// After a write or a server update: starts an eviction in the background when the store is
     /// within a segment of its limit (so that it rarely reaches it), and waits for one when it
-    /// is over the limit by more than a segment (so that when the
-    /// update's `await` returns, the store is within the limit plus one segment, unless what
-    /// it must keep is larger); starts a checkpoint when the policy says one is due.
+    /// is over the limit (so that when the update's `await` returns, the store is within the
+    /// limit plus one segment — the segment being written, and what a background eviction
+    /// restates before it deletes — unless what it must keep is larger); starts a checkpoint
+    /// when the policy says one is due.
     /// `memoryBytes`: for a memory-only store, the size of the server data received.
     func settleSpace(memoryBytes: Int = 0) async {
         defer { checkpointIfDue() }
@@ -210,7 +211,7 @@ extension Database {
         let bytes = bytesOnDisk(log)
         let segment = Int64(options.effectiveSegmentSize)
         guard bytes > limit - segment else { return }
-        if bytes > limit + segment {
+        if bytes > limit {
             do {
                 _ = try await maintenance.run { try await evictNow(log) }
             } catch {
@@ -322,6 +323,9 @@ extension Database {
                     try restater.flush(e)
                     restated += restater.count
                 }
+                var parts = Restater()
+                try e.restateKeptParts(below: cutoff, &parts)
+                restated += parts.count
                 _ = try e.append(.serverEvict, RecordCodec.serverEvict(cutoff: cutoff))
                 return e.dropServerEntries(below: cutoff)
             }

@@ -158,6 +158,16 @@ final class LayeredIndex {
         if let old = index.set(PathKey.encode(path), entry) { dropped(old) }
     }
 
+    /// Whether an entry that is not a marker lies strictly above `path`.
+    func hasValueEntry(above path: Path) -> Bool {
+        var p = path.parent
+        while let q = p {
+            if let e = entry(at: q), !e.isMarker { return true }
+            p = q.parent
+        }
+        return false
+    }
+
     /// The entry at `path` itself, if there is one.
     func entry(at path: Path) -> LayeredEntry? { index.get(PathKey.encode(path)) }
 
