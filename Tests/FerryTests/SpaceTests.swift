@@ -83,7 +83,7 @@ import Testing
         let last = (i - 1) / 50 * 50
         let stats = db.statistics
         #expect(stats.lastEviction != nil && stats.lastEviction!.entriesEvicted > 0)
-        #expect(stats.pins == ["/pinned"] || stats.pins == ["pinned"])
+        #expect(stats.pins == ["/pinned"])
         #expect(stats.overLimitBytes <= segment)
         #expect(await Self.isNotCached { _ = try await db.reference("bulk/b0").getData() })
         #expect(try await db.reference("bulk/b\(i - 1)").getData().value == Self.blob(i - 1))
@@ -244,6 +244,36 @@ import Testing
         #expect(db.pendingWriteCount == 0)
         try await db.waitForPendingWrites()  // none pending: at once
         try await db.close()
+    }
+
+    /// `ferry-dump stats` of a closed store says what `statistics` said of it open.
+    @Test func ferryDumpStatsOfAClosedStoreMatchesTheDatabasesStatistics() async throws {
+        let dir = try TemporaryDirectory()
+        var o = quietOptions()
+        o.checkpointOnClose = false
+        let db = try Database.open(at: dir.path, options: o)
+        try await db.applyServerPut(at: "s", ["a": 1, "b": 2])
+        try await db.reference("p").keepSynced(true)
+        try await db.reference("w/1").setValue("pending")
+        let b = try await db.reference("w/2").setValue("refused").writeID!
+        try await db.reference("w/3").setValue("pending too")
+        try await db.acknowledgeWrites(through: b, rejecting: [WriteRejection(writeID: b, status: 403, message: "no")])
+        let open = db.statistics
+        try await db.close()
+
+        let text = try run(Locations.executable("ferry-dump"), ["stats", dir.path])
+        #expect(text.status == 0)
+        #expect(text.stdout.contains("pins (keepSynced):   /p"))
+        let json = try run(Locations.executable("ferry-dump"), ["stats", "--json", dir.path])
+        #expect(json.status == 0)
+        struct Report: Decodable { var database: StoreStatistics }
+        let closed = try JSONDecoder().decode(Report.self, from: Data(json.stdout.utf8)).database
+        #expect(closed.pendingWrites == 1 && open.pendingWrites == 1)
+        #expect(closed.pendingWriteBytes == open.pendingWriteBytes)
+        #expect(closed.rejectedWrites == 1 && open.rejectedWrites == 1)
+        #expect(closed.cachedPaths == open.cachedPaths)
+        #expect(closed.pins == open.pins && closed.pins == ["/p"])
+        #expect(closed.segmentBytes == open.segmentBytes)
     }
 
     @Test func aCheckpointIsWrittenByItselfOnceThePolicysRecordsHaveGathered() async throws {

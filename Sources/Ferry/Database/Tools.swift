@@ -85,4 +85,14 @@ extension RecordDescription {
     public var acknowledgedThrough: Int64 { engine.ackedThrough }
     /// The rejected writes not cleared, oldest first.
     public func rejectedWrites() throws -> [RejectedWrite] { try engine.rejectedWrites() }
+    /// The database's statistics for the state replayed (what ``Database/statistics`` reports
+    /// of an open store), with the file sizes given.
+    public func statistics(segments: Int, segmentBytes: Int64, checkpointBytes: Int64) -> StoreStatistics {
+        var s = StoreStatistics()
+        s.segments = segments
+        s.segmentBytes = segmentBytes
+        s.checkpointBytes = checkpointBytes
+        engine.fillStatistics(&s)
+        return s
+    }
 }
