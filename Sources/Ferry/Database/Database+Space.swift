@@ -195,7 +195,7 @@ extension Database {
     // MARK: Keeping within the limit
 
     /// After a write or a server update: starts an eviction in the background when the store is
-    /// within a segment of its limit (so that it rarely reaches it), and waits for one when it
+    /// within two segments of its limit (so that it rarely reaches it), and waits for one when it
     /// is over the limit (so that when the update's `await` returns, the store is within the
     /// limit plus one segment — the segment being written, and what a background eviction
     /// restates before it deletes — unless what it must keep is larger); starts a checkpoint
@@ -205,12 +205,13 @@ extension Database {
         defer { checkpointIfDue() }
         guard let limit = options.cacheSizeBytes.limit.map(Int64.init) else { return }
         guard let log else {
-            evictFromMemoryIfDue(limit: limit, received: memoryBytes)
+            // (A memory-only store is made without a check: a limit below the minimum is raised.)
+            evictFromMemoryIfDue(limit: max(limit, Int64(CacheSize.minimumBytes)), received: memoryBytes)
             return
         }
         let bytes = bytesOnDisk(log)
         let segment = Int64(options.effectiveSegmentSize)
-        guard bytes > limit - segment else { return }
+        guard bytes > limit - 2 * segment else { return }
         if bytes > limit {
             do {
                 _ = try await maintenance.run { try await evictNow(log) }
@@ -226,7 +227,7 @@ extension Database {
     func settleSpaceNow() {
         checkpointIfDue()
         guard let limit = options.cacheSizeBytes.limit.map(Int64.init), let log,
-              bytesOnDisk(log) > limit - Int64(options.effectiveSegmentSize) else { return }
+              bytesOnDisk(log) > limit - 2 * Int64(options.effectiveSegmentSize) else { return }
         scheduleEviction(log)
     }
 
@@ -268,10 +269,10 @@ extension Database {
         }
     }
 
-    /// Evicts now if the store is within a segment of its limit or over it (the caller holds
+    /// Evicts now if the store is within two segments of its limit or over it (the caller holds
     /// the maintenance lock): the
     /// oldest segments holding no pending write go, until the store is expected to be within
-    /// three quarters of the limit. Server data in them under a listener or a pin is restated
+    /// the limit less three segments. Server data in them under a listener or a pin is restated
     /// at the head of the log first (as compaction does); the rest is dropped from the cache
     /// by a ``RecordKind/serverEvict`` record. Then the records are made durable, a checkpoint
     /// is written, and only then are the segments deleted — a crash at any step opens to the
@@ -284,11 +285,11 @@ extension Database {
         guard let limit = options.cacheSizeBytes.limit.map(Int64.init) else { return nil }
         let started = ContinuousClock.now
         let before = bytesOnDisk(log)
-        guard before > limit - Int64(options.effectiveSegmentSize) else { return nil }
+        guard before > limit - 2 * Int64(options.effectiveSegmentSize) else { return nil }
         do {
             let frontier = try acknowledgedFrontier(log)
             let candidates = log.segments.prefix { $0.sealed && $0.nextLSN.rawValue <= frontier }
-            let target = limit - limit / 4
+            let target = limit - 3 * Int64(options.effectiveSegmentSize)
             var projected = before
             var cutoff: UInt64?
             var victims = 0
@@ -303,7 +304,13 @@ extension Database {
             var restated = try restateServerEntries(below: cutoff, log, keeping: { Engine.isKept($0, by: kept) })
             CrashPoint.hit("eviction.afterRestate")
             try carrySyncStateForward(below: cutoff)
-            let dropped = try engine.withLock { e -> Int in
+            // What to drop is looked for outside the lock, in a snapshot (copied on write).
+            let snapshot = engine.withLock { $0.server.index }
+            var found: [(key: [UInt8], entry: LayeredEntry)] = []
+            snapshot.forEach(withPrefix: []) { k, e in
+                if !e.isInline && !e.isMarker && e.ref.lsn < cutoff { found.append((Array(k), e)) }
+            }
+            try engine.withLock { e in
                 try e.checkUsable()
                 // Listeners or pins added since the values were read: restate theirs here.
                 let nowKept = e.keptPaths
@@ -327,8 +334,16 @@ extension Database {
                 try e.restateKeptParts(below: cutoff, &parts)
                 restated += parts.count
                 _ = try e.append(.serverEvict, RecordCodec.serverEvict(cutoff: cutoff))
-                return e.dropServerEntries(below: cutoff)
             }
+            // The record's effect, in slices so that writers wait at most a slice (~2 ms).
+            var droppedKeys: [[UInt8]] = []
+            var start = 0
+            while start < found.count {
+                let end = min(start + 2048, found.count)
+                engine.withLock { $0.dropServerEntries(found[start..<end], into: &droppedKeys) }
+                start = end
+            }
+            let dropped = droppedKeys.count + engine.withLock { $0.dropMarkers(above: droppedKeys) }
             try await log.sync()
             CrashPoint.hit("eviction.afterEvictRecord")
             try await writeCheckpoint(log)

@@ -34,27 +34,61 @@ extension Engine {
     }
 
     /// Drops every stored server-cache entry whose value lies in a record below `cutoff`
-    /// (an eviction's effect; entries restated above the cutoff stay), and the markers left
-    /// with no stored entry above them (a marker hides part of the entry above it: alone it
-    /// would read as a null that is not the server's). Returns how many entries were dropped:
-    /// that data is now "not cached".
+    /// (an eviction's effect; entries restated above the cutoff stay), and the markers above a
+    /// dropped entry (a marker says "empty, with the entries below on top": without one of
+    /// those it would read as a value the server does not have). Returns how many entries were
+    /// dropped: that data is now "not cached".
     @discardableResult
     func dropServerEntries(below cutoff: UInt64) -> Int {
-        server.removeEntries { _, e in !e.isInline && !e.isMarker && e.ref.lsn < cutoff } + dropOrphanMarkers()
+        var keys: [[UInt8]] = []
+        let tracking = server.markerCount > 0
+        let n = server.removeEntries { k, e in
+            let drop = !e.isInline && !e.isMarker && e.ref.lsn < cutoff
+            if drop && tracking { keys.append(Array(k)) }
+            return drop
+        }
+        return n + dropMarkers(above: keys)
     }
 
     /// A memory-only store's eviction: drops the server data not under a kept path.
     @discardableResult
     func dropUnkeptInlineEntries() -> Int {
         let kept = keptPaths
-        return server.removeEntries { k, e in
-            e.isInline && !e.isMarker && !Engine.isKept(PathKey.decode(k), by: kept)
-        } + dropOrphanMarkers()
+        var keys: [[UInt8]] = []
+        let n = server.removeEntries { k, e in
+            let drop = e.isInline && !e.isMarker && !Engine.isKept(PathKey.decode(k), by: kept)
+            if drop { keys.append(Array(k)) }
+            return drop
+        }
+        return n + dropMarkers(above: keys)
     }
 
-    private func dropOrphanMarkers() -> Int {
-        guard server.markerCount > 0 else { return 0 }
-        return server.removeEntries { k, e in e.isMarker && !server.hasValueEntry(above: PathKey.decode(k)) }
+    /// A slice of ``dropServerEntries(below:)``, live: of the entries below the cutoff found in
+    /// an earlier snapshot of the cache (every entry below the cutoff now was in it: newer
+    /// entries refer to newer records), removes those still there, one by one. Slices run in
+    /// turn with the lock released between them, then ``dropMarkers(above:)``: the state is then
+    /// the replay's (a newer write at a path replaces the entry there either way; one below an
+    /// evicted entry stays either way).
+    func dropServerEntries(_ found: ArraySlice<(key: [UInt8], entry: LayeredEntry)>, into dropped: inout [[UInt8]]) {
+        for (k, e) in found where server.index.get(k) == e {
+            server.removeEntryOnly(k)
+            dropped.append(k)
+        }
+    }
+
+    /// Drops the markers above any of the entries whose keys are given; returns how many.
+    func dropMarkers(above keys: [[UInt8]]) -> Int {
+        guard server.markerCount > 0, !keys.isEmpty else { return 0 }
+        var doomed = Set<[UInt8]>()
+        for key in keys {
+            if let e = server.index.get([UInt8]()), e.isMarker { doomed.insert([]) }
+            for i in key.indices.dropLast() where key[i] == 0 {
+                let prefix = Array(key[...i])
+                if let e = server.index.get(prefix), e.isMarker { doomed.insert(prefix) }
+            }
+        }
+        for p in doomed { server.removeEntryOnly(p) }
+        return doomed.count
     }
 
     /// Sets or clears a `keepSynced` pin: one record (replayed on open).

@@ -158,16 +158,6 @@ final class LayeredIndex {
         if let old = index.set(PathKey.encode(path), entry) { dropped(old) }
     }
 
-    /// Whether an entry that is not a marker lies strictly above `path`.
-    func hasValueEntry(above path: Path) -> Bool {
-        var p = path.parent
-        while let q = p {
-            if let e = entry(at: q), !e.isMarker { return true }
-            p = q.parent
-        }
-        return false
-    }
-
     /// The entry at `path` itself, if there is one.
     func entry(at path: Path) -> LayeredEntry? { index.get(PathKey.encode(path)) }
 
@@ -197,6 +187,16 @@ final class LayeredIndex {
         }
         if n > 0 { index = kept }
         return n
+    }
+
+    /// Removes the entry whose path key is `key`, leaving the entries below it as they are.
+    func removeEntryOnly(_ key: [UInt8]) {
+        guard let target = index.get(key) else { return }
+        var below: [([UInt8], LayeredEntry)] = []
+        index.forEach(withPrefix: key) { k, e in if k.count > key.count { below.append((Array(k), e)) } }
+        index.removeAll(withPrefix: key)
+        dropped(target)
+        for (k, e) in below { _ = index.set(k, e) }
     }
 
     func removeAll() {
