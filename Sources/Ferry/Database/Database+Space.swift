@@ -26,6 +26,7 @@ public struct CacheSize: Sendable, Hashable, CustomStringConvertible {
     /// The default limit, ``defaultBytes``.
     public static let `default` = CacheSize.bytes(defaultBytes)
 
+    /// "N bytes", or "unlimited".
     public var description: String { limit.map { "\($0) bytes" } ?? "unlimited" }
 
     /// Throws when the limit is below the minimum.
@@ -108,8 +109,9 @@ public struct StoreStatistics: Sendable, Equatable, Codable {
     public var pins: [String] = []
     /// Paths under active listeners (kept by eviction, like pins).
     public var listenedPaths = 0
-    /// The last compaction and the last eviction of this session (nil: none yet).
+    /// The last compaction of this session (nil: none yet).
     public var lastCompaction: MaintenanceRun?
+    /// The last eviction of this session (nil: none yet).
     public var lastEviction: MaintenanceRun?
 
     /// Empty statistics.
