@@ -76,13 +76,18 @@ let package = Package(
             path: "Tests/ferry-crash-child"
         ),
         .executableTarget(
+            name: "ferry-space-child",
+            dependencies: ["Ferry", .product(name: "Logging", package: "swift-log")],
+            path: "Tests/ferry-space-child"
+        ),
+        .executableTarget(
             name: "ferry-fixtures",
             dependencies: ["FerryLog", "FerryTestSupport"],
             path: "Tests/ferry-fixtures"
         ),
         .testTarget(
             name: "FerryTests",
-            dependencies: ["Ferry", "FerryLog", "FerryTestSupport", "ferry-dump", "ferry-demo"],
+            dependencies: ["Ferry", "FerryLog", "FerryTestSupport", "ferry-dump", "ferry-demo", "ferry-space-child"],
             exclude: ["Conformance"]
         ),
         .testTarget(

@@ -182,7 +182,7 @@ extension FerryDump {
     }
 
     struct Stats: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Records, bytes on disk and uncompressed, compression ratio, LSN range.")
+        static let configuration = CommandConfiguration(abstract: "Records, bytes on disk and uncompressed, compression ratio, LSN range; the database's statistics (pending and rejected writes, cached paths, pins) from a replay of the log.")
         @OptionGroup var store: StoreOptions
 
         struct Report: Encodable {
@@ -197,6 +197,8 @@ extension FerryDump {
             var compressionRatio: Double
             /// The database's sync cursor (nil for a store with no cursor record).
             var syncCursor: Int64?
+            /// The database's statistics (as `Database.statistics`), from a replay of the log.
+            var database: StoreStatistics?
         }
 
         func run() throws {
@@ -204,7 +206,7 @@ extension FerryDump {
             let stored = inspection.segments.map(\.storedBodyBytes).reduce(0, +)
             let raw = inspection.segments.map(\.rawBodyBytes).reduce(0, +)
             let segmentBytes = inspection.segments.map(\.fileSize).reduce(0, +)
-            let report = Report(
+            var report = Report(
                 segments: inspection.segments.count, records: inspection.segments.map(\.records).reduce(UInt64(0), +),
                 firstLSN: inspection.firstLSN?.rawValue,
                 lastLSN: inspection.nextLSN.flatMap { n in inspection.firstLSN.flatMap { n > $0 ? n.rawValue - 1 : nil } },
@@ -214,6 +216,17 @@ extension FerryDump {
                 syncCursor: (try? RecordDescription.syncCursor { body in
                     try inspection.forEachRecord { r in try body(r.kind, r.payload) }
                 }) ?? nil)
+            let replayer = StateReplayer()
+            do {
+                try inspection.forEachRecord { r in try replayer.apply(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload) }
+                let checkpoints = ((try? FileManager.default.contentsOfDirectory(atPath: store.directory)) ?? []).filter { $0.hasPrefix("checkpoint-") && $0.hasSuffix(".ckp") }
+                let checkpointBytes = checkpoints.reduce(Int64(0)) { total, name in
+                    total + (((try? FileManager.default.attributesOfItem(atPath: store.directory + "/" + name))?[.size] as? NSNumber)?.int64Value ?? 0)
+                }
+                report.database = replayer.statistics(segments: report.segments, segmentBytes: segmentBytes, checkpointBytes: checkpointBytes)
+            } catch {
+                printError("ferry-dump: note: the database's statistics are missing: the replay stopped: \(error)")
+            }
             if store.json {
                 try printJSON(report)
             } else {
@@ -224,6 +237,13 @@ extension FerryDump {
                 print("record bytes:        \(report.uncompressedBodyBytes) uncompressed, \(report.storedBodyBytes) stored")
                 print("compression ratio:   \(String(format: "%.2f", report.compressionRatio))x")
                 print("sync cursor:         \(report.syncCursor.map { "writes up to \($0) answered by the server" } ?? "-")")
+                if let d = report.database {
+                    print("checkpoint bytes:    \(d.checkpointBytes) (segments + checkpoint: \(d.bytesOnDisk))")
+                    print("pending writes:      \(d.pendingWrites), \(d.pendingWriteBytes) bytes" + (d.oldestPendingWriteAge.map { String(format: ", oldest %.0f s old", $0) } ?? ""))
+                    print("rejected writes:     \(d.rejectedWrites)")
+                    print("cached paths:        \(d.cachedPaths)")
+                    print("pins (keepSynced):   \(d.pins.isEmpty ? "-" : d.pins.joined(separator: ", "))")
+                }
             }
             for p in inspection.problems { printError("ferry-dump: note: \(p)") }
         }

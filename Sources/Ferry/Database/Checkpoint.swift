@@ -8,13 +8,14 @@ import FerryLog
 enum Checkpoint {
     static let prefix = "checkpoint-"
     static let magic = Array("FERRYCKP".utf8)
-    /// The version written. Version 2 (no sync cursor, no rejected writes) is still read.
-    static let version: UInt16 = 3
+    /// The version written. Versions 2 (no sync cursor, no rejected writes) and 3 (no pins)
+    /// are still read.
+    static let version: UInt16 = 4
     /// Blocks are cut once they pass this many bytes.
     static let blockTarget = 256 << 10
 
     enum Section: UInt8 {
-        case server = 1, pending = 2, overlay = 3, rejected = 4
+        case server = 1, pending = 2, overlay = 3, rejected = 4, pins = 5
     }
 
     static func fileName(_ lsn: UInt64) -> String {
@@ -77,6 +78,8 @@ struct CheckpointImage {
     let ackedThrough: Int64
     /// Rejected writes: (id, LSN of the rejection record), by id.
     let rejected: [(id: Int64, lsn: UInt64)]
+    /// `keepSynced` pins, as path keys in key order.
+    let pins: [[UInt8]]
 
     /// Streams the checkpoint into `out`, a block at a time.
     func write(storeID: StoreID, nextLSN: UInt64, to out: SideFileBlockWriter) throws {
@@ -92,6 +95,7 @@ struct CheckpointImage {
         w.varint(UInt64(pending.keyBytes))
         w.signed(ackedThrough)
         w.varint(UInt64(rejected.count))
+        w.varint(UInt64(pins.count))
         try w.bytes.withUnsafeBytes { try out.write($0) }
         w.bytes.removeAll(keepingCapacity: true)
 
@@ -140,13 +144,19 @@ struct CheckpointImage {
             w.varint(lsn)
         }
         try flush()
+        for key in pins {
+            try startBlockIfNeeded(.pins)
+            key.withUnsafeBytes { keys.write($0, into: &w) }
+        }
+        try flush()
     }
 }
 
 extension Engine {
     var checkpointImage: CheckpointImage {
         CheckpointImage(server: server.index, pending: writeTree.pending, overlay: writeTree.overlay.index,
-                        ackedThrough: ackedThrough, rejected: rejected.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+                        ackedThrough: ackedThrough, rejected: rejected.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
+                        pins: pins.map { PathKey.encode($0) }.sorted { a, b in a.lexicographicallyPrecedes(b) })
     }
 
     /// Loads the newest checkpoint that checks out; returns the LSN replay starts at (the
@@ -169,6 +179,7 @@ extension Engine {
                 writeTree.beginRestore()
                 rejected = [:]
                 ackedThrough = 0
+                pins = []
             }
         }
         return log.firstLSN.rawValue
@@ -182,8 +193,8 @@ struct CheckpointLoader {
     let expectedLSN: UInt64
     let firstLSN: UInt64
     let nextLSN: UInt64
-    var expected: (server: UInt64, pending: UInt64, overlay: UInt64, rejected: UInt64)?
-    var counts: (server: UInt64, pending: UInt64, overlay: UInt64, rejected: UInt64) = (0, 0, 0, 0)
+    var expected: (server: UInt64, pending: UInt64, overlay: UInt64, rejected: UInt64, pins: UInt64)?
+    var counts: (server: UInt64, pending: UInt64, overlay: UInt64, rejected: UInt64, pins: UInt64) = (0, 0, 0, 0, 0)
     var lastSection: UInt8 = 0
     var keys = KeyDelta()
     /// The section's previous key: keys must rise (the indexes are rebuilt by appending).
@@ -232,6 +243,11 @@ struct CheckpointLoader {
                     throw Checkpoint.damaged("a key is not a path")
                 }
                 if section == .server { counts.server += 1 } else { counts.overlay += 1 }
+            case .pins:
+                _ = try keys.read(&r)
+                guard keys.previous.withUnsafeBytes({ PathKey.depth($0) }) != nil else { throw Checkpoint.damaged("a pin is not a path") }
+                engine.pins.insert(PathKey.decode(keys.previous))
+                counts.pins += 1
             case .rejected:
                 let id = previousID &+ (try r.signed())
                 previousID = id
@@ -266,7 +282,7 @@ struct CheckpointLoader {
     private mutating func header(_ r: inout ByteReader) throws {
         guard r.bytes.count >= 37, Array(r.bytes[0..<8]) == Checkpoint.magic else { throw Checkpoint.damaged("not a checkpoint") }
         let version = UInt16(littleEndian: r.bytes.loadUnaligned(fromByteOffset: 8, as: UInt16.self))
-        guard version == Checkpoint.version || version == 2 else {
+        guard (2...Checkpoint.version).contains(version) else {
             throw DatabaseError(.storage, "checkpoint format version \(version) is not understood by this build")
         }
         let high = UInt64(littleEndian: r.bytes.loadUnaligned(fromByteOffset: 10, as: UInt64.self))
@@ -277,16 +293,18 @@ struct CheckpointLoader {
         r.offset = 34
         let (server, pending, overlay) = (try r.varint(), try r.varint(), try r.varint())
         let pendingKeyBytes = try r.varint()
-        var ackedThrough: Int64 = 0, rejected: UInt64 = 0
+        var ackedThrough: Int64 = 0, rejected: UInt64 = 0, pins: UInt64 = 0
         if version >= 3 {
             ackedThrough = try r.signed()
             rejected = try r.varint()
         }
-        expected = (server, pending, overlay, rejected)
+        if version >= 4 { pins = try r.varint() }
+        expected = (server, pending, overlay, rejected, pins)
         guard r.atEnd else { throw Checkpoint.damaged("trailing bytes in its header") }
         engine.server.removeAll()
         engine.writeTree.beginRestore()
         engine.rejected = [:]
+        engine.pins = []
         engine.ackedThrough = ackedThrough
         // Room for what the header announces, within reason: it is not trusted further, and a
         // damaged count must not reserve gigabytes (beyond this, the list grows as it loads).

@@ -1,4 +1,4 @@
-import FerryLog
+@_spi(Testing) import FerryLog
 import Synchronization
 
 /// What ``Database/compact()`` did.
@@ -84,7 +84,7 @@ extension Database {
 
     /// The LSN below which every local write is acknowledged (the oldest pending write's id, or
     /// the end of the log when none is pending).
-    private func acknowledgedFrontier(_ log: WriteAheadLog) throws -> UInt64 {
+    func acknowledgedFrontier(_ log: WriteAheadLog) throws -> UInt64 {
         try engine.withLock { e in
             try e.checkUsable()
             return e.writeTree.pending.firstID.map { UInt64($0) } ?? log.nextLSN.rawValue
@@ -92,6 +92,7 @@ extension Database {
     }
 
     private func compactNow(_ log: WriteAheadLog) async throws -> CompactionReport {
+        let started = ContinuousClock.now
         var report = CompactionReport()
         report.segmentBytesBefore = log.segments.reduce(0) { $0 + $1.size }
         do {
@@ -104,14 +105,23 @@ extension Database {
                 return report
             }
             report.restatedEntries = try restateServerEntries(below: cutoff, log)
+            CrashPoint.hit("compaction.afterRestate")
             try carrySyncStateForward(below: cutoff)
             try await log.sync()
+            CrashPoint.hit("compaction.afterSync")
             try await writeCheckpoint(log)
+            CrashPoint.hit("compaction.afterCheckpoint")
             report.deletedSegments = try await log.deleteSegments(before: LSN(cutoff))
+            CrashPoint.hit("compaction.afterDelete")
         } catch {
             throw maintenanceFailure("compaction", error)
         }
         report.segmentBytesAfter = log.segments.reduce(0) { $0 + $1.size }
+        if !report.deletedSegments.isEmpty {
+            space.noteCompaction(MaintenanceRun(bytesFreed: report.segmentBytesBefore - report.segmentBytesAfter,
+                                                duration: ContinuousClock.now - started, segmentsDeleted: report.deletedSegments.count,
+                                                entriesKept: report.restatedEntries))
+        }
         options.logger.debug("compacted \(report.deletedSegments.count) segment(s), restating \(report.restatedEntries) entries")
         return report
     }
@@ -129,12 +139,15 @@ extension Database {
     /// Values are read outside the lock, a chunk at a time in log order; each chunk is then
     /// restated under the lock, entry by entry only if the entry is still the one read (a
     /// newer write may have replaced it meanwhile). Markers are restated last, under the lock,
-    /// as they are then.
-    private func restateServerEntries(below cutoff: UInt64, _ log: WriteAheadLog) throws -> Int {
+    /// as they are then. With `keeping`, only the entries at the paths it accepts are restated
+    /// (eviction's rule); markers always are.
+    func restateServerEntries(below cutoff: UInt64, _ log: WriteAheadLog, keeping: ((Path) -> Bool)? = nil) throws -> Int {
         let snapshot = engine.withLock { $0.server.index }
         var candidates: [(key: [UInt8], entry: LayeredEntry)] = []
         snapshot.forEach(withPrefix: []) { k, e in
-            if !e.isInline && !e.isMarker && e.ref.lsn < cutoff { candidates.append((Array(k), e)) }
+            if !e.isInline && !e.isMarker && e.ref.lsn < cutoff && (keeping?(PathKey.decode(k)) ?? true) {
+                candidates.append((Array(k), e))
+            }
         }
         candidates.sort { ($0.entry.ref.lsn, $0.entry.ref.offset) < ($1.entry.ref.lsn, $1.entry.ref.offset) }
         var restated = 0
@@ -196,13 +209,14 @@ extension Database {
 
     /// Restates the sync cursor at the head of the log, and copies there the records of rejected
     /// writes kept for the app that lie below `cutoff` (the same payload: replaying the copy
-    /// points the list at it).
-    fileprivate func carrySyncStateForward(below cutoff: UInt64) throws {
+    /// points the list at it), and the `keepSynced` pins.
+    func carrySyncStateForward(below cutoff: UInt64) throws {
         try engine.withLock { e in
             // The cursor too: its records may all lie in the segments about to go.
             if e.ackedThrough > 0 {
                 _ = try e.append(.ackCursor, RecordCodec.ackCursor(through: e.ackedThrough, notApplied: []))
             }
+            try e.restatePins()
             for (_, lsn) in e.rejected.sorted(by: { $0.key < $1.key }) where lsn < cutoff {
                 let (kind, payload) = try e.withPayload(lsn) { k, p in (k, Array(p)) }
                 let copy = try e.append(.rejection, payload)
@@ -214,7 +228,7 @@ extension Database {
 
 /// Builds ``RecordKind/serverRestate`` records under the engine's lock; each is applied, once
 /// appended, by replaying it (so the entries then refer to the new record).
-private struct Restater {
+struct Restater {
     var w = ByteWriter()
     var count = 0
     static let recordTarget = 256 << 10

@@ -10,6 +10,7 @@
         let p = try Path(validating: path)
         let node = try Node(value, path: p)
         _ = try await perform { e in (nil, try e.serverPut(p, node, tag: tag)) }
+        await settleSpace(memoryBytes: log == nil ? ValueCodec.sizeBound(node) : 0)
     }
 
     /// The server says: these children (paths relative to `path`) now have these values.
@@ -22,6 +23,7 @@
             return (rel, try Node(children[k]!, path: p.child(rel)))
         }
         _ = try await perform { e in (nil, try e.serverMerge(p, list, tag: tag)) }
+        await settleSpace(memoryBytes: log == nil ? list.reduce(0) { $0 + ValueCodec.sizeBound($1.1) } : 0)
     }
 
     /// The server acknowledged (or rejected) one local write, in any order: a record per call,
@@ -67,6 +69,7 @@
             if let error = s.outcome { s.waiter.continuation.resume(throwing: error) } else { s.waiter.continuation.resume() }
         }
         compactIfDue()
+        await settleSpace()
     }
 
     /// The server has sent everything for the listen at `path` (or the tagged query): its

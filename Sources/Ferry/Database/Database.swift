@@ -20,6 +20,15 @@ public struct DatabaseOptions: Sendable {
     /// Compact by itself once this many segments hold only acknowledged writes (checked after
     /// each acknowledgement; see ``Database/compact()``). Nil: only when asked. Default 4.
     public var compactionSegments: Int? = 4
+    /// How much disk the store may use — segments and checkpoint — before the oldest server
+    /// data nothing listens to or pins is evicted (see ``Database/statistics``). Default 10 MB,
+    /// the Realtime Database's; at least 1 MB; or ``CacheSize/unlimited``. With a limit,
+    /// segments are at most an eighth of it. A memory-only store applies it to the server data
+    /// it receives: past that much since its last eviction, it drops what is not kept.
+    public var cacheSizeBytes: CacheSize = .default
+    /// When to write a checkpoint by itself (nil: only on close and when asked). Default:
+    /// after 100,000 records or 64 MiB since the last one.
+    public var checkpointPolicy: CheckpointPolicy? = CheckpointPolicy()
     /// Where the database logs recoveries and failures.
     public var logger = Logger(label: "ferry")
     /// The system calls the log makes (tests replace some to inject faults).
@@ -48,6 +57,7 @@ public final class Database: Sendable {
     let options: DatabaseOptions
     let pushIDs = Mutex(PushIDGenerator())
     let maintenance = MaintenanceLock()
+    let space = SpaceState()
     /// The store directory (nil for a memory-only database).
     public let path: String?
     /// What opening the log found (nil for a memory-only database).
@@ -71,7 +81,8 @@ public final class Database: Sendable {
     /// - Throws: ``DatabaseError`` — ``DatabaseError/Code/storage`` wrapping a
     ///   ``FerryLog/LogError`` (store in use, corruption naming file and offset, unsupported format).
     public static func open(at path: String, options: DatabaseOptions = DatabaseOptions()) throws -> Database {
-        var logOptions = LogOptions(durability: options.durability, segmentSize: options.segmentSize, recovery: options.recovery)
+        try options.cacheSizeBytes.validate()
+        var logOptions = LogOptions(durability: options.durability, segmentSize: options.effectiveSegmentSize, recovery: options.recovery)
         logOptions.logger = options.logger
         logOptions.system = options.system
         let log: WriteAheadLog
@@ -176,10 +187,14 @@ public final class Database: Sendable {
             let name = Checkpoint.fileName(lsn)
             try log.writeSideFile(named: name) { try image.write(storeID: log.storeID, nextLSN: lsn, to: $0) }
             try log.removeSideFiles(named: try log.sideFiles(withPrefix: Checkpoint.prefix).filter { $0 != name })
+            noteCheckpointWritten(log, name: name)
         } catch {
             throw maintenanceFailure("writing a checkpoint", error)
         }
-        engine.withLock { $0.checkpointLSN = lsn }
+        engine.withLock {
+            $0.checkpointLSN = lsn
+            $0.sinceCheckpoint = (0, 0)
+        }
     }
 
     // MARK: Running operations

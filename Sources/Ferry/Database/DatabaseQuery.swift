@@ -240,6 +240,18 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Pins (`true`) or unpins the data here: while pinned, the cache size limit never evicts
+    /// it (as data under an active listener). Unlike Firebase, which keeps pins in memory, the
+    /// pin is a record in the log: it holds across restarts until cleared. A query pins its
+    /// location's data. Durable when it returns (per ``DatabaseOptions/durability``); pinning
+    /// twice is one pin.
+    ///
+    /// - Throws: ``DatabaseError/Code/closed`` or ``DatabaseError/Code/storage``.
+    public func keepSynced(_ keepSynced: Bool) async throws {
+        let p = path
+        _ = try await database.perform { e in (try e.setPin(p, keepSynced), []) }
+    }
+
     /// The events of `type` as an `AsyncSequence`. The observer is removed when the iterating
     /// task is cancelled or stops iterating (the sequence then ends), and the sequence ends by
     /// throwing when the database closes (``DatabaseError/Code/closed``) or fails (its error).

@@ -133,6 +133,7 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
             let (id, events) = try body(e)
             return (id, events)
         }
+        await database.settleSpace()
         return WriteReceipt(database: database, writeID: id)
     }
 
@@ -179,6 +180,7 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
             let (id, events) = try body(e)
             return (id, events)
         }
+        database.settleSpaceNow()
         return WriteReceipt(database: database, writeID: id)
     }
 
@@ -222,6 +224,9 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
 
     /// Same as ``DatabaseQuery/removeObserver(withHandle:)`` on this location's ``query``.
     public func removeObserver(withHandle handle: ObserverHandle) { query.removeObserver(withHandle: handle) }
+    /// Same as ``DatabaseQuery/keepSynced(_:)`` on this location's ``query``.
+    public func keepSynced(_ keepSynced: Bool) async throws { try await query.keepSynced(keepSynced) }
+
     /// Same as ``DatabaseQuery/removeAllObservers()`` on this location's ``query``.
     public func removeAllObservers() { query.removeAllObservers() }
     /// Same as ``DatabaseQuery/events(_:includeMetadataChanges:)`` on this location's ``query``.

@@ -200,6 +200,10 @@ extension Engine {
             rejected[s.ackedWrite] = UInt64(lsn)
         case .clearRejected:
             for id in s.ids { rejected[id] = nil }
+        case .serverEvict:
+            dropServerEntries(below: s.cutoff)
+        case .pin:
+            if s.pinned { pins.insert(s.path) } else { pins.remove(s.path) }
         }
     }
 }

@@ -67,6 +67,10 @@ final class Engine: StoredValues, ServerCacheSource {
     var settledWaiters: [(waiter: AckWaiter, outcome: DatabaseError?)] = []
     /// The LSN the last checkpoint covers up to (records below it are in it).
     var checkpointLSN: UInt64 = 0
+    /// Paths pinned with `keepSynced(true)` (records of kind 11; see Engine+Space.swift).
+    var pins: Set<Path> = []
+    /// Records and payload bytes appended since the last checkpoint (the checkpoint policy).
+    var sinceCheckpoint: (records: Int, bytes: Int) = (0, 0)
 
     /// Records are kept in memory and values referenced in them, as a stored database does
     /// with its log (for tools replaying a log: see ``StateReplayer``).
@@ -112,6 +116,8 @@ final class Engine: StoredValues, ServerCacheSource {
             throw storageError(error)
         }
         recent.append((range.lowerBound.rawValue, kind.rawValue, payload))
+        sinceCheckpoint.records += 1
+        sinceCheckpoint.bytes += payload.count
         return Int64(range.lowerBound.rawValue)
     }
 

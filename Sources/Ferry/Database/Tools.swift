@@ -33,6 +33,10 @@
                 return "write \(s.ackedWrite) rejected by the server (\(s.status): \(s.message)), reverted and kept: \(s.embeddedKind == .localUpdate ? "update" : "set") \(s.path) \(what)"
             case .clearRejected:
                 return "rejected writes cleared: \(s.ids.map(String.init).joined(separator: ", "))"
+            case .serverEvict:
+                return "cache limit: server data in records below \(s.cutoff) evicted (not cached)"
+            case .pin:
+                return (s.pinned ? "keepSynced pin set at " : "keepSynced pin cleared at ") + s.path.description
             }
         } catch {
             return "damaged \(k) record: \(error)"
@@ -81,4 +85,14 @@ extension RecordDescription {
     public var acknowledgedThrough: Int64 { engine.ackedThrough }
     /// The rejected writes not cleared, oldest first.
     public func rejectedWrites() throws -> [RejectedWrite] { try engine.rejectedWrites() }
+    /// The database's statistics for the state replayed (what ``Database/statistics`` reports
+    /// of an open store), with the file sizes given.
+    public func statistics(segments: Int, segmentBytes: Int64, checkpointBytes: Int64) -> StoreStatistics {
+        var s = StoreStatistics()
+        s.segments = segments
+        s.segmentBytes = segmentBytes
+        s.checkpointBytes = checkpointBytes
+        engine.fillStatistics(&s)
+        return s
+    }
 }

@@ -9,7 +9,7 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         enum Wrapped: Hashable, Sendable {
             case invalidPath, invalidData, notCached, storage, closed, writeRejected, transactionAborted
-            case transactionTooManyRetries, invalidQuery
+            case transactionTooManyRetries, invalidQuery, failedPrecondition
         }
         let wrapped: Wrapped
 
@@ -32,6 +32,9 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible {
         public static let transactionTooManyRetries = Code(wrapped: .transactionTooManyRetries)
         /// A query combines constraints the Realtime Database does not allow.
         public static let invalidQuery = Code(wrapped: .invalidQuery)
+        /// The operation is refused in the store's present state (clearing a store that holds
+        /// pending writes, say); the message says what would allow it.
+        public static let failedPrecondition = Code(wrapped: .failedPrecondition)
 
         public var description: String {
             switch wrapped {
@@ -44,6 +47,7 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible {
             case .transactionAborted: "transaction aborted"
             case .transactionTooManyRetries: "transaction retried too often"
             case .invalidQuery: "invalid query"
+            case .failedPrecondition: "failed precondition"
             }
         }
     }

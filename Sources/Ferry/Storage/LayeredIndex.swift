@@ -173,6 +173,34 @@ final class LayeredIndex {
         index.removeAll(withPrefix: PathKey.encode(path), dropped)
     }
 
+    /// Drops every entry `drop` chooses, leaving the others exactly as they are (entries below
+    /// a dropped one stay); returns how many were dropped. O(entries).
+    @discardableResult
+    func removeEntries(where drop: (UnsafeRawBufferPointer, LayeredEntry) -> Bool) -> Int {
+        var kept = PathIndex<LayeredEntry>()
+        var n = 0
+        index.forEach(withPrefix: []) { k, e in
+            if drop(k, e) {
+                dropped(e)
+                n += 1
+            } else {
+                _ = kept.append(k, e)
+            }
+        }
+        if n > 0 { index = kept }
+        return n
+    }
+
+    /// Removes the entry whose path key is `key`, leaving the entries below it as they are.
+    func removeEntryOnly(_ key: [UInt8]) {
+        guard let target = index.get(key) else { return }
+        var below: [([UInt8], LayeredEntry)] = []
+        index.forEach(withPrefix: key) { k, e in if k.count > key.count { below.append((Array(k), e)) } }
+        index.removeAll(withPrefix: key)
+        dropped(target)
+        for (k, e) in below { _ = index.set(k, e) }
+    }
+
     func removeAll() {
         index.removeAll()
         inline = [:]

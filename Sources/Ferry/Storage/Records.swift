@@ -22,6 +22,12 @@ enum RecordKind: UInt8, CaseIterable {
     case rejection = 8
     /// The app cleared rejected writes from the list.
     case clearRejected = 9
+    /// The cache size limit evicted server data: every server-cache entry whose value lies in a
+    /// record below an LSN (the first record kept) is dropped, the data becoming "not cached".
+    /// What was kept was restated (kind 6) before it.
+    case serverEvict = 10
+    /// A `keepSynced` pin set or cleared at a path (pinned data is never evicted).
+    case pin = 11
 }
 
 /// Where a value sits inside a record's payload.
@@ -48,6 +54,10 @@ struct RecordSummary {
     /// cache (a listen kept the data current there, or the write was hidden). For a clearing:
     /// the ids cleared.
     var ids: [Int64] = []
+    /// For an eviction: the first LSN whose records' server data was kept.
+    var cutoff: UInt64 = 0
+    /// For a pin: set (true) or cleared.
+    var pinned = false
     /// For a rejection: the server's status, message and when (ms since 1970), and where the
     /// rejected write's own record (kind and payload) sits in this one.
     var status = 0
@@ -296,7 +306,31 @@ enum RecordCodec {
                 values.append((p, start..<r.offset))
             }
             return RecordSummary(kind: kind, path: .root, values: values)
+        case .serverEvict:
+            let cutoff = try r.varint()
+            guard r.atEnd else { throw ByteReader.damaged("trailing bytes after an eviction's cutoff") }
+            return RecordSummary(kind: kind, path: .root, values: [], cutoff: cutoff)
+        case .pin:
+            let flag = try r.u8()
+            let path = try r.path()
+            guard flag <= 1, r.atEnd else { throw ByteReader.damaged("a pin record that does not add up") }
+            return RecordSummary(kind: kind, path: path, values: [], pinned: flag == 1)
         }
+    }
+
+    /// An eviction of every server-cache entry whose value lies below `cutoff`.
+    static func serverEvict(cutoff: UInt64) -> [UInt8] {
+        var w = ByteWriter(capacity: 10)
+        w.varint(cutoff)
+        return w.bytes
+    }
+
+    /// A `keepSynced` pin set (`pinned`) or cleared at `path`.
+    static func pin(_ path: Path, pinned: Bool) -> [UInt8] {
+        var w = ByteWriter()
+        w.u8(pinned ? 1 : 0)
+        w.path(path)
+        return w.bytes
     }
 
     /// The unresolved values of a local write (what the server must receive).

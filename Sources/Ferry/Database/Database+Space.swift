@@ -1,0 +1,502 @@
+@_spi(Testing) import FerryLog
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// How much disk the cache may use (``DatabaseOptions/cacheSizeBytes``): a number of bytes, or
+/// no limit. As Firebase's setting, with its default (10 MB) and minimum (1 MB) — but here the
+/// limit is kept, not advised: see ``Database/statistics``.
+public struct CacheSize: Sendable, Hashable, CustomStringConvertible {
+    /// The limit in bytes; nil for no limit.
+    public let limit: Int?
+
+    /// At most `bytes` bytes on disk (segments and checkpoint), at least ``minimumBytes``
+    /// (checked when the database opens).
+    public static func bytes(_ bytes: Int) -> CacheSize { CacheSize(limit: bytes) }
+    /// No limit: server data is kept until compaction finds it superseded.
+    public static let unlimited = CacheSize(limit: nil)
+    /// The Realtime Database's default: 10 MB.
+    public static let defaultBytes = 10 << 20
+    /// The smallest limit accepted: 1 MB.
+    public static let minimumBytes = 1 << 20
+    /// The default limit, ``defaultBytes``.
+    public static let `default` = CacheSize.bytes(defaultBytes)
+
+    /// "N bytes", or "unlimited".
+    public var description: String { limit.map { "\($0) bytes" } ?? "unlimited" }
+
+    /// Throws when the limit is below the minimum.
+    func validate() throws {
+        if let limit, limit < Self.minimumBytes {
+            throw DatabaseError(.invalidData, "a cache size of \(limit) bytes is below the minimum of \(Self.minimumBytes) bytes (1 MB); use at least that, or .unlimited")
+        }
+    }
+}
+
+/// When the database writes a checkpoint by itself (``DatabaseOptions/checkpointPolicy``): after
+/// this many records, or this many bytes of records, since the last one — so that an app that
+/// runs for hours does not replay hours of log after a crash.
+public struct CheckpointPolicy: Sendable, Hashable {
+    /// Records since the last checkpoint (nil: no limit by count).
+    public var records: Int?
+    /// Payload bytes of the records since the last checkpoint (nil: no limit by size).
+    public var bytes: Int?
+
+    /// A checkpoint after `records` records or `bytes` bytes since the last one, whichever
+    /// comes first. The defaults: 100,000 records, 64 MiB.
+    public init(records: Int? = 100_000, bytes: Int? = 64 << 20) {
+        self.records = records
+        self.bytes = bytes
+    }
+}
+
+/// One compaction or eviction, as ``StoreStatistics`` reports it.
+public struct MaintenanceRun: Sendable, Equatable, Codable {
+    /// When it ended, in milliseconds since 1970.
+    public var endedAt: Int64
+    /// Bytes of the log's segment files it freed (net of what it restated).
+    public var bytesFreed: Int64
+    /// How long it took, in seconds.
+    public var seconds: Double
+    /// Segment files it deleted.
+    public var segmentsDeleted: Int
+    /// Server-cache entries it carried forward (restated).
+    public var entriesKept: Int
+    /// Server-cache entries it dropped (an eviction's "not cached" data; 0 for a compaction).
+    public var entriesEvicted: Int
+
+    init(bytesFreed: Int64, duration: Duration, segmentsDeleted: Int, entriesKept: Int, entriesEvicted: Int = 0) {
+        endedAt = wallClockMillis()
+        self.bytesFreed = bytesFreed
+        let c = duration.components
+        seconds = Double(c.seconds) + Double(c.attoseconds) / 1e18
+        self.segmentsDeleted = segmentsDeleted
+        self.entriesKept = entriesKept
+        self.entriesEvicted = entriesEvicted
+    }
+}
+
+/// What a store holds and how it uses its space (``Database/statistics``; `ferry-dump stats`).
+public struct StoreStatistics: Sendable, Equatable, Codable {
+    /// Bytes of the log's segment files.
+    public var segmentBytes: Int64 = 0
+    /// Bytes of the checkpoint file.
+    public var checkpointBytes: Int64 = 0
+    /// Segments and checkpoint: what the cache size limit bounds.
+    public var bytesOnDisk: Int64 { segmentBytes + checkpointBytes }
+    /// The log's segment files.
+    public var segments = 0
+    /// The cache size limit in bytes (nil: unlimited).
+    public var cacheLimit: Int?
+    /// By how much the store is over its limit because what it must not drop — pending
+    /// writes, and the data pinned or listened to — does not fit (0 when within it).
+    public var overLimitBytes: Int64 = 0
+    /// Local writes waiting for the server.
+    public var pendingWrites = 0
+    /// Bytes of their records.
+    public var pendingWriteBytes: Int64 = 0
+    /// Age of the oldest, in seconds (nil when none is pending).
+    public var oldestPendingWriteAge: Double?
+    /// Writes the server rejected, kept until the app clears them.
+    public var rejectedWrites = 0
+    /// Server-cache entries (paths whose server data is cached, each with all below it).
+    public var cachedPaths = 0
+    /// Paths pinned with `keepSynced(true)`.
+    public var pins: [String] = []
+    /// Paths under active listeners (kept by eviction, like pins).
+    public var listenedPaths = 0
+    /// The last compaction of this session (nil: none yet).
+    public var lastCompaction: MaintenanceRun?
+    /// The last eviction of this session (nil: none yet).
+    public var lastEviction: MaintenanceRun?
+
+    /// Empty statistics.
+    public init() {}
+
+    enum CodingKeys: String, CodingKey {
+        case segmentBytes, checkpointBytes, segments, cacheLimit, overLimitBytes, pendingWrites, pendingWriteBytes,
+             oldestPendingWriteAge, rejectedWrites, cachedPaths, pins, listenedPaths, lastCompaction, lastEviction
+    }
+}
+
+/// The database's bookkeeping for its space: the checkpoint's size, the last maintenance runs,
+/// and which background jobs are scheduled.
+final class SpaceState: Sendable {
+    struct State {
+        var checkpointBytes: Int64?
+        var lastCompaction: MaintenanceRun?
+        var lastEviction: MaintenanceRun?
+        var evictionScheduled = false
+        var checkpointScheduled = false
+        /// A memory-only store: bytes of server data received since its last eviction.
+        var memoryBytes = 0
+    }
+    let state = Mutex(State())
+
+    func noteCompaction(_ run: MaintenanceRun) { state.withLock { $0.lastCompaction = run } }
+}
+
+extension DatabaseOptions {
+    /// The segment size used: at most an eighth of the cache limit, so that eviction frees
+    /// space in small steps and "within the limit plus one segment" stays close to the limit.
+    var effectiveSegmentSize: Int {
+        guard let limit = cacheSizeBytes.limit else { return segmentSize }
+        return min(segmentSize, max(64 << 10, limit / 8))
+    }
+}
+
+extension Database {
+    // MARK: Statistics
+
+    /// What the store holds and how it uses its space: bytes on disk (segments, checkpoint),
+    /// segments, the cache limit and by how much what must be kept exceeds it, pending writes
+    /// (count, bytes, age of the oldest), rejected writes, cached paths, pins, and the last
+    /// compaction and eviction. The same as `ferry-dump stats` shows for a closed store.
+    public var statistics: StoreStatistics {
+        var s = StoreStatistics()
+        if let log {
+            let segments = log.segments
+            s.segments = segments.count
+            s.segmentBytes = segments.reduce(0) { $0 + $1.size }
+            s.checkpointBytes = checkpointBytes(log)
+        }
+        s.cacheLimit = options.cacheSizeBytes.limit
+        space.state.withLock { st in
+            s.lastCompaction = st.lastCompaction
+            s.lastEviction = st.lastEviction
+        }
+        if let limit = s.cacheLimit, log != nil { s.overLimitBytes = max(0, s.bytesOnDisk - Int64(limit)) }
+        engine.withLock { e in e.fillStatistics(&s) }
+        return s
+    }
+
+    /// The size of the newest checkpoint file (looked up once, then kept up to date).
+    func checkpointBytes(_ log: WriteAheadLog) -> Int64 {
+        if let known = space.state.withLock({ $0.checkpointBytes }) { return known }
+        let names = (try? log.sideFiles(withPrefix: Checkpoint.prefix)) ?? []
+        let bytes = names.filter { Checkpoint.lsn(of: $0) != nil }.reduce(Int64(0)) { $0 + fileSize(log.path + "/" + $1) }
+        space.state.withLock { $0.checkpointBytes = bytes }
+        return bytes
+    }
+
+    /// Called once a checkpoint file is in place.
+    func noteCheckpointWritten(_ log: WriteAheadLog, name: String) {
+        let bytes = fileSize(log.path + "/" + name)
+        space.state.withLock { $0.checkpointBytes = bytes }
+    }
+
+    /// Segments and checkpoint.
+    func bytesOnDisk(_ log: WriteAheadLog) -> Int64 {
+        log.segments.reduce(0) { $0 + $1.size } + checkpointBytes(log)
+    }
+
+    // MARK: Keeping within the limit
+
+    /// After a write or a server update: starts an eviction in the background when the store is
+    /// within two segments of its limit (so that it rarely reaches it), and waits for one when it
+    /// is over the limit (so that when the update's `await` returns, the store is within the
+    /// limit plus one segment — the segment being written, and what a background eviction
+    /// restates before it deletes — unless what it must keep is larger); starts a checkpoint
+    /// when the policy says one is due.
+    /// `memoryBytes`: for a memory-only store, the size of the server data received.
+    func settleSpace(memoryBytes: Int = 0) async {
+        defer { checkpointIfDue() }
+        guard let limit = options.cacheSizeBytes.limit.map(Int64.init) else { return }
+        guard let log else {
+            // (A memory-only store is made without a check: a limit below the minimum is raised.)
+            evictFromMemoryIfDue(limit: max(limit, Int64(CacheSize.minimumBytes)), received: memoryBytes)
+            return
+        }
+        let bytes = bytesOnDisk(log)
+        let segment = Int64(options.effectiveSegmentSize)
+        guard bytes > limit - 2 * segment else { return }
+        if bytes > limit {
+            do {
+                _ = try await maintenance.run { try await evictNow(log) }
+            } catch {
+                logEvictionFailure(error)
+            }
+        } else {
+            scheduleEviction(log)
+        }
+    }
+
+    /// The same without waiting (for writes that return at once).
+    func settleSpaceNow() {
+        checkpointIfDue()
+        guard let limit = options.cacheSizeBytes.limit.map(Int64.init), let log,
+              bytesOnDisk(log) > limit - 2 * Int64(options.effectiveSegmentSize) else { return }
+        scheduleEviction(log)
+    }
+
+    private func logEvictionFailure(_ error: any Error) {
+        if let e = error as? DatabaseError, e.code == .closed { return }
+        options.logger.warning("eviction failed: \(error)")
+    }
+
+    private func scheduleEviction(_ log: WriteAheadLog) {
+        let start = space.state.withLock { s -> Bool in
+            if s.evictionScheduled { return false }
+            s.evictionScheduled = true
+            return true
+        }
+        guard start else { return }
+        Task { [self] in
+            defer { space.state.withLock { $0.evictionScheduled = false } }
+            do {
+                _ = try await maintenance.run { try await evictNow(log) }
+            } catch {
+                logEvictionFailure(error)
+            }
+        }
+    }
+
+    private func evictFromMemoryIfDue(limit: Int64, received: Int) {
+        let due = space.state.withLock { s -> Bool in
+            s.memoryBytes += received
+            guard s.memoryBytes > limit else { return false }
+            s.memoryBytes = 0
+            return true
+        }
+        guard due else { return }
+        let started = ContinuousClock.now
+        let dropped = engine.withLock { $0.dropUnkeptInlineEntries() }
+        space.state.withLock {
+            $0.lastEviction = MaintenanceRun(bytesFreed: 0, duration: ContinuousClock.now - started, segmentsDeleted: 0,
+                                             entriesKept: 0, entriesEvicted: dropped)
+        }
+    }
+
+    /// Evicts now if the store is within two segments of its limit or over it (the caller holds
+    /// the maintenance lock): the
+    /// oldest segments holding no pending write go, until the store is expected to be within
+    /// the limit less three segments. Server data in them under a listener or a pin is restated
+    /// at the head of the log first (as compaction does); the rest is dropped from the cache
+    /// by a ``RecordKind/serverEvict`` record. Then the records are made durable, a checkpoint
+    /// is written, and only then are the segments deleted — a crash at any step opens to the
+    /// view before the eviction or the one after it.
+    ///
+    /// Returns what it did, or nil when there was nothing to do (within the limit, or nothing
+    /// evictable: then ``StoreStatistics/overLimitBytes`` says by how much the store is over).
+    @discardableResult
+    func evictNow(_ log: WriteAheadLog) async throws -> MaintenanceRun? {
+        guard let limit = options.cacheSizeBytes.limit.map(Int64.init) else { return nil }
+        let started = ContinuousClock.now
+        let before = bytesOnDisk(log)
+        guard before > limit - 2 * Int64(options.effectiveSegmentSize) else { return nil }
+        do {
+            let frontier = try acknowledgedFrontier(log)
+            let candidates = log.segments.prefix { $0.sealed && $0.nextLSN.rawValue <= frontier }
+            let target = limit - 3 * Int64(options.effectiveSegmentSize)
+            var projected = before
+            var cutoff: UInt64?
+            var victims = 0
+            for segment in candidates where projected > target {
+                projected -= segment.size
+                cutoff = segment.nextLSN.rawValue
+                victims += 1
+            }
+            guard let cutoff else { return nil }
+            CrashPoint.hit("eviction.start")
+            let kept = engine.withLock { $0.keptPaths }
+            var restated = try restateServerEntries(below: cutoff, log, keeping: { Engine.isKept($0, by: kept) })
+            CrashPoint.hit("eviction.afterRestate")
+            try carrySyncStateForward(below: cutoff)
+            // What to drop is looked for outside the lock, in a snapshot (copied on write).
+            let snapshot = engine.withLock { $0.server.index }
+            var found: [(key: [UInt8], entry: LayeredEntry)] = []
+            snapshot.forEach(withPrefix: []) { k, e in
+                if !e.isInline && !e.isMarker && e.ref.lsn < cutoff { found.append((Array(k), e)) }
+            }
+            try engine.withLock { e in
+                try e.checkUsable()
+                // Listeners or pins added since the values were read: restate theirs here.
+                let nowKept = e.keptPaths
+                if Set(nowKept) != Set(kept) {
+                    var late: [(Path, [UInt8])] = []
+                    e.server.forEach { k, entry in
+                        guard !entry.isInline && !entry.isMarker && entry.ref.lsn < cutoff else { return }
+                        let p = PathKey.decode(k)
+                        guard Engine.isKept(p, by: nowKept) else { return }
+                        let ref = entry.ref
+                        if let bytes = try? e.withPayload(ref.lsn, { _, payload in
+                            Array(UnsafeRawBufferPointer(rebasing: payload[Int(ref.offset)..<Int(ref.offset) + Int(ref.length)]))
+                        }) { late.append((p, bytes)) }
+                    }
+                    var restater = Restater()
+                    for (p, bytes) in late { try bytes.withUnsafeBytes { try restater.add(p, $0, e) } }
+                    try restater.flush(e)
+                    restated += restater.count
+                }
+                var parts = Restater()
+                try e.restateKeptParts(below: cutoff, &parts)
+                restated += parts.count
+                _ = try e.append(.serverEvict, RecordCodec.serverEvict(cutoff: cutoff))
+            }
+            // The record's effect, in slices so that writers wait at most a slice (~2 ms).
+            var droppedKeys: [[UInt8]] = []
+            var start = 0
+            while start < found.count {
+                let end = min(start + 2048, found.count)
+                engine.withLock { $0.dropServerEntries(found[start..<end], into: &droppedKeys) }
+                start = end
+            }
+            let dropped = droppedKeys.count + engine.withLock { $0.dropMarkers(above: droppedKeys) }
+            try await log.sync()
+            CrashPoint.hit("eviction.afterEvictRecord")
+            try await writeCheckpoint(log)
+            CrashPoint.hit("eviction.afterCheckpoint")
+            let deleted = try await log.deleteSegments(before: LSN(cutoff))
+            CrashPoint.hit("eviction.afterDelete")
+            let after = bytesOnDisk(log)
+            let run = MaintenanceRun(bytesFreed: before - after, duration: ContinuousClock.now - started,
+                                     segmentsDeleted: deleted.count, entriesKept: restated, entriesEvicted: dropped)
+            space.state.withLock { $0.lastEviction = run }
+            options.logger.debug("evicted \(deleted.count) segment(s): \(dropped) entries dropped, \(restated) kept")
+            return run
+        } catch let e as DatabaseError {
+            throw e
+        } catch {
+            throw DatabaseError(.storage, "eviction failed: \(error)", underlying: error as? LogError)
+        }
+    }
+
+    // MARK: Checkpoints by policy
+
+    /// Starts a checkpoint in the background when the policy says one is due.
+    func checkpointIfDue() {
+        guard log != nil, let policy = options.checkpointPolicy else { return }
+        let since = engine.withLock { $0.sinceCheckpoint }
+        let due = (policy.records.map { since.records >= $0 } ?? false) || (policy.bytes.map { since.bytes >= $0 } ?? false)
+        guard due else { return }
+        let start = space.state.withLock { s -> Bool in
+            if s.checkpointScheduled { return false }
+            s.checkpointScheduled = true
+            return true
+        }
+        guard start else { return }
+        Task { [self] in
+            defer { space.state.withLock { $0.checkpointScheduled = false } }
+            do {
+                try await checkpoint()
+            } catch let e as DatabaseError where e.code == .closed {
+            } catch {
+                options.logger.warning("checkpoint by policy failed: \(error)")
+            }
+        }
+    }
+
+    // MARK: Housekeeping
+
+    /// Waits until the server has answered (acknowledged or rejected) every local write made
+    /// before the call. Rejections do not make it throw (see ``rejectedWrites()``).
+    ///
+    /// - Throws: ``DatabaseError/Code/closed`` if the database closes first;
+    ///   ``DatabaseError/Code/storage`` if it fails.
+    public func waitForPendingWrites() async throws {
+        let ids = engine.withLock { Array($0.writeTree.pending.ids) }
+        for id in ids {
+            do {
+                try await WriteReceipt(database: self, writeID: id).serverAcknowledgement()
+            } catch let e as DatabaseError where e.code == .writeRejected {
+                continue
+            }
+        }
+    }
+
+    /// Deletes the store at `path` — log, checkpoints, everything the database wrote there —
+    /// leaving an empty directory (Firestore's `clearPersistence`).
+    ///
+    /// Refused while the store is open (here or in another process), and, unless `force`,
+    /// while it holds local writes the server has not acknowledged (they would be lost). A
+    /// directory that holds no store is left alone.
+    ///
+    /// - Throws: ``DatabaseError/Code/failedPrecondition`` naming the pending writes;
+    ///   ``DatabaseError/Code/storage`` when the store is in use or cannot be read or deleted.
+    public static func clearPersistence(at path: String, force: Bool = false) async throws {
+        let names = try listDirectory(path)
+        guard names.contains(where: { $0.hasSuffix(".wal") }) else { return }
+        var o = DatabaseOptions()
+        o.checkpointOnClose = false
+        o.cacheSizeBytes = .unlimited
+        o.compactionSegments = nil
+        o.checkpointPolicy = nil
+        let db = try Database.open(at: path, options: o)
+        let pending = db.pendingWriteCount
+        if pending > 0 && !force {
+            try await db.close()
+            throw DatabaseError(.failedPrecondition,
+                "the store at \(path) holds \(pending) local write(s) the server has not acknowledged; clearing it would lose them (pass force: true to clear anyway)")
+        }
+        try await db.close()
+        for name in try listDirectory(path) where isStoreFile(name) {
+            let full = path + "/" + name
+            if unlink(full) != 0 && errno != ENOENT {
+                if errno == EISDIR || errno == EPERM { removeTree(full); continue }
+                throw DatabaseError(.storage, "clearing the store: cannot delete \(full): errno \(errno)")
+            }
+        }
+    }
+
+    private static func isStoreFile(_ name: String) -> Bool {
+        name.hasSuffix(".wal") || name.hasSuffix(".tmp") || name.hasPrefix(Checkpoint.prefix) || name == "log-start"
+            || name == "LOCK" || name == "damaged"
+    }
+}
+
+extension Engine {
+    /// The engine's part of ``Database/statistics``.
+    func fillStatistics(_ s: inout StoreStatistics) {
+        let pending = writeTree.pending
+        s.pendingWrites = pending.count
+        var bytes: Int64 = 0
+        var oldest: Int64?
+        for i in 0..<pending.count {
+            let id = pending.id(at: i)
+            _ = try? withPayload(UInt64(id)) { kind, payload in
+                bytes += Int64(payload.count)
+                if oldest == nil, let summary = try? RecordCodec.summarize(kind: kind, payload) { oldest = summary.time }
+            }
+        }
+        s.pendingWriteBytes = bytes
+        if let oldest, pending.count > 0 { s.oldestPendingWriteAge = max(0, Double(wallClockMillis() - oldest) / 1000) }
+        s.rejectedWrites = isPersistent ? rejected.count : rejectedInMemory.count
+        s.cachedPaths = server.count
+        s.pins = pins.map(\.description).sorted()
+        s.listenedPaths = 0
+        syncTree.syncPoints.forEach { _, _ in s.listenedPaths += 1 }
+    }
+}
+
+func fileSize(_ path: String) -> Int64 {
+    var st = stat()
+    return stat(path, &st) == 0 ? Int64(st.st_size) : 0
+}
+
+func listDirectory(_ path: String) throws -> [String] {
+    guard let dir = opendir(path) else {
+        if errno == ENOENT { return [] }
+        throw DatabaseError(.storage, "cannot list \(path): errno \(errno)")
+    }
+    defer { closedir(dir) }
+    var names: [String] = []
+    while let entry = readdir(dir) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+            String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+        }
+        if name != "." && name != ".." { names.append(name) }
+    }
+    return names
+}
+
+private func removeTree(_ path: String) {
+    for name in (try? listDirectory(path)) ?? [] {
+        let full = path + "/" + name
+        if unlink(full) != 0 { removeTree(full) }
+    }
+    rmdir(path)
+}
