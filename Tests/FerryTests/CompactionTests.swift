@@ -113,6 +113,7 @@ import Testing
         let db = try await Self.open(dir)
         try await Self.fill(db, rounds: 10)
         let pending = try await Self.fill(db, rounds: 2, acknowledge: false)
+        try await db.sync()  // the acknowledged segments written and sealed, however slow the writer
         let before = try await Self.everything(db)
         let report = try await db.compact()
         #expect(!report.deletedSegments.isEmpty, "the acknowledged segments before the first pending write go")
