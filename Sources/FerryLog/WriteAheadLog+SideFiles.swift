@@ -129,6 +129,7 @@ extension WriteAheadLog {
             _ = system.unlink(directory.path(temporary))
             throw error
         }
+        CrashPoint.hit("checkpoint.afterTempWrite")  // (checkpoints are the only block side files)
         try directory.rename(temporary, to: name)
     }
 

@@ -1,4 +1,4 @@
-import FerryLog
+@_spi(Testing) import FerryLog
 import Synchronization
 
 /// What ``Database/compact()`` did.
@@ -105,7 +105,9 @@ extension Database {
             report.restatedEntries = try restateServerEntries(below: cutoff, log)
             try carrySyncStateForward(below: cutoff)
             try await log.sync()
+            CrashPoint.hit("compaction.afterRestate")
             try await writeCheckpoint(log)
+            CrashPoint.hit("compaction.afterCheckpoint")
             report.deletedSegments = try await log.deleteSegments(before: LSN(cutoff))
         } catch let e as DatabaseError {
             throw e

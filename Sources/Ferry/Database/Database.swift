@@ -1,5 +1,5 @@
 import Dispatch
-import FerryLog
+@_spi(Testing) import FerryLog
 import Logging
 import Synchronization
 
@@ -22,6 +22,8 @@ public struct DatabaseOptions: Sendable {
     public var compactionSegments: Int? = 4
     /// Where the database logs recoveries and failures.
     public var logger = Logger(label: "ferry")
+    /// The system calls the log makes; tests replace them to inject faults or cut the power.
+    @_spi(Testing) public var system: SystemCalls = .live
 
     /// The defaults: `.fsync` durability, 8 MiB segments, strict recovery, a checkpoint on close.
     public init() {}
@@ -71,6 +73,7 @@ public final class Database: Sendable {
     public static func open(at path: String, options: DatabaseOptions = DatabaseOptions()) throws -> Database {
         var logOptions = LogOptions(durability: options.durability, segmentSize: options.segmentSize, recovery: options.recovery)
         logOptions.logger = options.logger
+        logOptions.system = options.system
         let log: WriteAheadLog
         do {
             log = try WriteAheadLog.open(at: path, options: logOptions)
@@ -161,7 +164,9 @@ public final class Database: Sendable {
             try await log.sync()  // every record the checkpoint refers to must be durable first
             let name = Checkpoint.fileName(lsn)
             try log.writeSideFile(named: name) { try image.write(storeID: log.storeID, nextLSN: lsn, to: $0) }
+            CrashPoint.hit("checkpoint.afterRename")
             try log.removeSideFiles(named: try log.sideFiles(withPrefix: Checkpoint.prefix).filter { $0 != name })
+            CrashPoint.hit("checkpoint.afterRemoveOld")
         } catch {
             throw DatabaseError(.storage, "writing a checkpoint failed: \(error)", underlying: error as? LogError)
         }
