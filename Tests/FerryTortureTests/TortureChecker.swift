@@ -1,0 +1,99 @@
+@testable @_spi(Server) import Ferry
+
+/// Checks a reopened store against the journal of what the workload reported before it died.
+///
+/// Must hold: every write confirmed durable is still pending (unless a confirmed answer of the
+/// server removed it) or, once answered, shows as the server's echo made it; every confirmed
+/// server operation shows; rejected writes are kept until a confirmed clear; and the view
+/// equals the model's. What was in doubt — each task's announced, unconfirmed write and the
+/// server's unconfirmed operation — may or may not have survived: the check tries each way
+/// (a surviving write is recognised by the id it has in the store, and must be one a task
+/// announced, with the same kind, path and value), and adopts the one the store matches.
+enum TortureChecker {
+    struct Mismatch: Error, CustomStringConvertible {
+        var description: String
+        /// Writes confirmed durable, pending, and missing from the store.
+        var lostWrites: Int
+        var viewDiffers: Bool
+    }
+
+    /// Returns the model the store matches (doubts settled), or throws a ``Mismatch`` naming what
+    /// differs from the model without the doubtful operations.
+    static func check(_ db: Database, against journal: Journal) async throws -> TortureModel {
+        let pending = db.pendingWriteIDs
+        let rejected = try db.rejectedWrites().map(\.writeID).sorted()
+        let view = try await db.root.getData().value
+        let known = Set(journal.model.pendingIDs)
+        let unknown = pending.filter { !known.contains($0) }
+
+        // For each write the store has and no report confirmed: the tasks whose announced write it can be.
+        var choices: [[Int]] = []
+        for id in unknown {
+            let record = db.engine.withLock { $0.writeTree.write(id) }
+            let tasks = journal.inDoubt.keys.sorted().filter { t in
+                (journal.lastID[t] ?? 0) < id && record.map { matches(journal.inDoubt[t]!, $0) } == true
+            }
+            choices.append(tasks)
+        }
+        var assignments: [[Int]] = []
+        func assign(_ i: Int, _ taken: [Int]) {
+            if i == unknown.count { assignments.append(taken); return }
+            for t in choices[i] where !taken.contains(t) { assign(i + 1, taken + [t]) }
+        }
+        assign(0, [])
+
+        for base in outcomes(of: journal.server, on: journal.model) {
+            for tasks in assignments {
+                var m = base
+                for (id, t) in zip(unknown, tasks) { m.addPending(.init(id: id, change: journal.inDoubt[t]!)) }
+                if m.pendingIDs == pending && m.rejected.sorted() == rejected && m.visible == view { return m }
+            }
+        }
+
+        let m = journal.model
+        var why: [String] = []
+        let lost = Set(m.pendingIDs).subtracting(pending)
+        if !lost.isEmpty { why.append("confirmed pending writes missing: \(lost.sorted())") }
+        if !unknown.isEmpty {
+            why.append("writes no report confirmed: \(unknown) (candidates by task: \(choices); announced: \(journal.inDoubt))")
+        }
+        if m.rejected.sorted() != rejected { why.append("rejected writes \(rejected), the model \(m.rejected.sorted())") }
+        if m.visible != view { why.append("the view \(view)\n    the model \(m.visible)") }
+        if let op = journal.server { why.append("server operation in doubt: \(op)") }
+        throw Mismatch(description: why.joined(separator: "\n    "), lostWrites: lost.count, viewDiffers: m.visible != view)
+    }
+
+    /// The states a server operation in doubt may have left: not applied, applied, and for an
+    /// answer with rejections, each rejection recorded in turn before the cursor (the database
+    /// appends a record per rejection, then one for the cursor; a crash can fall between them).
+    static func outcomes(of op: Journal.ServerOp?, on model: TortureModel) -> [TortureModel] {
+        guard let op else { return [model] }
+        var out = [model]
+        if case .ack(_, let rejecting) = op {
+            var m = model
+            for id in rejecting.sorted() where m.pendingIDs.contains(id) {
+                m.pending.removeAll { $0.id == id }
+                m.rejected.insert(id)
+                out.append(m)
+            }
+        }
+        var applied = model
+        Journal.apply(op, to: &applied)
+        out.append(applied)
+        return out
+    }
+
+    /// Whether the store's record of a write is the announced change.
+    static func matches(_ change: TortureModel.Change, _ record: WriteRecord) -> Bool {
+        switch (change, record.change) {
+        case (.set(let path, let value), .overwrite(let node)):
+            return path == record.path.keys && TortureModel.normalized(value) == TortureModel.normalized(node.value())
+        case (.update(let path, let children), .merge(let write)):
+            var written: [String: Value] = [:]
+            write.forEachWrite { p, node in written[p.keys.joined(separator: "/")] = TortureModel.normalized(node.value()) }
+            return path == record.path.keys && written == children.mapValues(TortureModel.normalized)
+        default:
+            return false
+        }
+    }
+}
