@@ -42,7 +42,7 @@ enum TortureChecker {
         }
         assign(0, [])
 
-        for base in outcomes(of: journal.server, on: journal.model) {
+        for base in outcomes(of: journal) {
             for tasks in assignments {
                 var m = base
                 for (id, t) in zip(unknown, tasks) { m.addPending(.init(id: id, change: journal.inDoubt[t]!)) }
@@ -52,6 +52,14 @@ enum TortureChecker {
 
         let m = journal.model
         var why: [String] = []
+        for (i, base) in outcomes(of: journal).enumerated() {
+            for tasks in assignments.prefix(3) {
+                var c = base
+                for (id, t) in zip(unknown, tasks) { c.addPending(.init(id: id, change: journal.inDoubt[t]!)) }
+                why.append("outcome \(i) with \(tasks): pending \(c.pendingIDs == pending ? "same" : "differs"), rejected \(c.rejected.sorted() == rejected ? "same" : "differs"), view \(c.visible == view ? "same" : "\(c.visible)")")
+            }
+        }
+        why.append("pending in the store: \(pending.suffix(12))")
         let lost = Set(m.pendingIDs).subtracting(pending)
         if !lost.isEmpty { why.append("confirmed pending writes missing: \(lost.sorted())") }
         if !unknown.isEmpty {
@@ -60,15 +68,25 @@ enum TortureChecker {
         if m.rejected.sorted() != rejected { why.append("rejected writes \(rejected), the model \(m.rejected.sorted())") }
         if m.visible != view { why.append("the view \(view)\n    the model \(m.visible)") }
         if let op = journal.server { why.append("server operation in doubt: \(op)") }
+        if !journal.unsynced.isEmpty { why.append("server operations not known durable: \(journal.unsynced.map(\.op))") }
         throw Mismatch(description: why.joined(separator: "\n    "), lostWrites: lost.count, viewDiffers: m.visible != view)
     }
 
-    /// The states a server operation in doubt may have left: not applied, applied, and for an
-    /// answer with rejections, each rejection recorded in turn before the cursor (the database
-    /// appends a record per rejection, then one for the cursor; a crash can fall between them).
-    static func outcomes(of op: Journal.ServerOp?, on model: TortureModel) -> [TortureModel] {
-        guard let op else { return [model] }
-        var out = [model]
+    /// The states the operations in doubt may have left: any prefix of the server data not yet
+    /// known durable; after all of it, the server operation in doubt not applied, applied, and
+    /// for an answer with rejections, each rejection recorded in turn before the cursor (the
+    /// database appends a record per rejection, then one for the cursor; a crash can fall
+    /// between them).
+    static func outcomes(of journal: Journal) -> [TortureModel] {
+        // Server data not known durable: any prefix of it survived (the log keeps a prefix).
+        var out = [journal.model]
+        var model = journal.model
+        for u in journal.unsynced {
+            Journal.apply(u.op, to: &model)
+            out.append(model)
+        }
+        // The operation in doubt came after all of them.
+        guard let op = journal.server else { return out }
         if case .ack(_, let rejecting) = op {
             var m = model
             for id in rejecting.sorted() where m.pendingIDs.contains(id) {

@@ -121,6 +121,15 @@ struct Journal {
     /// Each task's last confirmed write id in this run (a task's writes get rising ids).
     var lastID: [Int: Int64] = [:]
     var server: ServerOp?
+    /// Server data applied and returned, but not yet known durable: `applyServerPut` and
+    /// `applyServerMerge` do not wait for their record (server data is a cache, fetched again if
+    /// lost). Each becomes certain once a record appended after it is confirmed durable — an
+    /// answer of the server, or a write announced after it returned — since the log keeps a
+    /// prefix. The line each returned on, oldest first.
+    var unsynced: [(op: ServerOp, line: Int)] = []
+    /// The line each task's write in doubt was announced on.
+    var announcedAt: [Int: Int] = [:]
+    var line = 0
     var errors: [String] = []
     var confirmedWrites = 0, serverOperations = 0, checkpoints = 0, compactions = 0, deletedSegments = 0
 
@@ -128,12 +137,22 @@ struct Journal {
 
     static func value(_ s: Substring) -> Value? { try? Value(json: String(s)) }
 
+    /// The unsynced server operations that returned before `line` are durable now.
+    mutating func synced(before line: Int) {
+        while let first = unsynced.first, first.line < line {
+            Self.apply(first.op, to: &model)
+            unsynced.removeFirst()
+        }
+    }
+
     mutating func take(_ line: String) {
+        self.line += 1
         let f = line.split(separator: "\t", omittingEmptySubsequences: false)
         guard let tag = f.first else { return }
         switch tag {
         case "i" where f.count == 5:
             guard let t = Int(f[1]), let v = Self.value(f[4]) else { return errors.append("unreadable: \(line)") }
+            announcedAt[t] = self.line
             if f[2] == "update", case .object(let children) = v {
                 inDoubt[t] = .update(path: Self.path(f[3]), children: children)
             } else {
@@ -143,6 +162,7 @@ struct Journal {
             guard let t = Int(f[1]), let id = Int64(f[2]), let change = inDoubt.removeValue(forKey: t) else {
                 return errors.append("a confirmation without its announcement: \(line)")
             }
+            synced(before: announcedAt[t] ?? 0)
             model.addPending(.init(id: id, change: change))
             lastID[t] = id
             confirmedWrites += 1
@@ -160,7 +180,16 @@ struct Journal {
             }
         case "S":
             guard let op = server else { return errors.append("a server confirmation without its announcement") }
-            Self.apply(op, to: &model)
+            switch op {
+            case .put, .merge:
+                unsynced.append((op, self.line))
+            case .clear where model.rejected.isEmpty:
+                break  // nothing to clear: no record
+            case .ack, .clear:
+                // Its record was appended after every earlier server operation, and waited for.
+                synced(before: self.line)
+                Self.apply(op, to: &model)
+            }
             server = nil
             serverOperations += 1
         case "c": checkpoints += 1
@@ -187,5 +216,7 @@ struct Journal {
         inDoubt = [:]
         lastID = [:]
         server = nil
+        unsynced = []
+        announcedAt = [:]
     }
 }

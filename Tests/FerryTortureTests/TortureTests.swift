@@ -49,6 +49,7 @@ import Testing
         var rng: SplitMix
         let seed: UInt64
         var round = 0
+        var lastLines: [String] = []
 
         init(seed: UInt64) async throws {
             self.seed = seed
@@ -92,7 +93,8 @@ import Testing
                     usleep(UInt32(10_000 + random(250_000)))
                     tally.kills += 1
                 }
-                for line in child.kill9() { journal.take(line) }
+                lastLines = child.kill9()
+                for line in lastLines { journal.take(line) }
             case .powerCut:
                 let disk = try PowerCutDisk(directory: store, shadow: dir.sub("shadow-\(round)"), callsBeforeCut: 1 + random(2_000))
                 var options = TortureWorkload.databaseOptions
@@ -128,7 +130,8 @@ import Testing
                     print("round \(round) lines:\n  " + lines.withLock { $0 }.joined(separator: "\n  "))
                     print("round \(round) files after the cut: \(try Files.list(store).map { "\($0) \((try? Files.size(store + "/" + $0)) ?? -1)" })")
                 }
-                for line in lines.withLock({ $0 }) where !line.hasPrefix("e\t") { journal.take(line) }
+                lastLines = lines.withLock { $0 }
+                for line in lastLines where !line.hasPrefix("e\t") { journal.take(line) }
                 journal.errors += unexpected.withLock { $0 }
             }
             context += ")"
@@ -148,6 +151,10 @@ import Testing
                 tally.lostWrites += m.lostWrites
                 if m.viewDiffers { tally.differingViews += 1 }
                 failure = (failure.map { $0 + "\n" } ?? "") + "\(context): the store differs from the model:\n    \(m)"
+                if let keep = environment["FERRY_TORTURE_KEEP"] {
+                    try? Files.copyTree(store, to: keep + "/round-\(round)")
+                    try? (lastLines.joined(separator: "\n") + "\n").write(toFile: keep + "/round-\(round).lines", atomically: false, encoding: .utf8)
+                }
                 // Go on from what the store holds, so one failure does not hide the next.
                 try await resynchronize(db)
             }
