@@ -151,10 +151,7 @@ import Testing
                 tally.lostWrites += m.lostWrites
                 if m.viewDiffers { tally.differingViews += 1 }
                 failure = (failure.map { $0 + "\n" } ?? "") + "\(context): the store differs from the model:\n    \(m)"
-                if let keep = environment["FERRY_TORTURE_KEEP"] {
-                    try? Files.copyTree(store, to: keep + "/round-\(round)")
-                    try? (lastLines.joined(separator: "\n") + "\n").write(toFile: keep + "/round-\(round).lines", atomically: false, encoding: .utf8)
-                }
+                keep()
                 // Go on from what the store holds, so one failure does not hide the next.
                 try await resynchronize(db)
             }
@@ -165,6 +162,13 @@ import Testing
             tally.compactions = journal.compactions
             tally.deletedSegments = journal.deletedSegments
             return failure
+        }
+
+        /// With FERRY_TORTURE_KEEP=DIR: keeps a failing round's store and the workload's lines.
+        func keep() {
+            guard let keep = environment["FERRY_TORTURE_KEEP"] else { return }
+            try? Files.copyTree(store, to: keep + "/\(seed)-round-\(round)")
+            try? (lastLines.joined(separator: "\n") + "\n").write(toFile: keep + "/\(seed)-round-\(round).lines", atomically: false, encoding: .utf8)
         }
 
         /// After a failure: adopt the store's state as the model's (answering every pending
@@ -220,13 +224,15 @@ import Testing
             #expect(child.waitForLine(timeout: 60) { $0 == "open" }, "the child did not open the store")
             let selfKilled = child.waitForExit(timeout: 10) && child.wasKilled
             if selfKilled { hits += 1 }
-            for line in child.kill9() { h.journal.take(line) }
+            h.lastLines = child.kill9()
+            for line in h.lastLines { h.journal.take(line) }
             #expect(h.journal.errors.isEmpty, "seed \(h.seed) at \(point), run \(n): \(h.journal.errors)")
             let db = try Database.open(at: h.store, options: TortureWorkload.databaseOptions)
             do {
                 h.journal.settle(try await TortureChecker.check(db, against: h.journal))
             } catch {
                 Issue.record("seed \(h.seed) killed at \(point), run \(n): the store differs from the model:\n    \(error)")
+                h.keep()
             }
             try await db.close()
         }
