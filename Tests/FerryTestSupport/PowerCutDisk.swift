@@ -230,10 +230,13 @@ public final class PowerCutDisk: Sendable {
 
     /// What a restore did.
     public struct Restore: Sendable, CustomStringConvertible {
-        /// Files whose unsynced bytes were dropped (or cut to a prefix), and how many bytes went.
-        public var truncatedFiles = 0, droppedBytes: Int64 = 0
+        /// Files whose unsynced bytes were dropped (or cut to a prefix).
+        public var truncatedFiles = 0
+        /// The unsynced bytes dropped.
+        public var droppedBytes: Int64 = 0
         /// Directory entries a cut undid: creations and renames removed, deletions brought back.
         public var undoneEntries = 0
+        /// One line for a test's report.
         public var description: String { "\(truncatedFiles) file(s) lost \(droppedBytes) unsynced byte(s), \(undoneEntries) directory change(s) undone" }
     }
 

@@ -17,7 +17,8 @@ import Synchronization
 ///     s put|merge PATH JSON         the server is about to apply data
 ///     s ack THROUGH R1,R2,…         the server is about to answer writes through THROUGH, rejecting R…
 ///     s clear                       the app is about to clear the rejected writes
-///     S                             the server operation announced last returned (durable)
+///     S                             the server operation announced last returned (an answer or a
+///                                   clear is durable then; a put or merge is not waited for)
 ///     c / k N                       a checkpoint / a compaction (deleting N segments) finished
 ///     e MESSAGE                     an operation failed; the task that saw it stops
 ///
@@ -29,6 +30,7 @@ public struct TortureWorkload: Sendable {
     /// How many tasks write.
     public var writers: Int
 
+    /// A workload whose every choice follows from `seed`, with `writers` writing tasks.
     public init(seed: UInt64, writers: Int = 4) {
         self.seed = seed
         self.writers = writers

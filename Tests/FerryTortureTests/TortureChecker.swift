@@ -4,8 +4,8 @@
 ///
 /// Must hold: every write confirmed durable is still pending (unless a confirmed answer of the
 /// server removed it) or, once answered, shows as the server's echo made it; every confirmed
-/// server operation shows; rejected writes are kept until a confirmed clear; and the view
-/// equals the model's. What was in doubt — each task's announced, unconfirmed write and the
+/// server operation shows; rejected writes are kept until a confirmed clear; and the view and
+/// the server data equal the model's. What was in doubt — each task's announced, unconfirmed write and the
 /// server's unconfirmed operation — may or may not have survived: the check tries each way
 /// (a surviving write is recognised by the id it has in the store, and must be one a task
 /// announced, with the same kind, path and value), and adopts the one the store matches.
@@ -23,6 +23,9 @@ enum TortureChecker {
         let pending = db.pendingWriteIDs
         let rejected = try db.rejectedWrites().map(\.writeID).sorted()
         let view = try await db.root.getData().value
+        // The server data too: two outcomes may show the same view when a pending write hides
+        // where they differ, and adopting the wrong one would fail a later round.
+        let server = db.engine.withLock { $0.server.completeNode(at: .root)?.value(export: true) }.map(TortureModel.normalized)
         let known = Set(journal.model.pendingIDs)
         let unknown = pending.filter { !known.contains($0) }
 
@@ -46,7 +49,7 @@ enum TortureChecker {
             for tasks in assignments {
                 var m = base
                 for (id, t) in zip(unknown, tasks) { m.addPending(.init(id: id, change: journal.inDoubt[t]!)) }
-                if m.pendingIDs == pending && m.rejected.sorted() == rejected && m.visible == view { return m }
+                if m.pendingIDs == pending && m.rejected.sorted() == rejected && m.visible == view && m.server == server { return m }
             }
         }
 
@@ -56,10 +59,10 @@ enum TortureChecker {
             for tasks in assignments.prefix(3) {
                 var c = base
                 for (id, t) in zip(unknown, tasks) { c.addPending(.init(id: id, change: journal.inDoubt[t]!)) }
-                why.append("outcome \(i) with \(tasks): pending \(c.pendingIDs == pending ? "same" : "differs"), rejected \(c.rejected.sorted() == rejected ? "same" : "differs"), view \(c.visible == view ? "same" : "\(c.visible)")")
+                why.append("outcome \(i) with \(tasks): pending \(c.pendingIDs == pending ? "same" : "differs"), rejected \(c.rejected.sorted() == rejected ? "same" : "differs"), server data \(c.server == server ? "same" : "\(c.server)"), view \(c.visible == view ? "same" : "\(c.visible)")")
             }
         }
-        why.append("pending in the store: \(pending.suffix(12))")
+        why.append("pending in the store: \(pending.suffix(12)); its server data: \(server.map(\.description) ?? "incomplete")")
         let lost = Set(m.pendingIDs).subtracting(pending)
         if !lost.isEmpty { why.append("confirmed pending writes missing: \(lost.sorted())") }
         if !unknown.isEmpty {

@@ -14,7 +14,9 @@ import Testing
 ///
 /// The normal suite runs a few rounds of each. The long mode runs rounds until
 /// `FERRY_TORTURE_SECONDS` have passed (or `FERRY_TORTURE_ROUNDS` rounds) and prints a summary;
-/// `FERRY_TORTURE_SEED` replays a seed.
+/// `FERRY_TORTURE_SEED` replays a seed (the cut and kill points; thread timing still varies),
+/// `FERRY_TORTURE_KEEP=DIR` keeps a failing round's store and lines, `FERRY_TORTURE_TRACE`
+/// prints each power cut's calls.
 @Suite(.serialized) struct TortureTests {
     static let environment = ProcessInfo.processInfo.environment
     static let seconds = Double(environment["FERRY_TORTURE_SECONDS"] ?? "")
