@@ -36,7 +36,7 @@ import Testing
 
     /// Counts over a run, for the summary line.
     struct Tally {
-        var kills = 0, pointKills = 0, powerCuts = 0, failures = 0, lostWrites = 0, differingViews = 0
+        var kills = 0, pointKills = 0, powerCuts = 0, failures = 0, lostWrites = 0, differingViews = 0, differingServerData = 0
         var confirmedWrites = 0, serverOperations = 0, checkpoints = 0, compactions = 0, deletedSegments = 0
         var tornTails = 0, undoneDirectoryChanges = 0, droppedBytes: Int64 = 0
         var pointHits: [String: Int] = [:]
@@ -152,6 +152,7 @@ import Testing
                 tally.failures += 1
                 tally.lostWrites += m.lostWrites
                 if m.viewDiffers { tally.differingViews += 1 }
+                if m.serverDiffers { tally.differingServerData += 1 }
                 failure = (failure.map { $0 + "\n" } ?? "") + "\(context): the store differs from the model:\n    \(m)"
                 keep()
                 // Go on from what the store holds, so one failure does not hide the next.
@@ -185,7 +186,7 @@ import Testing
 
         var summary: String {
             let t = tally
-            return "\(t.kills) kills, \(t.pointKills) named-point kills, \(t.powerCuts) power cuts; \(t.lostWrites) acknowledged writes lost; \(t.differingViews) views differing from the model"
+            return "\(t.kills) kills, \(t.pointKills) named-point kills, \(t.powerCuts) power cuts; \(t.lostWrites) acknowledged writes lost; \(t.differingViews) views and \(t.differingServerData) server caches differing from the model"
         }
 
         var details: String {
