@@ -90,6 +90,21 @@ let package = Package(
             dependencies: ["Ferry", "FerryLog", "FerryTestSupport", "ferry-dump", "ferry-demo", "ferry-space-child"],
             exclude: ["Conformance"]
         ),
+        // The torture harness: a random database workload killed and power-cut at random.
+        .target(
+            name: "FerryTortureSupport",
+            dependencies: ["Ferry", "FerryTestSupport"],
+            path: "Tests/FerryTortureSupport"
+        ),
+        .executableTarget(
+            name: "ferry-torture-child",
+            dependencies: ["Ferry", "FerryTortureSupport"],
+            path: "Tests/ferry-torture-child"
+        ),
+        .testTarget(
+            name: "FerryTortureTests",
+            dependencies: ["Ferry", "FerryLog", "FerryTestSupport", "FerryTortureSupport", "ferry-torture-child"]
+        ),
         .testTarget(
             name: "FerryLogTests",
             dependencies: [

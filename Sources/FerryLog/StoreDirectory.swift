@@ -106,10 +106,12 @@ struct StoreDirectory: Sendable {
         }
     }
 
-    /// Deletes files durably. Missing files are not an error.
-    func remove(_ names: [String]) throws {
+    /// Deletes files durably. Missing files are not an error. `crashPointBetween` names the
+    /// ``CrashPoint`` hit between two deletions.
+    func remove(_ names: [String], crashPointBetween: StaticString? = nil) throws {
         guard !names.isEmpty else { return }
-        for name in names {
+        for (i, name) in names.enumerated() {
+            if i > 0, let point = crashPointBetween { CrashPoint.hit(point) }
             switch system.unlink(path(name)) {
             case .success, .failure(.ENOENT): break
             case .failure(let e): throw LogError.io("unlink", path: path(name), e)

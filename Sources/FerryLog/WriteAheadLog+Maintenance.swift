@@ -61,13 +61,14 @@ extension WriteAheadLog {
         guard !victims.isEmpty else { return [] }
         let marker = StartMarker(storeID: storeID, seq: keptFirst.seq, firstLSN: keptFirst.firstLSN)
         try directory.createAtomically(LogFormat.startFileName, contents: marker.bytes)
+        CrashPoint.hit("compaction.afterLogStart")
         shared.withLock { s in
             s.sealed.removeFirst(victims.count)
             s.firstLSN = keptFirst.firstLSN
         }
         let names = victims.map(\.name)
         recordCache.withLock { cache in for v in victims { cache.drop(v.name, seq: v.seq) } }
-        try directory.remove(names)
+        try directory.remove(names, crashPointBetween: "compaction.betweenDeletions")
         logger.debug("deleted \(names.count) segment(s) before LSN \(lsn)")
         return names
     }

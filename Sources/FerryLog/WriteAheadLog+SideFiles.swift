@@ -156,6 +156,7 @@ extension WriteAheadLog {
             try writer.finish()
             if case .failure(let e) = system.fdatasync(writer.fd) { throw LogError.io("fdatasync", path: writer.path, e) }
             try file.take()!.close(system)
+            CrashPoint.hit("checkpoint.afterTempWrite")  // (checkpoints are the only block side files)
             try directory.rename(temporary, to: name)
         }
     }

@@ -9,9 +9,14 @@ public final class ChildProcess: @unchecked Sendable {
     private var buffer = Data()
     private var lines: [String] = []
 
-    public init(_ executable: String, _ arguments: [String]) throws {
+    /// Starts `executable`; `environment` is added to this process's environment (a crash
+    /// test arms a ``CrashPoint`` in the child with `FERRY_CRASH_AT`).
+    public init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         process.standardOutput = output
         process.standardError = FileHandle.standardError
         output.fileHandleForReading.readabilityHandler = { [weak self] h in
@@ -51,10 +56,22 @@ public final class ChildProcess: @unchecked Sendable {
         return false
     }
 
-    /// Sends SIGKILL and waits for the process to end; returns the lines it printed.
+    /// Waits (polling) up to `timeout` seconds for the process to end by itself; true if it did.
+    public func waitForExit(timeout: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { usleep(2_000) }
+        return !process.isRunning
+    }
+
+    /// How the process ended: true when a signal ended it (SIGKILL from ``kill9()`` or a crash
+    /// point), false for a normal exit. Only meaningful once it has ended.
+    public var wasKilled: Bool { process.terminationReason == .uncaughtSignal }
+
+    /// Sends SIGKILL (unless the process has already ended) and waits for the process to end;
+    /// returns the lines it printed.
     @discardableResult
     public func kill9() -> [String] {
-        kill(process.processIdentifier, SIGKILL)
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
         // Let the reader drain what the pipe still holds.
         usleep(20_000)

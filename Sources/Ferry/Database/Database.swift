@@ -31,7 +31,7 @@ public struct DatabaseOptions: Sendable {
     public var checkpointPolicy: CheckpointPolicy? = CheckpointPolicy()
     /// Where the database logs recoveries and failures.
     public var logger = Logger(label: "ferry")
-    /// The system calls the log makes (tests replace some to inject faults).
+    /// The system calls the log makes; tests replace them to inject faults or cut the power.
     @_spi(Testing) public var system: SystemCalls = .live
 
     /// The defaults: `.fsync` durability, 8 MiB segments, strict recovery, a checkpoint on close.
@@ -186,8 +186,10 @@ public final class Database: Sendable {
             try await log.sync()  // every record the checkpoint refers to must be durable first
             let name = Checkpoint.fileName(lsn)
             try log.writeSideFile(named: name) { try image.write(storeID: log.storeID, nextLSN: lsn, to: $0) }
+            CrashPoint.hit("checkpoint.afterRename")
             try log.removeSideFiles(named: try log.sideFiles(withPrefix: Checkpoint.prefix).filter { $0 != name })
             noteCheckpointWritten(log, name: name)
+            CrashPoint.hit("checkpoint.afterRemoveOld")
         } catch {
             throw maintenanceFailure("writing a checkpoint", error)
         }
