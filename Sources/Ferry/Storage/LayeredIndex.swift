@@ -112,9 +112,17 @@ final class LayeredIndex {
     /// the leaf was first — as folding the writes in order would leave it.
     func set(_ handle: ValueHandle, empty: Bool, at path: Path) {
         let key = PathKey.encode(path)
-        if !empty, let (above, aboveEntry) = deepestChainEntry(path, key: key, strictlyAbove: true) {
+        // An empty entry between here and a leaf above (a removal below the leaf, which changed
+        // nothing) does not shield the leaf: look past it to the entry above.
+        var searchFrom = path, searchKey = key
+        while !empty, let (above, aboveEntry) = deepestChainEntry(searchFrom, key: searchKey, strictlyAbove: true) {
             let keys = above.relative(to: path).keys
             var node = value(aboveEntry)
+            if node.isEmpty && !above.isEmpty && !aboveEntry.isMarker {
+                searchFrom = above
+                searchKey = PathKey.encode(above)
+                continue
+            }
             for j in 0..<keys.count {
                 let location = above.child(Path(keys: Array(keys[0..<j])))
                 if node.isLeaf {
@@ -128,6 +136,7 @@ final class LayeredIndex {
                 if node.isEmpty { break }
                 node = node.getImmediateChild(keys[j])
             }
+            break
         }
         let entry = makeEntry(handle, empty: empty, depth: path.count)
         added(entry)
