@@ -200,7 +200,13 @@ public final class FerryServer: Sendable {
         let caller: Caller
         switch token {
         case nil: caller = .anonymous
-        case "owner"?: caller = .owner
+        case "owner"?:
+            // The owner acting as a user (firebase-admin's databaseAuthVariableOverride): rules apply.
+            switch r.query["auth_variable_override"] {
+            case nil: caller = .owner
+            case "null"?: caller = .anonymous
+            default: caller = .user
+            }
         case let t? where configuration.tokens.contains(t): caller = .user
         default: return .error(401, "Auth token is expired")
         }

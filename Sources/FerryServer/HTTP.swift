@@ -177,7 +177,7 @@ final class HTTPConnection {
     }
 
     static func decode(_ s: String) -> String? {
-        s.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+        s.removingPercentEncoding  // "+" stays "+": firebase-admin does not encode its query values
     }
 
     /// Writes all of `bytes`; false if the peer is gone.

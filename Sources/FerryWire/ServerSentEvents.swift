@@ -56,7 +56,13 @@ public struct StreamEventParser: Sendable {
             if line.last == 0x0D { line.removeLast() }
             if line.isEmpty {
                 if !dataLines.isEmpty {
-                    events.append(StreamEvent(name: name, data: try Value(json: dataLines.joined(separator: "\n"))))
+                    let text = dataLines.joined(separator: "\n")
+                    do {
+                        events.append(StreamEvent(name: name, data: try Value(json: text)))
+                    } catch {
+                        throw WireError(.invalidData, "the data of a \(name) event is not JSON: \(text.prefix(80))",
+                                        underlying: error as? DatabaseError, location: "event \(name)")
+                    }
                 }
                 name = "message"
                 dataLines = []

@@ -34,6 +34,12 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "The largest request body in bytes.")
     var maxBody: Int = 16 * 1024 * 1024
 
+    @Option(help: "Seconds of silence after which a stream gets a keep-alive event.")
+    var keepAlive: Int = 30
+
+    @Option(help: "Seconds a client may take to send a whole request before it is disconnected.")
+    var requestTimeout: Int = 30
+
     func run() throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
         signal(SIGPIPE, SIG_IGN)
@@ -42,6 +48,8 @@ struct FerryServerCommand: ParsableCommand {
         config.port = port
         config.tokens = Set(tokens)
         config.maxBody = maxBody
+        config.keepAliveSeconds = max(1, keepAlive)
+        config.requestTimeoutSeconds = max(1, requestTimeout)
         let server = FerryServer(configuration: config)
         let bound: Int
         do { bound = try server.start() } catch {
