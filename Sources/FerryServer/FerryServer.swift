@@ -27,6 +27,8 @@ public struct ServerConfiguration: Sendable {
     public var requestTimeoutSeconds = 30
     /// Silence on a stream after which a `keep-alive` event is sent.
     public var keepAliveSeconds = 30
+    /// The most connections served at once (each has a thread); more are closed on arrival.
+    public var maxConnections = 1024
     /// Where the server logs; it never bootstraps logging itself.
     public var logger = Logger(label: "ferry-server")
 
@@ -103,11 +105,12 @@ public final class FerryServer: Sendable {
                 continue
             }
             let admitted = connections.withLock { s -> Bool in
-                if s.stopping { return false }
+                if s.stopping || s.open.count >= configuration.maxConnections { return false }
                 s.open[c] = false
                 return true
             }
             if !admitted {
+                logger.warning("refusing a connection: \(configuration.maxConnections) are open or the server is stopping")
                 close(c)
                 continue
             }

@@ -38,8 +38,8 @@ public enum ValueTree {
         return child(c, keys.dropFirst())
     }
 
-    /// `value` with the location `keys` replaced by `new` (normalized; parents emptied by a
-    /// delete are removed).
+    /// `value` (normal) with the location `keys` replaced by `new` (normalized; parents emptied
+    /// by a delete are removed). O(size of `new` + the children of each node on the path).
     public static func setting(_ value: Value, _ keys: ArraySlice<String>, to new: Value) -> Value {
         guard let first = keys.first else { return normalized(new) }
         var o: [String: Value]
@@ -56,7 +56,9 @@ public enum ValueTree {
         }
         let updated = setting(o[first] ?? .null, keys.dropFirst(), to: new)
         if case .null = updated { o[first] = nil } else { o[first] = updated }
-        return normalized(.object(o))
+        // Only this level can have emptied: the siblings were normal already.
+        if o.isEmpty || (o.count == 1 && o[".priority"] != nil) { return .null }
+        return .object(o)
     }
 
     /// How many keys deep the deepest leaf of `value` is (0 for a leaf).
