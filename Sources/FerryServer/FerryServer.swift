@@ -61,10 +61,15 @@ public final class FerryServer: Sendable {
         var stopping = false
     }
     private let connections = Mutex(Connections())
+    /// The tokens accepted now: the configuration's, until the owner replaces them.
+    private let tokens: Mutex<Set<String>>
     private var logger: Logger { configuration.logger }
 
     /// A server for `configuration`; call ``start()``.
-    public init(configuration: ServerConfiguration) { self.configuration = configuration }
+    public init(configuration: ServerConfiguration) {
+        self.configuration = configuration
+        tokens = Mutex(configuration.tokens)
+    }
 
     /// Binds and starts accepting; returns the port (the bound one when the configuration says 0).
     ///
@@ -210,7 +215,7 @@ public final class FerryServer: Sendable {
             case "null"?: caller = .anonymous
             default: caller = .user
             }
-        case let t? where configuration.tokens.contains(t): caller = .user
+        case let t? where tokens.withLock({ $0.contains(t) }): caller = .user
         default: return .error(401, "Auth token is expired")
         }
         // The location.
@@ -236,7 +241,7 @@ public final class FerryServer: Sendable {
         }
         switch r.method {
         case "GET":
-            if r.headers["accept"]?.contains("text/event-stream") == true { return stream(r, keys, caller, ns, conn) }
+            if r.headers["accept"]?.contains("text/event-stream") == true { return stream(r, keys, caller, token: token, ns, conn) }
             return get(r, keys, caller, ns)
         case "PUT", "POST", "PATCH", "DELETE":
             return write(r, keys, caller, ns)
@@ -281,13 +286,13 @@ public final class FerryServer: Sendable {
         return .json(200, value.json, headers: headers)
     }
 
-    private func stream(_ r: HTTPRequest, _ keys: [String], _ caller: Caller, _ ns: Namespace, _ conn: HTTPConnection) -> HTTPResponse? {
+    private func stream(_ r: HTTPRequest, _ keys: [String], _ caller: Caller, token: String?, _ ns: Namespace, _ conn: HTTPConnection) -> HTTPResponse? {
         let query: WireQuery?
         do { query = try WireQuery(parameters: r.query) } catch {
             return .error(400, errorMessage(error) ?? "invalid query")
         }
         guard ns.read({ Namespace.mayRead(caller, keys, $0.rules) }) else { return .error(401, "Permission denied") }
-        let sink = StreamSink(keys: keys, query: query, caller: caller)
+        let sink = StreamSink(keys: keys, query: query, caller: caller, token: caller.authenticated ? token : nil)
         guard let id = ns.addStream(sink) else { return .error(503, "the namespace is closing") }
         defer { ns.removeStream(id) }
         let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Ferry-Server-Time: \(now())\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -451,6 +456,20 @@ public final class FerryServer: Sendable {
             ]).json)
         case ("POST", [".ferry", "batch"]):
             return batch(r, caller, ns)
+        case ("PUT", [".ferry", "tokens"]):
+            guard case .owner = caller else { return .error(401, "Permission denied") }
+            guard case .success(let v) = parse(r.body), case .array(let items) = v else {
+                return .error(400, "the tokens must be a JSON array of strings")
+            }
+            var list: Set<String> = []
+            for item in items {
+                guard case .string(let t) = item, !t.isEmpty, t != "owner" else { return .error(400, "each token must be a non-empty string other than owner") }
+                list.insert(t)
+            }
+            tokens.withLock { $0 = list }
+            // Streams whose token is no longer accepted: auth_revoked, then closed.
+            for (_, ns) in namespaces.withLock({ $0 }) { ns.revokeStreams { token in !list.contains(token) } }
+            return .json(200, v.json)
         default:
             return .error(400, "Invalid path: \(r.rawPath.prefix(100)) (keys may not contain . $ # [ ] /)")
         }

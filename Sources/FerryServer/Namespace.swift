@@ -64,13 +64,16 @@ final class StreamSink: Sendable {
     let keys: [String]
     let query: WireQuery?
     let caller: Caller
+    /// The user token the stream was opened with (nil for the owner and anonymous streams).
+    let token: String?
     private let box = Mutex<(events: [StreamEvent], closed: Bool)>(([], false))
     private let signal = DispatchSemaphore(value: 0)
 
-    init(keys: [String], query: WireQuery?, caller: Caller) {
+    init(keys: [String], query: WireQuery?, caller: Caller, token: String?) {
         self.keys = keys
         self.query = query
         self.caller = caller
+        self.token = token
     }
 
     func send(_ e: StreamEvent) {
@@ -409,6 +412,19 @@ final class Namespace: Sendable {
             s.streams[id] = sink
             sink.send(.put("/", sink.view(s.committed)))
             return id
+        }
+    }
+
+    /// Ends, with `auth_revoked`, every stream opened with a token that `revoked` says is no
+    /// longer accepted.
+    func revokeStreams(_ revoked: (String) -> Bool) {
+        state.withLock { s in
+            for (id, sink) in s.streams {
+                guard let t = sink.token, revoked(t) else { continue }
+                sink.send(.authRevoked)
+                sink.close()
+                s.streams[id] = nil
+            }
         }
     }
 

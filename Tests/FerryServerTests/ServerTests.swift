@@ -258,6 +258,28 @@ import Glibc
     }
 }
 
+extension ServerTests {
+    @Test func aTokenTheOwnerNoLongerAcceptsRevokesItsStreamsAndItsRequests() throws {
+        let dir = try TemporaryDirectory("server-tokens")
+        let server = try ServerProcess(data: dir.path, ["--token", "t1", "--token", "t2"])
+        let p = server.port
+        _ = try TestHTTP.request(p, "PUT", "/a.json?ns=t", json: "1")
+        let revoked = try StreamReader(port: p, path: "/a.json?ns=t", headers: ["Authorization": "Bearer t1"])
+        let kept = try StreamReader(port: p, path: "/a.json?ns=t&auth=t2")
+        #expect(try revoked.next() == .put("/", 1))
+        #expect(try kept.next() == .put("/", 1))
+        #expect(try TestHTTP.request(p, "PUT", "/.ferry/tokens.json?ns=t", json: #"["t2"]"#).status == 401)
+        #expect(try TestHTTP.request(p, "PUT", "/.ferry/tokens.json?ns=t", headers: ["Authorization": "Bearer owner"], json: #"["t2"]"#).status == 200)
+        #expect(try revoked.next(skippingKeepAlive: true) == .authRevoked)
+        #expect(throws: HTTPTestError.self) { try revoked.next(skippingKeepAlive: true) }
+        let refused = try TestHTTP.request(p, "GET", "/a.json?ns=t", headers: ["Authorization": "Bearer t1"])
+        #expect(refused.status == 401 && refused.json == ["error": "Auth token is expired"])
+        _ = try TestHTTP.request(p, "PUT", "/a.json?ns=t", headers: ["Authorization": "Bearer t2"], json: "2")
+        #expect(try kept.next(skippingKeepAlive: true) == .put("/", 2))
+        #expect(server.terminate() == 0)
+    }
+}
+
 /// Reads a server's event stream.
 final class StreamReader {
     let fd: Int32
@@ -267,9 +289,10 @@ final class StreamReader {
     var raw: [UInt8] = []
     var ended = false
 
-    init(port: Int, path: String) throws {
+    init(port: Int, path: String, headers: [String: String] = [:]) throws {
         fd = try TestHTTP.connect(port)
-        TestHTTP.send(fd, Array("GET \(path) HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".utf8))
+        let extra = headers.map { "\($0): \($1)\r\n" }.joined()
+        TestHTTP.send(fd, Array("GET \(path) HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\(extra)\r\n".utf8))
     }
 
     deinit { close(fd) }
