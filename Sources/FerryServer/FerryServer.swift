@@ -36,14 +36,28 @@ public struct ServerConfiguration: Sendable {
     public init(dataDirectory: String) { self.dataDirectory = dataDirectory }
 }
 
-/// An error starting the server, with the system's errno.
+/// An error starting the server: what failed, where (the address), and the system's errno.
 public struct ServerError: Error, Sendable, CustomStringConvertible {
-    /// What failed.
+    /// What kind of failure this is. New codes may be added.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        let name: String
+        /// The host is not an IPv4 address.
+        public static let invalidAddress = Code(name: "invalid address")
+        /// A socket could not be made, bound or listened on (port in use, no permission…).
+        public static let cannotListen = Code(name: "cannot listen")
+        /// The code's name.
+        public var description: String { name }
+    }
+    /// What kind of failure this is.
+    public var code: Code
+    /// What failed, for a person.
     public var message: String
-    /// The errno, if a system call failed.
+    /// The address it happened on (`host:port`).
+    public var address: String
+    /// The errno (the cause), if a system call failed.
     public var errno: Int32?
     /// A person-readable description.
-    public var description: String { errno.map { "\(message) (errno \($0): \(String(cString: strerror($0))))" } ?? message }
+    public var description: String { "\(message) at \(address)" + (errno.map { " (errno \($0): \(String(cString: strerror($0))))" } ?? "") }
 }
 
 /// The Realtime Database REST + streaming server over Ferry stores: plain REST as firebase-admin
@@ -73,10 +87,11 @@ public final class FerryServer: Sendable {
 
     /// Binds and starts accepting; returns the port (the bound one when the configuration says 0).
     ///
-    /// - Throws: ``ServerError`` when the address cannot be bound.
+    /// - Throws: ``ServerError``: `invalidAddress`, or `cannotListen` with the errno.
     public func start() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw ServerError(message: "socket() failed", errno: errno) }
+        let address = "\(configuration.host):\(configuration.port)"
+        guard fd >= 0 else { throw ServerError(code: .cannotListen, message: "socket() failed", address: address, errno: errno) }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
         var addr = sockaddr_in()
@@ -84,13 +99,13 @@ public final class FerryServer: Sendable {
         addr.sin_port = in_port_t(UInt16(configuration.port).bigEndian)
         guard inet_pton(AF_INET, configuration.host, &addr.sin_addr) == 1 else {
             close(fd)
-            throw ServerError(message: "\(configuration.host) is not an IPv4 address")
+            throw ServerError(code: .invalidAddress, message: "\(configuration.host) is not an IPv4 address", address: address)
         }
         let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         guard bound == 0, listen(fd, 128) == 0 else {
             let e = errno
             close(fd)
-            throw ServerError(message: "cannot listen on \(configuration.host):\(configuration.port)", errno: e)
+            throw ServerError(code: .cannotListen, message: "cannot listen", address: address, errno: e)
         }
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }

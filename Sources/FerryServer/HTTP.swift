@@ -148,6 +148,9 @@ final class HTTPConnection {
             length = n
         }
         if length > maxBody { throw HTTPReadError(status: 413, message: "the body is \(length) bytes; the limit is \(maxBody)") }
+        if headers["expect"]?.lowercased() == "100-continue" && buffer.count < length {
+            write(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))  // curl waits a second for it otherwise
+        }
         while buffer.count < length {
             if !fill() { throw HTTPReadError(status: nil, message: "the client stopped sending before the end of its body") }
         }
