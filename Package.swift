@@ -10,6 +10,9 @@ let package = Package(
         .executable(name: "ferry-dump", targets: ["ferry-dump"]),
         .executable(name: "ferry-bench", targets: ["ferry-bench"]),
         .executable(name: "ferry-demo", targets: ["ferry-demo"]),
+        .library(name: "FerryWire", targets: ["FerryWire"]),
+        .library(name: "FerryServer", targets: ["FerryServer"]),
+        .executable(name: "ferry-server", targets: ["ferry-server"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -51,6 +54,24 @@ let package = Package(
         ),
 
         .executableTarget(name: "ferry-demo", dependencies: ["Ferry", "FerryLog"]),
+
+        // Sync: what client and server share (no networking), the server, its executable.
+        .target(name: "FerryWire", dependencies: ["Ferry"], exclude: ["PROTOCOL.md"]),
+        .target(
+            name: "FerryServer",
+            dependencies: [
+                "Ferry", "FerryLog", "FerryWire",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "ferry-server",
+            dependencies: [
+                "FerryServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
 
         // Peers for the bench only; the libraries never link them.
         .systemLibrary(name: "CLevelDB", path: "Benchmarks/CLevelDB", providers: [.apt(["libleveldb-dev"])]),
@@ -104,6 +125,10 @@ let package = Package(
         .testTarget(
             name: "FerryTortureTests",
             dependencies: ["Ferry", "FerryLog", "FerryTestSupport", "FerryTortureSupport", "ferry-torture-child"]
+        ),
+        .testTarget(
+            name: "FerryServerTests",
+            dependencies: ["Ferry", "FerryWire", "FerryTestSupport", "ferry-server"]
         ),
         .testTarget(
             name: "FerryLogTests",

@@ -1,0 +1,448 @@
+@_spi(Server) import Ferry
+import FerryLog
+import FerryWire
+import Foundation
+import Logging
+import Synchronization
+
+/// Who a request speaks for.
+enum Caller: Sendable {
+    /// `Bearer owner`: the administrator; rules do not apply.
+    case owner
+    /// A token the server accepts (`auth != null`).
+    case user
+    /// No token (`auth == null`).
+    case anonymous
+
+    var authenticated: Bool { if case .anonymous = self { false } else { true } }
+}
+
+/// What happened to one write.
+struct WriteOutcome: Sendable {
+    var status: Int
+    var body: Value = .null
+    var error: String?
+    var etag: String?
+    var duplicate = false
+
+    static func rejected(_ status: Int, _ message: String) -> WriteOutcome {
+        WriteOutcome(status: status, error: message)
+    }
+}
+
+/// One write for the namespace's writer.
+struct WriteJob: Sendable {
+    enum Op: Sendable {
+        case set(Value)
+        /// Children relative to the job's location, each a key path, in a stable order.
+        case update([(keys: [String], value: Value)])
+        /// Replace the security rules.
+        case rules(Rules, text: String)
+        /// Already rejected before reaching the writer (bad input in a batch): only recorded.
+        case rejected(WriteOutcome)
+    }
+    var op: Op
+    var keys: [String]
+    var pushName: String?
+    var ifMatch: String?
+    var caller: Caller
+    var identity: WriteIdentity?
+    var acked: Int64 = 0
+    var complete: @Sendable (WriteOutcome) -> Void
+}
+
+/// A change for the event streams: what a write did to the tree.
+struct Change: Sendable {
+    var keys: [String]
+    var children: [[String]]?  // an update's relative child paths; nil for a set
+    var old: Value
+    var new: Value
+}
+
+/// One listening client: events wait here for the connection's thread to send them.
+final class StreamSink: Sendable {
+    let keys: [String]
+    let query: WireQuery?
+    let caller: Caller
+    /// The user token the stream was opened with (nil for the owner and anonymous streams).
+    let token: String?
+    private let box = Mutex<(events: [StreamEvent], closed: Bool)>(([], false))
+    private let signal = DispatchSemaphore(value: 0)
+
+    init(keys: [String], query: WireQuery?, caller: Caller, token: String?) {
+        self.keys = keys
+        self.query = query
+        self.caller = caller
+        self.token = token
+    }
+
+    func send(_ e: StreamEvent) {
+        box.withLock { $0.events.append(e) }
+        signal.signal()
+    }
+
+    func close() {
+        box.withLock { $0.closed = true }
+        signal.signal()
+    }
+
+    /// Waits up to `timeout` for events: (events, closed); empty and open on a timeout.
+    func next(timeout: DispatchTimeInterval) -> (events: [StreamEvent], closed: Bool) {
+        _ = signal.wait(timeout: .now() + timeout)
+        return box.withLock { b in
+            let out = (b.events, b.closed)
+            b.events = []
+            return out
+        }
+    }
+
+    /// The stream's view of `tree`: the value at its location, or its query's result.
+    func view(_ tree: Value) -> Value {
+        let node = ValueTree.child(tree, keys[...])
+        if let query { return ValueTree.exported(query.apply(to: node)) }
+        return ValueTree.exported(node)
+    }
+}
+
+/// Runs an async body from a plain thread and waits for it.
+func runBlocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    let result = Mutex<Result<T, any Error>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        let r: Result<T, any Error>
+        do { r = .success(try await body()) } catch { r = .failure(error) }
+        result.withLock { $0 = r }
+        done.signal()
+    }
+    done.wait()
+    return try result.withLock { $0! }.get()
+}
+
+/// One namespace: its Ferry store (data under `/data`, per-client marks under
+/// `/meta/clients/STORE`, rules under `/meta/rules`), the committed tree reads see, and one
+/// writer that applies writes in arrival order and makes them durable in groups: every write
+/// queued while the previous group was syncing shares the next `fdatasync`.
+final class Namespace: Sendable {
+    let name: String
+    let db: Database
+    let logger: Logger
+    private let wake: AsyncStream<Void>.Continuation
+    private let wakes: AsyncStream<Void>
+
+    struct State {
+        /// What reads and new streams see: only durable writes.
+        var committed: Value
+        /// The writer's tree: committed plus the writes of the group being synced.
+        var working: Value
+        var clients: [String: Value]
+        var rules: Rules
+        var queue: [WriteJob] = []
+        var streams: [Int: StreamSink] = [:]
+        var nextStream = 0
+        var failure: String?
+        var closing = false
+        var writerIdle = true
+    }
+    let state: Mutex<State>
+
+    /// Opens (creating) the namespace's store under `directory`.
+    init(name: String, directory: String, logger: Logger) throws {
+        self.name = name
+        self.logger = logger
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var options = DatabaseOptions(durability: .none)  // the writer syncs each group itself
+        options.logger = logger
+        let db = try Database.open(at: directory, options: options)
+        self.db = db
+        let stored: Value = try runBlocking {
+            do {
+                return try await db.root.getData().exportValue
+            } catch let e as DatabaseError where e.code == .notCached {
+                // A new store: a put at the root makes it complete, so later opens can read it.
+                try await db.applyServerPut(at: "", ["meta": ["created": .int(Int64(Date().timeIntervalSince1970 * 1000))]])
+                try await db.sync()
+                return .null
+            }
+        }
+        let tree = ValueTree.normalized(stored)
+        let data = ValueTree.child(tree, ["data"])
+        var clients: [String: Value] = [:]
+        if case .object(let c) = ValueTree.child(tree, ["meta", "clients"]) { clients = c }
+        var rules = Rules(tree: nil)
+        if case .string(let text) = ValueTree.child(tree, ["meta", "rules"]), let v = try? Value(json: text), let r = try? Rules(body: v) {
+            rules = r
+        }
+        state = Mutex(State(committed: data, working: data, clients: clients, rules: rules))
+        (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        Task { [self] in await runWriter() }
+    }
+
+    // MARK: Writes
+
+    /// Queues writes (in this order, contiguously); each job's `complete` runs once it is durable
+    /// (or rejected, or failed).
+    func submit(_ jobs: [WriteJob]) {
+        let refused: String? = state.withLock { s in
+            if let f = s.failure { return f }
+            if s.closing { return "the server is shutting down" }
+            s.queue.append(contentsOf: jobs)
+            return nil
+        }
+        if let refused {
+            for j in jobs { j.complete(.rejected(503, refused)) }
+            return
+        }
+        wake.yield()
+    }
+
+    private func runWriter() async {
+        for await _ in wakes {
+            while true {
+                let jobs: [WriteJob] = state.withLock { s in
+                    let j = s.queue
+                    s.queue = []
+                    s.writerIdle = j.isEmpty
+                    return j
+                }
+                if jobs.isEmpty { break }
+                await runGroup(jobs)
+            }
+        }
+    }
+
+    /// Applies a group of writes in order (one record each), syncs once, then commits them:
+    /// reads see them, streams get their events, callers get their answers.
+    private func runGroup(_ jobs: [WriteJob]) async {
+        var done: [(WriteJob, WriteOutcome)] = []
+        var changes: [Change] = []
+        var rulesChanged = false
+        var failed: (any Error)?
+        for job in jobs {
+            let (outcome, merge, change) = state.withLock { s in process(job, &s) }
+            if case .rules = job.op, outcome.status == 200 { rulesChanged = true }
+            if let merge, failed == nil {
+                do { try await db.applyServerMerge(at: "", merge) } catch { failed = error }
+            }
+            if let change { changes.append(change) }
+            done.append((job, outcome))
+        }
+        if failed == nil {
+            do { try await db.sync() } catch { failed = error }
+        }
+        if let failed {
+            logger.error("namespace \(name): the store failed (\(failed)); refusing writes from now on")
+            state.withLock { s in
+                s.failure = "the store failed: \(failed)"
+                for (_, sink) in s.streams { sink.close() }
+                s.streams = [:]
+            }
+            for (job, _) in done { job.complete(.rejected(503, "the store failed; the write may not have been applied")) }
+            return
+        }
+        state.withLock { s in
+            s.committed = s.working
+            for change in changes {
+                for (_, sink) in s.streams { Namespace.events(for: change, to: sink) }
+            }
+            if rulesChanged {
+                for (id, sink) in s.streams where !Namespace.mayRead(sink.caller, sink.keys, s.rules) {
+                    sink.send(.cancel)
+                    sink.close()
+                    s.streams[id] = nil
+                }
+            }
+        }
+        for (job, outcome) in done { job.complete(outcome) }
+    }
+
+    static func mayRead(_ caller: Caller, _ keys: [String], _ rules: Rules) -> Bool {
+        if case .owner = caller { return true }
+        return rules.allows(".read", at: keys, authenticated: caller.authenticated)
+    }
+
+    static func mayWrite(_ caller: Caller, _ keys: [String], _ rules: Rules) -> Bool {
+        if case .owner = caller { return true }
+        return rules.allows(".write", at: keys, authenticated: caller.authenticated)
+    }
+
+    /// Decides one write against the working tree: its outcome, the record to store (data and
+    /// the client's mark together, so they are atomic), and its change for the streams.
+    private func process(_ job: WriteJob, _ s: inout State) -> (WriteOutcome, [String: Value]?, Change?) {
+        // At most once: a write at or below the client's mark was processed already.
+        if let identity = job.identity, case .object(let meta)? = s.clients[identity.store],
+           let applied = meta["applied"]?.number, Double(identity.id) <= applied {
+            var outcome = WriteOutcome(status: 200, duplicate: true)
+            if case .object(let outcomes)? = meta["outcomes"], case .object(let recorded)? = outcomes[String(identity.id)] {
+                outcome.status = Int(recorded["status"]?.number ?? 200)
+                if case .string(let e)? = recorded["error"] { outcome.error = e }
+                if case .string(let n)? = recorded["name"] { outcome.body = ["name": .string(n)] }
+            }
+            if outcome.status == 200, job.pushName == nil {
+                switch job.op {
+                case .set: outcome.body = ValueTree.exported(ValueTree.child(s.working, job.keys[...]))
+                case .update(let children): outcome.body = .object(Dictionary(children.map { ($0.keys.joined(separator: "/"), ValueTree.exported($0.value)) }, uniquingKeysWith: { $1 }))
+                default: break
+                }
+            } else if outcome.status == 200, let name = job.pushName, outcome.body == .null {
+                outcome.body = ["name": .string(name)]
+            }
+            return (outcome, nil, nil)
+        }
+
+        var outcome: WriteOutcome
+        var merge: [String: Value] = [:]
+        var change: Change?
+        let old = s.working
+        decide: do {
+            switch job.op {
+            case .rejected(let o):
+                outcome = o
+            case .rules(let rules, let text):
+                guard case .owner = job.caller else { outcome = .rejected(401, "Permission denied"); break decide }
+                s.rules = rules
+                merge["meta/rules"] = .string(text)
+                outcome = WriteOutcome(status: 200, body: (try? Value(json: text)) ?? .null)
+            case .set(let data):
+                guard Namespace.mayWrite(job.caller, job.keys, s.rules) else { outcome = .rejected(401, "Permission denied"); break decide }
+                let current = ValueTree.child(s.working, job.keys[...])
+                if let expected = job.ifMatch, expected != ETag.of(current) {
+                    outcome = WriteOutcome(status: 412, body: ValueTree.exported(current), error: "ETag mismatch", etag: ETag.of(current))
+                    break decide
+                }
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                let resolved: Value
+                do { resolved = try ValueTree.resolvingServerValues(data, at: job.keys, in: s.working, now: now) } catch {
+                    outcome = .rejected(400, errorMessage(error) ?? "\(error)")
+                    break decide
+                }
+                s.working = ValueTree.setting(s.working, job.keys[...], to: resolved)
+                let written = ValueTree.child(s.working, job.keys[...])
+                Namespace.addData(&merge, job.keys, s.working)
+                outcome = WriteOutcome(status: 200, body: job.pushName.map { ["name": .string($0)] } ?? ValueTree.exported(written))
+                if job.ifMatch != nil { outcome.etag = ETag.of(written) }
+                change = Change(keys: job.keys, children: nil, old: old, new: s.working)
+            case .update(let children):
+                for c in children where !Namespace.mayWrite(job.caller, job.keys + c.keys, s.rules) {
+                    outcome = .rejected(401, "Permission denied")
+                    break decide
+                }
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                var tree = s.working
+                var shown: [String: Value] = [:]
+                for c in children {
+                    let abs = job.keys + c.keys
+                    let resolved: Value
+                    do { resolved = try ValueTree.resolvingServerValues(c.value, at: abs, in: s.working, now: now) } catch {
+                        outcome = .rejected(400, errorMessage(error) ?? "\(error)")
+                        break decide
+                    }
+                    tree = ValueTree.setting(tree, abs[...], to: resolved)
+                    shown[c.keys.joined(separator: "/")] = ValueTree.exported(resolved)
+                }
+                s.working = tree
+                for c in children { Namespace.addData(&merge, job.keys + c.keys, tree) }
+                outcome = WriteOutcome(status: 200, body: .object(shown))
+                change = Change(keys: job.keys, children: children.map(\.keys), old: old, new: tree)
+            }
+        }
+
+        if let identity = job.identity {
+            var meta: [String: Value] = [:]
+            if case .object(let m)? = s.clients[identity.store] { meta = m }
+            var outcomes: [String: Value] = [:]
+            if case .object(let o)? = meta["outcomes"] {
+                // Forget what the client has recorded durably.
+                for (k, v) in o where (Int64(k) ?? 0) > job.acked { outcomes[k] = v }
+            }
+            if outcome.status != 200 {
+                var r: [String: Value] = ["status": .int(Int64(outcome.status))]
+                if let e = outcome.error { r["error"] = .string(e) }
+                outcomes[String(identity.id)] = .object(r)
+            } else if let name = job.pushName {
+                outcomes[String(identity.id)] = ["status": 200, "name": .string(name)]
+            }
+            meta["applied"] = .int(identity.id)
+            meta["outcomes"] = outcomes.isEmpty ? nil : .object(outcomes)
+            s.clients[identity.store] = .object(meta)
+            merge["meta/clients/\(identity.store)"] = .object(meta)
+        }
+        return (outcome, merge.isEmpty ? nil : merge, change)
+    }
+
+    /// Adds the stored form of the data at `keys` (from `tree`) to a record. The store's paths
+    /// are one key deeper (`data/…`), so a write at the deepest level stores its parent instead.
+    private static func addData(_ merge: inout [String: Value], _ keys: [String], _ tree: Value) {
+        let k = keys.count >= Path.maxDepth ? Array(keys.prefix(Path.maxDepth - 1)) : keys
+        merge[(["data"] + k).joined(separator: "/")] = ValueTree.child(tree, k[...])
+    }
+
+    /// The events a change raises on one stream, O(size of the stream's view) when the stream is
+    /// above the change or has a query, O(size of the written data) otherwise.
+    static func events(for change: Change, to sink: StreamSink) {
+        let w = change.keys, l = sink.keys
+        let related = w.starts(with: l) || l.starts(with: w)
+        guard related else { return }
+        if sink.query != nil || !w.starts(with: l) || (change.children == nil && w.count == l.count) {
+            // The stream's location is at or below the write (or it is a query): its whole view.
+            let before = sink.view(change.old), after = sink.view(change.new)
+            if before != after { sink.send(.put("/", after)) }
+            return
+        }
+        let rel = "/" + w.dropFirst(l.count).joined(separator: "/")
+        if let children = change.children {
+            var data: [String: Value] = [:]
+            for c in children { data[c.joined(separator: "/")] = ValueTree.exported(ValueTree.child(change.new, (w + c)[...])) }
+            sink.send(.patch(rel, data))
+        } else {
+            sink.send(.put(rel, ValueTree.exported(ValueTree.child(change.new, w[...]))))
+        }
+    }
+
+    // MARK: Reads and streams
+
+    func read<T>(_ body: (State) -> T) -> T { state.withLock { body($0) } }
+
+    /// Registers a stream; its first event (the whole view) is queued under the same lock, so
+    /// no committed write falls between it and the events that follow.
+    func addStream(_ sink: StreamSink) -> Int? {
+        state.withLock { s in
+            if s.failure != nil || s.closing { return nil }
+            let id = s.nextStream
+            s.nextStream += 1
+            s.streams[id] = sink
+            sink.send(.put("/", sink.view(s.committed)))
+            return id
+        }
+    }
+
+    /// Ends, with `auth_revoked`, every stream opened with a token that `revoked` says is no
+    /// longer accepted.
+    func revokeStreams(_ revoked: (String) -> Bool) {
+        state.withLock { s in
+            for (id, sink) in s.streams {
+                guard let t = sink.token, revoked(t) else { continue }
+                sink.send(.authRevoked)
+                sink.close()
+                s.streams[id] = nil
+            }
+        }
+    }
+
+    func removeStream(_ id: Int) {
+        _ = state.withLock { $0.streams.removeValue(forKey: id) }
+    }
+
+    /// Refuses new writes, waits for the queued ones, ends the streams and closes the store.
+    func close() async {
+        state.withLock { s in
+            s.closing = true
+            for (_, sink) in s.streams { sink.close() }
+            s.streams = [:]
+        }
+        while !state.withLock({ $0.queue.isEmpty && $0.writerIdle }) {
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        wake.finish()
+        do { try await db.close() } catch { logger.error("namespace \(name): closing the store failed: \(error)") }
+    }
+}

@@ -1,0 +1,148 @@
+import Ferry
+
+/// Operations on a whole tree of values as the server keeps it: objects only (arrays become
+/// objects with integer keys), no empty objects, no nulls inside, priorities kept as
+/// `.priority` keys and leaves with a priority as `{".value": v, ".priority": p}`.
+public enum ValueTree {
+    /// `value` in the tree's normal form: arrays as objects keyed "0", "1"…, nulls and empty
+    /// objects removed.
+    public static func normalized(_ value: Value) -> Value {
+        switch value {
+        case .array(let items):
+            var o: [String: Value] = [:]
+            for (i, item) in items.enumerated() {
+                let n = normalized(item)
+                if case .null = n { continue }
+                o[String(i)] = n
+            }
+            return o.isEmpty ? .null : .object(o)
+        case .object(let dict):
+            var o: [String: Value] = [:]
+            for (k, v) in dict {
+                let n = normalized(v)
+                if case .null = n { continue }
+                o[k] = n
+            }
+            if o.isEmpty { return .null }
+            if o.count == 1, o[".priority"] != nil { return .null }  // a priority alone holds nothing
+            return .object(o)
+        default:
+            return value
+        }
+    }
+
+    /// The value at `keys` below `value` (null when absent).
+    public static func child(_ value: Value, _ keys: ArraySlice<String>) -> Value {
+        guard let first = keys.first else { return value }
+        guard case .object(let o) = value, let c = o[first] else { return .null }
+        return child(c, keys.dropFirst())
+    }
+
+    /// `value` (normal) with the location `keys` replaced by `new` (normalized; parents emptied
+    /// by a delete are removed). O(size of `new` + the children of each node on the path).
+    public static func setting(_ value: Value, _ keys: ArraySlice<String>, to new: Value) -> Value {
+        guard let first = keys.first else { return normalized(new) }
+        var o: [String: Value]
+        if case .object(let dict) = value {
+            o = dict
+        } else if case .null = value {
+            o = [:]
+        } else {
+            o = [:]  // a leaf replaced by an object below it
+        }
+        if case .object(let dict) = value, dict[".value"] != nil {
+            o = [:]  // a leaf with a priority: writing below it replaces it
+            if let p = dict[".priority"] { o[".priority"] = p }
+        }
+        let updated = setting(o[first] ?? .null, keys.dropFirst(), to: new)
+        if case .null = updated { o[first] = nil } else { o[first] = updated }
+        // Only this level can have emptied: the siblings were normal already.
+        if o.isEmpty || (o.count == 1 && o[".priority"] != nil) { return .null }
+        return .object(o)
+    }
+
+    /// How many keys deep the deepest leaf of `value` is (0 for a leaf).
+    public static func depth(_ value: Value) -> Int {
+        switch value {
+        case .object(let o):
+            if o[".value"] != nil { return 0 }
+            return 1 + (o.values.map(depth).max() ?? 0)
+        case .array(let a): return 1 + (a.map(depth).max() ?? 0)
+        default: return 0
+        }
+    }
+
+    /// Validates every key of `value` (Realtime Database key rules; `.priority`, `.value` and
+    /// `.sv` where they belong).
+    ///
+    /// - Throws: ``WireError`` (`invalidPath`) naming the key.
+    public static func validateKeys(_ value: Value) throws {
+        guard case .object(let o) = value else {
+            if case .array(let a) = value { try a.forEach(validateKeys) }
+            return
+        }
+        if o[".sv"] != nil { return }
+        for (k, v) in o {
+            if k == ".priority" || k == ".value" { continue }
+            try Path.validate(key: k)
+            try validateKeys(v)
+        }
+    }
+
+    /// The value as a plain read shows it: priorities dropped.
+    public static func exported(_ value: Value) -> Value {
+        guard case .object(let o) = value else { return value }
+        if let v = o[".value"] { return v }
+        var out: [String: Value] = [:]
+        for (k, v) in o where k != ".priority" { out[k] = exported(v) }
+        return out.isEmpty ? .null : .object(out)
+    }
+
+    /// A shallow read: each child replaced by `true`; a leaf as itself.
+    public static func shallow(_ value: Value) -> Value {
+        let v = exported(value)
+        guard case .object(let o) = v else { return v }
+        return .object(o.mapValues { _ in .bool(true) })
+    }
+
+    /// The priority of a node (null when it has none).
+    public static func priority(_ value: Value) -> Value {
+        if case .object(let o) = value, let p = o[".priority"] { return p }
+        return .null
+    }
+
+    /// Resolves server values in `value` (written at `keys`) against `current`, the tree now:
+    /// `{".sv": "timestamp"}` becomes `now`, `{".sv": {"increment": n}}` the number at that
+    /// location plus n (n when it holds no number).
+    ///
+    /// - Throws: ``WireError`` (`invalidData`) for an unknown server value.
+    public static func resolvingServerValues(_ value: Value, at keys: [String], in current: Value, now: Int64) throws -> Value {
+        guard case .object(let o) = value else {
+            if case .array(let a) = value {
+                return .array(try a.enumerated().map { try resolvingServerValues($1, at: keys + [String($0)], in: current, now: now) })
+            }
+            return value
+        }
+        if let sv = o[".sv"] {
+            switch sv {
+            case .string("timestamp"): return .int(now)
+            case .object(let spec) where spec.count == 1:
+                guard let delta = spec["increment"], delta.number != nil else { break }
+                let existing = exported(child(current, keys[...]))
+                switch (existing, delta) {
+                case let (.int(a), .int(b)):
+                    let (sum, overflow) = a.addingReportingOverflow(b)
+                    return overflow ? .double(Double(a) + Double(b)) : .int(sum)
+                default:
+                    if let a = existing.number { return .double(a + delta.number!) }
+                    return delta
+                }
+            default: break
+            }
+            throw WireError(.invalidData, "unknown server value \(sv.json) at /\(keys.joined(separator: "/"))")
+        }
+        var out: [String: Value] = [:]
+        for (k, v) in o { out[k] = try resolvingServerValues(v, at: keys + [k], in: current, now: now) }
+        return .object(out)
+    }
+}

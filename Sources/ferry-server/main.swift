@@ -1,0 +1,77 @@
+import ArgumentParser
+import Dispatch
+import FerryServer
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `ferry-server`: the Realtime Database REST + streaming protocol over Ferry stores.
+struct FerryServerCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ferry-server",
+        abstract: "Serves Ferry stores over the Firebase Realtime Database REST + streaming protocol.",
+        discussion: """
+        Prints "listening on HOST:PORT" on stdout once it accepts connections. SIGTERM stops \
+        accepting, finishes the requests in flight and closes the stores.
+        Exit codes: 0 stopped by SIGTERM/SIGINT, 1 cannot start (bad address, port in use).
+        """
+    )
+
+    @Option(help: "The port to listen on (0: pick a free one and print it).")
+    var port: Int = 9000
+
+    @Option(help: "The directory for the stores (one per namespace, under ns/NAME).")
+    var data: String
+
+    @Option(help: "The address to listen on.")
+    var host: String = "127.0.0.1"
+
+    @Option(name: .customLong("token"), help: "A token accepted as an authenticated user (repeatable).")
+    var tokens: [String] = []
+
+    @Option(help: "The largest request body in bytes.")
+    var maxBody: Int = 16 * 1024 * 1024
+
+    @Option(help: "Seconds of silence after which a stream gets a keep-alive event.")
+    var keepAlive: Int = 30
+
+    @Option(help: "Seconds a client may take to send a whole request before it is disconnected.")
+    var requestTimeout: Int = 30
+
+    func run() throws {
+        LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+        signal(SIGPIPE, SIG_IGN)
+        var config = ServerConfiguration(dataDirectory: data)
+        config.host = host
+        config.port = port
+        config.tokens = Set(tokens)
+        config.maxBody = maxBody
+        config.keepAliveSeconds = max(1, keepAlive)
+        config.requestTimeoutSeconds = max(1, requestTimeout)
+        let server = FerryServer(configuration: config)
+        let bound: Int
+        do { bound = try server.start() } catch {
+            FileHandle.standardError.write(Data("ferry-server: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        FileHandle.standardOutput.write(Data("listening on \(host):\(bound)\n".utf8))
+        var sources: [any DispatchSourceSignal] = []
+        for sig in [SIGTERM, SIGINT] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler {
+                Task {
+                    await server.shutdown()
+                    Glibc.exit(0)
+                }
+            }
+            source.resume()
+            sources.append(source)
+        }
+        withExtendedLifetime(sources) { dispatchMain() }
+    }
+}
+
+FerryServerCommand.main()

@@ -1,0 +1,130 @@
+import Foundation
+import Synchronization
+import FerryTestSupport
+import FerryWire
+import Ferry
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A `ferry-server` child process on a free loopback port.
+final class ServerProcess: Sendable {
+    let process: ChildProcess
+    let port: Int
+    let data: String
+
+    init(data: String, _ extra: [String] = []) throws {
+        self.data = data
+        process = try ChildProcess(Locations.executable("ferry-server"),
+                                   ["--port", "0", "--data", data, "--keep-alive", "1", "--request-timeout", "2"] + extra)
+        guard process.waitForLine({ $0.hasPrefix("listening on ") }),
+              let line = process.outputLines.first(where: { $0.hasPrefix("listening on ") }),
+              let port = Int(line.split(separator: ":").last ?? "") else {
+            process.kill9()
+            throw HTTPTestError(message: "ferry-server did not start")
+        }
+        self.port = port
+    }
+
+    private let ended = Mutex(false)
+
+    /// SIGTERM, then the exit status.
+    func terminate() -> Int32 {
+        kill(process.pid, SIGTERM)
+        let status = process.wait()
+        ended.withLock { $0 = true }
+        return status
+    }
+
+    func kill9() {
+        process.kill9()
+        ended.withLock { $0 = true }
+    }
+
+    /// A test that failed half-way leaves no server behind (it would hold the test's output open).
+    deinit {
+        if !ended.withLock({ $0 }) { process.kill9() }
+    }
+}
+
+struct HTTPTestError: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
+}
+
+/// A response as the test client read it.
+struct TestResponse: Sendable {
+    var status: Int
+    var headers: [String: String]  // lowercase names
+    var body: [UInt8]
+    var text: String { String(decoding: body, as: UTF8.self) }
+    var json: Value? { try? Value(jsonBytes: body) }
+}
+
+/// A tiny blocking HTTP/1.1 client over a socket: one request per connection, read to the end.
+enum TestHTTP {
+    static func connect(_ port: Int) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard r == 0 else {
+            close(fd)
+            throw HTTPTestError(message: "cannot connect to port \(port)")
+        }
+        var tv = timeval(tv_sec: 20, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        return fd
+    }
+
+    static func send(_ fd: Int32, _ bytes: [UInt8]) {
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
+            if n <= 0 { return }
+            sent += n
+        }
+    }
+
+    /// Reads until the server closes (or 20 s pass).
+    static func readAll(_ fd: Int32) -> [UInt8] {
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { return out }
+            out += chunk[0..<n]
+        }
+    }
+
+    static func parse(_ raw: [UInt8]) throws -> TestResponse {
+        guard let end = raw.indices.dropLast(3).first(where: { raw[$0] == 13 && raw[$0 + 1] == 10 && raw[$0 + 2] == 13 && raw[$0 + 3] == 10 }) else {
+            throw HTTPTestError(message: "no complete response: \(String(decoding: raw, as: UTF8.self))")
+        }
+        let lines = String(decoding: raw[..<end], as: UTF8.self).components(separatedBy: "\r\n")
+        let status = Int(lines[0].split(separator: " ")[1]) ?? 0
+        var headers: [String: String] = [:]
+        for l in lines.dropFirst() {
+            if let c = l.firstIndex(of: ":") { headers[l[..<c].lowercased()] = l[l.index(after: c)...].trimmingCharacters(in: .whitespaces) }
+        }
+        return TestResponse(status: status, headers: headers, body: Array(raw[(end + 4)...]))
+    }
+
+    /// One request; `path` includes the query (`/a.json?ns=t`).
+    static func request(_ port: Int, _ method: String, _ path: String, headers: [String: String] = [:], body: [UInt8]? = nil) throws -> TestResponse {
+        let fd = try connect(port)
+        defer { close(fd) }
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        for (k, v) in headers { head += "\(k): \(v)\r\n" }
+        if let body { head += "Content-Length: \(body.count)\r\n" }
+        head += "\r\n"
+        send(fd, Array(head.utf8) + (body ?? []))
+        return try parse(readAll(fd))
+    }
+
+    static func request(_ port: Int, _ method: String, _ path: String, headers: [String: String] = [:], json: String) throws -> TestResponse {
+        try request(port, method, path, headers: headers, body: Array(json.utf8))
+    }
+}

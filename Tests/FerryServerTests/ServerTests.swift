@@ -1,0 +1,334 @@
+import Ferry
+import FerryTestSupport
+import FerryWire
+import Foundation
+import Synchronization
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `ferry-server` as a real child process on loopback, driven with plain HTTP.
+@Suite struct ServerTests {
+    let store = "0123456789abcdef0123456789abcdef"
+
+    @Test func aWriteResentAfterTheServerWasKilledIsAnsweredAsADuplicateAndAppliedOnce() throws {
+        let dir = try TemporaryDirectory("server-dup")
+        let increment = #"{".sv": {"increment": 1}}"#
+        var server = try ServerProcess(data: dir.path)
+        let first = try TestHTTP.request(server.port, "PUT", "/count.json?ns=t", headers: ["X-Ferry-Write": "\(store)/7", "X-Ferry-Acked": "0"], json: increment)
+        #expect(first.status == 200)
+        #expect(first.headers["x-ferry-duplicate"] == nil)
+        server.kill9()
+
+        server = try ServerProcess(data: dir.path)
+        let again = try TestHTTP.request(server.port, "PUT", "/count.json?ns=t", headers: ["X-Ferry-Write": "\(store)/7", "X-Ferry-Acked": "0"], json: increment)
+        #expect(again.status == 200)
+        #expect(again.headers["x-ferry-duplicate"] == "true")
+        #expect(try TestHTTP.request(server.port, "GET", "/count.json?ns=t").json == 1)
+        // The next write of the same client is new.
+        let next = try TestHTTP.request(server.port, "PUT", "/count.json?ns=t", headers: ["X-Ferry-Write": "\(store)/8", "X-Ferry-Acked": "7"], json: increment)
+        #expect(next.headers["x-ferry-duplicate"] == nil)
+        #expect(try TestHTTP.request(server.port, "GET", "/count.json?ns=t").json == 2)
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func aResentPushGetsTheSameNameAndARecordedRejectionIsRepeated() throws {
+        let dir = try TemporaryDirectory("server-dup-push")
+        let server = try ServerProcess(data: dir.path)
+        let h = ["X-Ferry-Write": "\(store)/1"]
+        let push = try TestHTTP.request(server.port, "POST", "/list.json?ns=t", headers: h, json: #"{"a": 1}"#)
+        let again = try TestHTTP.request(server.port, "POST", "/list.json?ns=t", headers: h, json: #"{"a": 1}"#)
+        #expect(push.status == 200 && again.status == 200)
+        #expect(again.json == push.json)
+        #expect(again.headers["x-ferry-duplicate"] == "true")
+        guard case .object(let list)? = try TestHTTP.request(server.port, "GET", "/list.json?ns=t").json else { Issue.record("no list"); return }
+        #expect(list.count == 1)
+
+        // A stale if-match is rejected; resent, the same rejection comes back as a duplicate.
+        let h2 = ["X-Ferry-Write": "\(store)/2", "if-match": "stale"]
+        let rejected = try TestHTTP.request(server.port, "PUT", "/x.json?ns=t", headers: h2, json: "5")
+        let rejectedAgain = try TestHTTP.request(server.port, "PUT", "/x.json?ns=t", headers: h2, json: "5")
+        #expect(rejected.status == 412)
+        #expect(rejectedAgain.status == 412)
+        #expect(rejectedAgain.headers["x-ferry-duplicate"] == "true")
+        #expect(try TestHTTP.request(server.port, "GET", "/x.json?ns=t").json == .null)
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func everyAcknowledgedWriteFromManyClientsSurvivesKill9() throws {
+        let dir = try TemporaryDirectory("server-kill9")
+        var server = try ServerProcess(data: dir.path)
+        let port = server.port
+        let acknowledged = Mutex<[Int]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { client in
+            for i in 0..<25 {
+                let n = client * 100 + i
+                if let r = try? TestHTTP.request(port, "PUT", "/items/k\(n).json?ns=t&print=silent", json: "\(n)"), r.status == 204 {
+                    acknowledged.withLock { $0.append(n) }
+                }
+            }
+        }
+        server.kill9()
+        server = try ServerProcess(data: dir.path)
+        guard case .object(let items)? = try TestHTTP.request(server.port, "GET", "/items.json?ns=t").json else {
+            Issue.record("no items after restart")
+            return
+        }
+        let acked = acknowledged.withLock { $0 }
+        #expect(acked.count == 200)
+        for n in acked { #expect(items["k\(n)"] == .int(Int64(n))) }
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func aBatchIsAppliedInOrderEachWriteAtMostOnceAndAnsweredPerWrite() throws {
+        let dir = try TemporaryDirectory("server-batch")
+        let server = try ServerProcess(data: dir.path)
+        let info = try TestHTTP.request(server.port, "GET", "/.ferry/info.json?ns=t")
+        #expect(info.status == 200)
+        guard case .object(let caps)? = info.json else { Issue.record("no info"); return }
+        #expect(caps["idempotent"] == true && caps["batch"] == true && caps["server"] == "ferry-server")
+
+        let batch = """
+        {"client": "\(store)", "acked": 0, "writes": [
+          {"id": 17, "op": "set", "path": "/posts/p1", "data": {"title": "Hi"}},
+          {"id": 18, "op": "update", "path": "/stats", "data": {"count": {".sv": {"increment": 1}}}},
+          {"id": 19, "op": "set", "path": "/bad[key]", "data": 1},
+          {"id": 20, "op": "set", "path": "/posts/p1/title", "data": "Hello"}
+        ]}
+        """
+        let r = try TestHTTP.request(server.port, "POST", "/.ferry/batch.json?ns=t", json: batch)
+        #expect(r.status == 200)
+        let results = try #require(r.json.flatMap { v -> [Value]? in
+            if case .object(let o) = v, case .array(let a)? = o["results"] { return a }
+            return nil
+        })
+        #expect(results.count == 4)
+        #expect(results[0] == ["id": 17, "status": 200])
+        #expect(results[1] == ["id": 18, "status": 200])
+        if case .object(let third) = results[2] { #expect(third["status"] == 400) } else { Issue.record("no third result") }
+        #expect(results[3] == ["id": 20, "status": 200])
+
+        // Sent again (the answer was lost): nothing is applied twice, the rejection is repeated.
+        let again = try TestHTTP.request(server.port, "POST", "/.ferry/batch.json?ns=t", json: batch)
+        guard case .object(let o)? = again.json, case .array(let second)? = o["results"] else { Issue.record("no results"); return }
+        #expect(second[1] == ["id": 18, "status": 200, "duplicate": true])
+        if case .object(let third) = second[2] { #expect(third["status"] == 400 && third["duplicate"] == true) }
+        #expect(try TestHTTP.request(server.port, "GET", "/.json?ns=t").json == ["posts": ["p1": ["title": "Hello"]], "stats": ["count": 1]])
+
+        let unordered = #"{"client": "\#(store)", "acked": 0, "writes": [{"id": 30, "op": "set", "path": "/a", "data": 1}, {"id": 29, "op": "set", "path": "/b", "data": 1}]}"#
+        #expect(try TestHTTP.request(server.port, "POST", "/.ferry/batch.json?ns=t", json: unordered).status == 400)
+        #expect(try TestHTTP.request(server.port, "GET", "/a.json?ns=t").json == .null)
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func everyResponseCarriesTheServerTime() throws {
+        let dir = try TemporaryDirectory("server-time")
+        let server = try ServerProcess(data: dir.path)
+        let before = Int64(Date().timeIntervalSince1970 * 1000)
+        for r in [try TestHTTP.request(server.port, "GET", "/.json?ns=t"),
+                  try TestHTTP.request(server.port, "GET", "/.json?ns=t&nope=1"),
+                  try TestHTTP.request(server.port, "PUT", "/a.json?ns=t", json: "1")] {
+            let t = try #require(r.headers["x-ferry-server-time"].flatMap { Int64($0) })
+            #expect(t >= before - 60_000 && t <= Int64(Date().timeIntervalSince1970 * 1000) + 60_000)
+        }
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func etagsGuardWritesAndSpareReads() throws {
+        let dir = try TemporaryDirectory("server-etag")
+        let server = try ServerProcess(data: dir.path)
+        _ = try TestHTTP.request(server.port, "PUT", "/c.json?ns=t", json: "1")
+        let read = try TestHTTP.request(server.port, "GET", "/c.json?ns=t", headers: ["X-Firebase-ETag": "true"])
+        let etag = try #require(read.headers["etag"])
+        #expect(etag == ETag.of(1))
+        #expect(try TestHTTP.request(server.port, "GET", "/c.json?ns=t", headers: ["if-none-match": etag]).status == 304)
+        let ok = try TestHTTP.request(server.port, "PUT", "/c.json?ns=t", headers: ["if-match": etag], json: "2")
+        #expect(ok.status == 200 && ok.headers["etag"] == ETag.of(2))
+        let stale = try TestHTTP.request(server.port, "PUT", "/c.json?ns=t", headers: ["if-match": etag], json: "3")
+        #expect(stale.status == 412 && stale.headers["etag"] == ETag.of(2) && stale.json == 2)
+        #expect(try TestHTTP.request(server.port, "PUT", "/new.json?ns=t", headers: ["if-match": ETag.absent], json: "1").status == 200)
+        #expect(try TestHTTP.request(server.port, "PUT", "/new.json?ns=t", headers: ["if-match": ETag.absent], json: "2").status == 412)
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func badInputGetsAClearErrorAndNeverLosesDataOrTakesTheServerDown() throws {
+        let dir = try TemporaryDirectory("server-bad")
+        let server = try ServerProcess(data: dir.path, ["--max-body", "1000"])
+        let p = server.port
+        _ = try TestHTTP.request(p, "PUT", "/keep.json?ns=t", json: #"{"a": 1}"#)
+        let deep = String(repeating: #"{"a":"#, count: 33) + "1" + String(repeating: "}", count: 33)
+        let cases: [(String, String, String?, Int)] = [
+            ("PUT", "/x.json?ns=t", "{not json", 400),
+            ("PUT", "/x.json?ns=t", #"{"a.b": 1}"#, 400),
+            ("PUT", "/x.json?ns=t", deep, 400),
+            ("PUT", "/a%5Bb%5D.json?ns=t", "1", 400),
+            ("PATCH", "/x.json?ns=t", "[1, 2]", 400),
+            ("PATCH", "/x.json?ns=t", #"{"a": 1, "a/b": 2}"#, 400),
+            ("PUT", "/x.json?ns=t", String(repeating: "1", count: 2000), 413),
+            ("BREW", "/x.json?ns=t", nil, 405),
+            ("GET", "/x.json?ns=t&limitToFirst=-1&orderBy=%22$key%22", nil, 400),
+            ("GET", "/x.json?ns=t&limitToFirst=99999999999999&orderBy=%22$key%22", nil, 400),
+            ("GET", "/x.json?ns=t&startAt=1", nil, 400),
+            ("GET", "/x.json?ns=t&unknown=1", nil, 400),
+            ("GET", "/x.json", nil, 400),
+            ("GET", "/x?ns=t", nil, 400),
+            ("PUT", "/x.json?ns=t", #"{".sv": "nonsense"}"#, 400),
+            ("GET", "/x.json?ns=t", nil, 200),
+        ]
+        for (method, path, body, status) in cases {
+            let r = try TestHTTP.request(p, method, path, body: body.map { Array($0.utf8) })
+            #expect(r.status == status, "\(method) \(path): \(r.text)")
+            if status >= 400 && status != 413 {
+                guard case .object(let o)? = r.json, case .string? = o["error"] else {
+                    Issue.record("\(method) \(path): no {\"error\": …} in \(r.text)")
+                    continue
+                }
+            }
+        }
+        // A garbage request line, and a client that never finishes its request.
+        let fd = try TestHTTP.connect(p)
+        TestHTTP.send(fd, Array("NONSENSE\r\n\r\n".utf8))
+        #expect(try TestHTTP.parse(TestHTTP.readAll(fd)).status == 400)
+        close(fd)
+        let slow = try TestHTTP.connect(p)
+        TestHTTP.send(slow, Array("PUT /keep.json?ns=t HTTP/1.1\r\nContent-Length: 100\r\n\r\n{".utf8))
+        // Meanwhile others are served; the slow one is dropped (--request-timeout 2) without a write.
+        #expect(try TestHTTP.request(p, "GET", "/keep.json?ns=t").json == ["a": 1])
+        #expect(TestHTTP.readAll(slow).isEmpty)
+        close(slow)
+        #expect(try TestHTTP.request(p, "GET", "/.json?ns=t").json == ["keep": ["a": 1]])
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func sigtermFinishesWhatIsInFlightAndClosesTheStore() throws {
+        let dir = try TemporaryDirectory("server-term")
+        var server = try ServerProcess(data: dir.path)
+        let port = server.port
+        let answered = Mutex<[Int]>([])
+        let group = DispatchGroup()
+        for c in 0..<4 {
+            DispatchQueue.global().async(group: group) {
+                for i in 0..<50 {
+                    guard let r = try? TestHTTP.request(port, "PUT", "/w/k\(c)_\(i).json?ns=t", json: "1"), r.status == 200 else { return }
+                    answered.withLock { $0.append(c * 1000 + i) }
+                }
+            }
+        }
+        usleep(50_000)
+        #expect(server.terminate() == 0)
+        group.wait()
+        server = try ServerProcess(data: dir.path)
+        let stored = try TestHTTP.request(server.port, "GET", "/w.json?ns=t&shallow=true").json
+        for n in answered.withLock({ $0 }) {
+            guard case .object(let o)? = stored else { Issue.record("nothing stored"); break }
+            #expect(o["k\(n / 1000)_\(n % 1000)"] == true)
+        }
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func streamsSendTheWholeValueThenEachChangeInWriteOrder() throws {
+        let dir = try TemporaryDirectory("server-stream")
+        let server = try ServerProcess(data: dir.path)
+        let p = server.port
+        _ = try TestHTTP.request(p, "PUT", "/room.json?ns=t", json: #"{"a": 1, "b": 2}"#)
+        let plain = try StreamReader(port: p, path: "/room.json?ns=t")
+        let query = try StreamReader(port: p, path: "/room.json?ns=t&orderBy=%22$value%22&limitToLast=1")
+        #expect(try plain.next() == .put("/", ["a": 1, "b": 2]))
+        #expect(try query.next() == .put("/", ["b": 2]))
+        _ = try TestHTTP.request(p, "PUT", "/room/c.json?ns=t", json: "3")
+        _ = try TestHTTP.request(p, "PATCH", "/room.json?ns=t", json: #"{"a": 5, "d/e": 6}"#)
+        _ = try TestHTTP.request(p, "PUT", "/.json?ns=t", json: #"{"room": {"z": 0}}"#)
+        #expect(try plain.next() == .put("/c", 3))
+        #expect(try plain.next() == .patch("/", ["a": 5, "d/e": 6]))
+        #expect(try plain.next() == .put("/", ["z": 0]))
+        #expect(try query.next() == .put("/", ["c": 3]))
+        #expect(try query.next() == .put("/", ["d": ["e": 6]]))  // objects sort after numbers
+        #expect(try query.next() == .put("/", ["z": 0]))
+        #expect(try plain.next() == .keepAlive)  // silence (--keep-alive 1)
+
+        // Rules that stop the reading cancel the stream.
+        let rules = #"{"rules": {".read": false, ".write": true}}"#
+        let anonymous = try StreamReader(port: p, path: "/room.json?ns=t")
+        #expect(try anonymous.next() == .put("/", ["z": 0]))
+        #expect(try TestHTTP.request(p, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200)
+        #expect(try anonymous.next(skippingKeepAlive: true) == .cancel)
+        #expect(try TestHTTP.request(p, "GET", "/room.json?ns=t").status == 401)
+        #expect(server.terminate() == 0)
+    }
+}
+
+extension ServerTests {
+    @Test func aTokenTheOwnerNoLongerAcceptsRevokesItsStreamsAndItsRequests() throws {
+        let dir = try TemporaryDirectory("server-tokens")
+        let server = try ServerProcess(data: dir.path, ["--token", "t1", "--token", "t2"])
+        let p = server.port
+        _ = try TestHTTP.request(p, "PUT", "/a.json?ns=t", json: "1")
+        let revoked = try StreamReader(port: p, path: "/a.json?ns=t", headers: ["Authorization": "Bearer t1"])
+        let kept = try StreamReader(port: p, path: "/a.json?ns=t&auth=t2")
+        #expect(try revoked.next() == .put("/", 1))
+        #expect(try kept.next() == .put("/", 1))
+        #expect(try TestHTTP.request(p, "PUT", "/.ferry/tokens.json?ns=t", json: #"["t2"]"#).status == 401)
+        #expect(try TestHTTP.request(p, "PUT", "/.ferry/tokens.json?ns=t", headers: ["Authorization": "Bearer owner"], json: #"["t2"]"#).status == 200)
+        #expect(try revoked.next(skippingKeepAlive: true) == .authRevoked)
+        #expect(throws: HTTPTestError.self) { try revoked.next(skippingKeepAlive: true) }
+        let refused = try TestHTTP.request(p, "GET", "/a.json?ns=t", headers: ["Authorization": "Bearer t1"])
+        #expect(refused.status == 401 && refused.json == ["error": "Auth token is expired"])
+        _ = try TestHTTP.request(p, "PUT", "/a.json?ns=t", headers: ["Authorization": "Bearer t2"], json: "2")
+        #expect(try kept.next(skippingKeepAlive: true) == .put("/", 2))
+        #expect(server.terminate() == 0)
+    }
+}
+
+/// Reads a server's event stream.
+final class StreamReader {
+    let fd: Int32
+    var parser = StreamEventParser()
+    var pending: [StreamEvent] = []
+    var headerDone = false
+    var raw: [UInt8] = []
+    var ended = false
+
+    init(port: Int, path: String, headers: [String: String] = [:]) throws {
+        fd = try TestHTTP.connect(port)
+        let extra = headers.map { "\($0): \($1)\r\n" }.joined()
+        TestHTTP.send(fd, Array("GET \(path) HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\(extra)\r\n".utf8))
+    }
+
+    deinit { close(fd) }
+
+    /// The next event (skipping keep-alives when asked); throws when the stream ends first.
+    func next(skippingKeepAlive: Bool = false) throws -> StreamEvent {
+        var skipped = 0
+        while true {
+            while !pending.isEmpty {
+                let e = pending.removeFirst()
+                if skippingKeepAlive && e.name == "keep-alive" {
+                    skipped += 1
+                    if skipped > 20 { throw HTTPTestError(message: "only keep-alives") }
+                    continue
+                }
+                return e
+            }
+            if ended { throw HTTPTestError(message: "the stream ended") }
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { throw HTTPTestError(message: "the stream ended") }
+            raw += chunk[0..<n]
+            if !headerDone {
+                guard let end = raw.indices.dropLast(3).first(where: { raw[$0] == 13 && raw[$0 + 1] == 10 && raw[$0 + 2] == 13 && raw[$0 + 3] == 10 }) else { continue }
+                raw.removeFirst(end + 4)
+                headerDone = true
+            }
+            // De-chunk what is complete.
+            while let crlf = raw.indices.dropLast().first(where: { raw[$0] == 13 && raw[$0 + 1] == 10 }),
+                  let size = Int(String(decoding: raw[..<crlf], as: UTF8.self), radix: 16),
+                  raw.count >= crlf + 2 + size + 2 {
+                let body = Array(raw[(crlf + 2)..<(crlf + 2 + size)])
+                raw.removeFirst(crlf + 2 + size + 2)
+                if size == 0 { ended = true; break }
+                pending += try parser.feed(body)
+            }
+        }
+    }
+}

@@ -1,0 +1,57 @@
+import Ferry
+import FerryWire
+import Testing
+
+/// The pieces client and server share: hashes, ETags, event parsing, queries.
+@Suite struct WireTests {
+    @Test func sha256MatchesTheStandardVectors() {
+        func hex(_ s: String) -> String { SHA256.hash(Array(s.utf8)).map { String($0, radix: 16).leftPad() }.joined() }
+        #expect(hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(hex(String(repeating: "a", count: 1000)) == "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3")
+    }
+
+    @Test func eventsSplitAcrossPiecesAreParsedWhole() throws {
+        var parser = StreamEventParser()
+        let text = StreamEvent.put("/a", ["b": 1]).encoded + ": comment\n" + StreamEvent.keepAlive.encoded
+        var events: [StreamEvent] = []
+        for byte in Array(text.utf8) { events += try parser.feed([byte]) }
+        #expect(events == [.put("/a", ["b": 1]), .keepAlive])
+        #expect(throws: WireError.self) { _ = try parser.feed(Array("event: put\ndata: {nope\n\n".utf8)) }
+    }
+
+    @Test func queriesFilterOrderAndLimitAsTheRealtimeDatabaseDoes() throws {
+        let data: Value = ["a": ["s": 5], "b": ["s": 1], "c": ["s": 9], "d": ["t": 0], "1": ["s": 1]]
+        let q = try #require(try WireQuery(parameters: ["orderBy": "\"s\"", "startAt": "1", "limitToFirst": "2"]))
+        #expect(q.apply(to: data) == ["1": ["s": 1], "b": ["s": 1]])
+        let byKey = try #require(try WireQuery(parameters: ["orderBy": "\"$key\"", "limitToLast": "2"]))
+        #expect(byKey.apply(to: data) == ["c": ["s": 9], "d": ["t": 0]])
+        #expect(throws: WireError.self) { try WireQuery(parameters: ["startAt": "1"]) }
+        #expect(throws: WireError.self) { try WireQuery(parameters: ["orderBy": "\"$key\"", "startAt": "1"]) }
+        #expect(throws: WireError.self) { try WireQuery(parameters: ["orderBy": "\"s\"", "limitToFirst": "0"]) }
+        #expect(try WireQuery(parameters: ["print": "silent"]) == nil)
+    }
+
+    @Test func serverValuesResolveAgainstTheCurrentData() throws {
+        let now: Int64 = 1_700_000_000_000
+        let current: Value = ["n": 5, "f": 1.5]
+        #expect(try ValueTree.resolvingServerValues(ServerValue.increment(2), at: ["n"], in: current, now: now) == 7)
+        #expect(try ValueTree.resolvingServerValues(ServerValue.increment(2), at: ["f"], in: current, now: now) == 3.5)
+        #expect(try ValueTree.resolvingServerValues(ServerValue.increment(2), at: ["none"], in: current, now: now) == 2)
+        #expect(try ValueTree.resolvingServerValues(["t": ServerValue.timestamp], at: [], in: current, now: now) == ["t": .int(now)])
+        #expect(throws: WireError.self) { try ValueTree.resolvingServerValues([".sv": "later"], at: [], in: current, now: now) }
+    }
+
+    @Test func aBatchWithWritesOutOfOrderIsRefusedWhole() throws {
+        let good = try Value(json: #"{"client": "0123456789abcdef0123456789abcdef", "acked": 3, "writes": [{"id": 4, "op": "set", "path": "/a", "data": 1}]}"#)
+        #expect(try BatchRequest(good).writes == [BatchWrite(id: 4, op: .set, path: "/a", data: 1)])
+        let bad = try Value(json: #"{"client": "0123456789abcdef0123456789abcdef", "writes": [{"id": 4, "op": "set", "path": "/a"}, {"id": 4, "op": "set", "path": "/b"}]}"#)
+        #expect(throws: WireError.self) { try BatchRequest(bad) }
+        #expect(WriteIdentity(header: "0123456789abcdef0123456789abcdef/12") == WriteIdentity(store: "0123456789abcdef0123456789abcdef", id: 12))
+        #expect(WriteIdentity(header: "XYZ/12") == nil)
+    }
+}
+
+extension String {
+    fileprivate func leftPad() -> String { count == 1 ? "0" + self : self }
+}
