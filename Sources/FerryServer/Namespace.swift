@@ -151,6 +151,8 @@ final class Namespace: Sendable {
         self.logger = logger
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var options = DatabaseOptions(durability: .none)  // the writer syncs each group itself
+        // The server's store holds the truth, not a cache of it: nothing may be evicted.
+        options.cacheSizeBytes = .unlimited
         options.logger = logger
         let db = try Database.open(at: directory, options: options)
         self.db = db

@@ -33,6 +33,33 @@ import Glibc
         #expect(server.terminate() == 0)
     }
 
+    /// The server's store is the truth, not a cache: past a client's default cache limit
+    /// (10 MB) its data must all be there after a restart (nothing evicted).
+    @Test func theServerKeepsEveryWritePastTheClientCacheLimit() throws {
+        let dir = try TemporaryDirectory("server-big")
+        var server = try ServerProcess(data: dir.path)
+        var g = SystemRandomNumberGenerator()
+        var sizes: [String: Int] = [:]
+        for i in 0..<14 {
+            // ~1 MB of hex digits: LZ4 cannot shrink it below ~half, so 14 of them pass 10 MB on disk.
+            let text = (0..<(1 << 19)).map { _ in String(UInt8.random(in: 0...255, using: &g), radix: 16) }.joined()
+            sizes["i\(i)"] = text.utf8.count
+            let r = try TestHTTP.request(server.port, "PUT", "/big/i\(i).json?ns=t&print=silent", json: "\"\(text)\"")
+            #expect(r.status == 204 || r.status == 200)
+        }
+        #expect(server.terminate() == 0)
+        server = try ServerProcess(data: dir.path)
+        for (key, size) in sizes {
+            let r = try TestHTTP.request(server.port, "GET", "/big/\(key).json?ns=t")
+            guard case .string(let s) = r.json else {
+                Issue.record("\(key) is gone after a restart: \(String(describing: r.json))")
+                continue
+            }
+            #expect(s.utf8.count == size)
+        }
+        #expect(server.terminate() == 0)
+    }
+
     @Test func aResentPushGetsTheSameNameAndARecordedRejectionIsRepeated() throws {
         let dir = try TemporaryDirectory("server-dup-push")
         let server = try ServerProcess(data: dir.path)
