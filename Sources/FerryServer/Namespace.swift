@@ -348,6 +348,19 @@ final class Namespace: Sendable {
             }
         }
 
+        // What the store would refuse (the data one key deeper than the client sees: a value 32
+        // levels deep; a number an increment made infinite) is refused here, before it changes
+        // anything: a refusal by the store itself would stop the namespace.
+        if outcome.status == 200, let bad = merge.lazy.compactMap({ key, value -> String? in
+            guard key.hasPrefix("data") else { return nil }
+            do { try Database.checkServerValue(value, at: key); return nil } catch { return errorMessage(error) ?? "\(error)" }
+        }).first {
+            s.working = old
+            merge = [:]
+            change = nil
+            outcome = .rejected(400, bad)
+        }
+
         if let identity = job.identity {
             var meta: [String: Value] = [:]
             if case .object(let m)? = s.clients[identity.store] { meta = m }

@@ -60,6 +60,29 @@ import Glibc
         #expect(server.terminate() == 0)
     }
 
+    /// A write the server's store cannot hold is refused on its own; it does not stop the
+    /// namespace (every later write got 503 until a restart).
+    @Test func aWriteTheStoreCannotHoldIsRefusedAloneAndTheNamespaceGoesOn() throws {
+        let dir = try TemporaryDirectory("server-unstorable")
+        let server = try ServerProcess(data: dir.path)
+        // 32 levels from the namespace root, the data model's limit; the store keeps data one
+        // key deeper, so it cannot hold this one (yet): a clear 400, nothing changed.
+        var deep = "1"
+        for _ in 0..<31 { deep = #"{"k":\#(deep)}"# }
+        let refused = try TestHTTP.request(server.port, "PUT", "/a.json?ns=t", json: deep)
+        #expect(refused.status == 400, "\(refused.status)")
+        let huge = #"{".sv": {"increment": 1.7e308}}"#
+        #expect(try TestHTTP.request(server.port, "PUT", "/n.json?ns=t", json: huge).status == 200)
+        let overflow = try TestHTTP.request(server.port, "PUT", "/n.json?ns=t", json: huge)
+        #expect(overflow.status == 400, "an increment to infinity: \(overflow.status)")
+        // The namespace goes on.
+        let after = try TestHTTP.request(server.port, "PUT", "/ok.json?ns=t", json: "1")
+        #expect(after.status == 200, "\(after.status)")
+        #expect(try TestHTTP.request(server.port, "GET", "/ok.json?ns=t").json == 1)
+        #expect(try TestHTTP.request(server.port, "GET", "/a.json?ns=t").json == .null)
+        #expect(server.terminate() == 0)
+    }
+
     @Test func aResentPushGetsTheSameNameAndARecordedRejectionIsRepeated() throws {
         let dir = try TemporaryDirectory("server-dup-push")
         let server = try ServerProcess(data: dir.path)

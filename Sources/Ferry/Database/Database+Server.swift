@@ -13,6 +13,13 @@
         await settleSpace(memoryBytes: log == nil ? ValueCodec.sizeBound(node) : 0)
     }
 
+    /// Throws the error ``applyServerPut(at:_:tag:)`` would throw for `value` at `path`
+    /// (depth, keys, numbers), without writing anything: for a server that must refuse a write
+    /// before it changes its own state.
+    public static func checkServerValue(_ value: Value, at path: String) throws {
+        _ = try Node(value, path: try Path(validating: path))
+    }
+
     /// The server says: these children (paths relative to `path`) now have these values.
     /// - Throws: as ``applyServerPut(at:_:tag:)``; each child's depth counts from the root.
     public func applyServerMerge(at path: String, _ children: [String: Value], tag: Int? = nil) async throws {
