@@ -59,6 +59,19 @@ import Testing
         try await db.close()
     }
 
+    @Test func removingTheObserversEndsTheirSequencesAndSingleEventWaits() async throws {
+        let db = Database.inMemory(options: quietOptions())
+        let ref = try db.reference("never")
+        let sequence = Task { for try await _ in ref.values() {}; return true }
+        let single = Task { try await ref.observeSingleEvent() }
+        try await Task.sleep(for: .milliseconds(30))
+        ref.removeAllObservers()
+        #expect(try await sequence.value, "the sequence ends")
+        await #expect(throws: DatabaseError.self) { try await single.value }
+        #expect(db.engine.withLock { $0.registrations.isEmpty })
+        try await db.close()
+    }
+
     @Test func aFailedOpenReleasesTheStoreBeforeItThrows() async throws {
         let dir = try TemporaryDirectory()
         do {

@@ -203,6 +203,7 @@ extension Database {
         let e = DatabaseError(.storage, "\(what) failed: \(error)", underlying: error as? LogError)
         if (error as? LogError)?.code == .failed {
             engine.withLock { if $0.failure == nil { $0.failure = e } }
+            endObserversIfStopped()  // no operation of the app may come to notice it
         }
         return e
     }

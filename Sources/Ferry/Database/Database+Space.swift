@@ -358,10 +358,8 @@ extension Database {
             space.state.withLock { $0.lastEviction = run }
             options.logger.debug("evicted \(deleted.count) segment(s): \(dropped) entries dropped, \(restated) kept")
             return run
-        } catch let e as DatabaseError {
-            throw e
         } catch {
-            throw DatabaseError(.storage, "eviction failed: \(error)", underlying: error as? LogError)
+            throw maintenanceFailure("eviction", error)
         }
     }
 

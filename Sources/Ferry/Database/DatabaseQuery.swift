@@ -198,7 +198,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     }
 
     func observe(types: Set<DataEventType>, includeMetadataChanges: Bool,
-                 onEnd: (@Sendable (DatabaseError) -> Void)? = nil,
+                 onEnd: (@Sendable (DatabaseError?) -> Void)? = nil,
                  _ handler: @escaping @Sendable (DataEvent) -> Void) -> ObserverHandle {
         let db = database
         let query = spec
@@ -223,21 +223,28 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Removes one observer.
+    /// Removes one observer. A sequence (``events(_:includeMetadataChanges:)``) or a
+    /// single-event wait built on it ends.
     public func removeObserver(withHandle handle: ObserverHandle) {
-        database.engine.withLock { e in
-            guard let state = e.registrations.removeValue(forKey: handle.id) else { return }
+        let end = database.engine.withLock { e -> (@Sendable (DatabaseError?) -> Void)? in
+            guard let state = e.registrations.removeValue(forKey: handle.id) else { return nil }
             e.syncTree.removeEventRegistration(state.registration, for: state.query)
+            return state.onEnd
         }
+        end?(nil)  // outside the lock: a stream's end removes its observer again (a no-op now)
     }
 
-    /// Removes every observer of this query (of a location: of every query at it).
+    /// Removes every observer of this query (of a location: of every query at it). Sequences
+    /// and single-event waits built on them end.
     public func removeAllObservers() {
         let query = spec
-        database.engine.withLock { e in
+        let ends = database.engine.withLock { e -> [@Sendable (DatabaseError?) -> Void] in
             let removed = e.registrations.filter { query.isDefault ? $0.value.query.path == query.path : $0.value.query == query }
             for (id, _) in removed { e.registrations[id] = nil }
             e.syncTree.removeEventRegistration(nil, for: query)
+            return removed.values.compactMap(\.onEnd)
         }
+        for end in ends { end(nil) }
     }
 
     /// Pins (`true`) or unpins the data here: while pinned, the cache size limit never evicts
@@ -253,8 +260,9 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The events of `type` as an `AsyncSequence`. The observer is removed when the iterating
-    /// task is cancelled or stops iterating (the sequence then ends), and the sequence ends by
-    /// throwing when the database closes (``DatabaseError/Code/closed``) or fails (its error).
+    /// task is cancelled or stops iterating (the sequence then ends); the sequence ends when the
+    /// observer is removed otherwise (``removeAllObservers()``), and ends by throwing when the
+    /// database closes (``DatabaseError/Code/closed``) or fails (its error).
     ///
     /// It does not end by itself otherwise: offline, a location that is not complete in the
     /// cache yields no `value` event until data arrives — iterate it in a task you can cancel.
@@ -288,13 +296,14 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     /// The first event of `type`: for `value`, from the cache at once when the data is complete
     /// there, else when it arrives.
     ///
-    /// - Throws: ``DatabaseError/Code/closed`` when the database closes first (or is closed),
-    ///   the database's error when it fails, `CancellationError` when the task is cancelled.
+    /// - Throws: ``DatabaseError/Code/closed`` when the database closes first (or is closed) or
+    ///   the observers here are removed (``removeAllObservers()``), the database's error when it
+    ///   fails, `CancellationError` when the task is cancelled.
     public func observeSingleEvent(of type: DataEventType = .value) async throws -> DataSnapshot {
         if type == .value, let cached = try cachedSnapshot() { return cached }
         for try await event in events(type) { return event.snapshot }
         try Task.checkCancellation()
-        throw DatabaseError(.closed, "the database closed before an event of type \(type) at \(path)")
+        throw DatabaseError(.closed, "the observer was removed before an event of type \(type) at \(path)")
     }
 
     /// The complete data for this query from an active view or the stored cache, or nil.

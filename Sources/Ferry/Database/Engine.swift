@@ -7,8 +7,9 @@ struct RegistrationState {
     var query: QuerySpec
     var lastMetadata: SnapshotMetadata?
     /// Called once, outside the lock, when the database closes or fails while the registration
-    /// is active (ends the streams and single-event waits built on it).
-    var onEnd: (@Sendable (DatabaseError) -> Void)?
+    /// is active, or (with nil) when the app removes it: ends the streams and single-event
+    /// waits built on it.
+    var onEnd: (@Sendable (DatabaseError?) -> Void)?
 }
 
 /// An event with the metadata of its snapshot, ready to deliver.
@@ -222,9 +223,9 @@ final class Engine: StoredValues, ServerCacheSource {
 
     /// When the database has stopped: takes the end handlers of the active registrations (each
     /// is given once), to be called outside the lock.
-    func takeEndedRegistrations() -> (DatabaseError, [@Sendable (DatabaseError) -> Void])? {
+    func takeEndedRegistrations() -> (DatabaseError, [@Sendable (DatabaseError?) -> Void])? {
         guard let reason = stopReason else { return nil }
-        var ends: [@Sendable (DatabaseError) -> Void] = []
+        var ends: [@Sendable (DatabaseError?) -> Void] = []
         for (id, state) in registrations {
             if let end = state.onEnd {
                 ends.append(end)
