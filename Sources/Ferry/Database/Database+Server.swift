@@ -43,8 +43,13 @@
     /// The server answered every pending write up to `writeID`, in write order: those in
     /// `rejections` it refused (each is reverted — listeners see it — and kept in
     /// ``Database/rejectedWrites()``; their receipts throw), the rest it acknowledged. This moves
-    /// the sync cursor: one record for the batch, O(1) per acknowledged write in the number of
-    /// pending writes (a rejection costs O(pending writes)).
+    /// the sync cursor: one record for the batch's acknowledgements, O(1) per acknowledged write
+    /// in the number of pending writes, after one record per rejection (a rejection costs
+    /// O(pending writes)).
+    ///
+    /// The records are not one atomic batch: a crash between them can keep some rejections and
+    /// not the cursor. Nothing is lost then — the writes above the cursor stay pending, and the
+    /// server's answers to them, asked again, are the same.
     ///
     /// Returns once the records are durable; only then do the writes' receipts
     /// (``WriteReceipt/serverAcknowledgement()``) return.
