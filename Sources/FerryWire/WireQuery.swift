@@ -1,4 +1,4 @@
-import Ferry
+@_spi(Server) import Ferry
 
 /// A REST query: `orderBy`, `startAt`, `endAt`, `equalTo`, `limitToFirst`, `limitToLast`, their
 /// values JSON-encoded as in the Realtime Database's REST API.
@@ -77,70 +77,24 @@ public struct WireQuery: Sendable, Hashable {
         if limitToFirst != nil && limitToLast != nil { throw bad("limitToFirst and limitToLast cannot both be set") }
     }
 
-    /// The matching children of `value` (a node as the server stores it), as an object, in the
-    /// query's order when encoded by a client that sorts. O(n log n) in the number of children.
+    /// The matching children of `value` (a node as the server stores it: validated when it was
+    /// written), as an object — evaluated by Ferry's own query code (``ServerQuery``), so the
+    /// answer orders and filters exactly as a Ferry client's cache does.
+    /// O(n log n) in the number of children.
     public func apply(to value: Value) -> Value {
-        guard case .object(let o) = value, o[".value"] == nil else { return .null }
-        var items: [(key: String, sort: Value, node: Value)] = []
-        for (k, v) in o where k != ".priority" {
-            let s: Value
+        do {
+            let ferryOrder: ServerQuery.Order
             switch order {
-            case .key: s = .string(k)
-            case .value: s = ValueTree.exported(v)
-            case .priority: s = ValueTree.priority(v)
-            case .child(let path): s = ValueTree.exported(ValueTree.child(v, path[...]))
+            case .key: ferryOrder = .key
+            case .value: ferryOrder = .value
+            case .priority: ferryOrder = .priority
+            case .child(let keys): ferryOrder = .child(try Path(validating: keys.joined(separator: "/")))
             }
-            if let start = startAt, Self.compare(s, start, byKey: order == .key) < 0 { continue }
-            if let end = endAt, Self.compare(s, end, byKey: order == .key) > 0 { continue }
-            if case .child = order, case .null = s, startAt != nil || endAt != nil {
-                // A child without the ordered value matches only a null bound (as in Firebase).
-                if startAt != .null && endAt != .null { continue }
-            }
-            items.append((k, s, v))
-        }
-        items.sort { a, b in
-            let c = Self.compare(a.sort, b.sort, byKey: order == .key)
-            return c != 0 ? c < 0 : Self.compareKeys(a.key, b.key) < 0
-        }
-        if let n = limitToFirst, items.count > n { items.removeLast(items.count - n) }
-        if let n = limitToLast, items.count > n { items.removeFirst(items.count - n) }
-        var out: [String: Value] = [:]
-        for item in items { out[item.key] = item.node }
-        return out.isEmpty ? .null : .object(out)
-    }
-
-    /// The Realtime Database's order of values: null, false, true, numbers, strings, objects.
-    public static func compare(_ a: Value, _ b: Value, byKey: Bool = false) -> Int {
-        if byKey, case .string(let x) = a, case .string(let y) = b { return compareKeys(x, y) }
-        func rank(_ v: Value) -> Int {
-            switch v {
-            case .null: 0
-            case .bool(let b): b ? 2 : 1
-            case .int, .double: 3
-            case .string: 4
-            case .array, .object: 5
-            }
-        }
-        let (ra, rb) = (rank(a), rank(b))
-        if ra != rb { return ra < rb ? -1 : 1 }
-        switch (a, b) {
-        case let (.string(x), .string(y)): return x == y ? 0 : (Array(x.utf8).lexicographicallyPrecedes(Array(y.utf8)) ? -1 : 1)
-        default:
-            if let x = a.number, let y = b.number { return x == y ? 0 : (x < y ? -1 : 1) }
-            return 0
-        }
-    }
-
-    /// Keys order: 32-bit integer keys first, numerically, then the rest by their UTF-8 bytes.
-    public static func compareKeys(_ a: String, _ b: String) -> Int {
-        if a == b { return 0 }
-        let ia = Int32(a).flatMap { String($0) == a ? $0 : nil }
-        let ib = Int32(b).flatMap { String($0) == b ? $0 : nil }
-        switch (ia, ib) {
-        case let (x?, y?): return x < y ? -1 : (x > y ? 1 : 0)
-        case (_?, nil): return -1
-        case (nil, _?): return 1
-        default: return Array(a.utf8).lexicographicallyPrecedes(Array(b.utf8)) ? -1 : 1
+            return try ServerQuery.apply(to: value, order: ferryOrder, startAt: startAt, endAt: endAt,
+                                         limitToFirst: limitToFirst, limitToLast: limitToLast)
+        } catch {
+            // The tree was validated on write and the bounds when the query was read.
+            preconditionFailure("a stored tree or a validated bound was refused by the data model: \(error)")
         }
     }
 }

@@ -1,4 +1,4 @@
-import Ferry
+@_spi(Server) import Ferry
 import FerryWire
 import Testing
 
@@ -30,6 +30,23 @@ import Testing
         #expect(throws: WireError.self) { try WireQuery(parameters: ["orderBy": "\"$key\"", "startAt": "1"]) }
         #expect(throws: WireError.self) { try WireQuery(parameters: ["orderBy": "\"s\"", "limitToFirst": "0"]) }
         #expect(try WireQuery(parameters: ["print": "silent"]) == nil)
+    }
+
+    /// The server answers a query in the order a Ferry client's cache uses (keys by UTF-16 code
+    /// units, as the Realtime Database's clients): its own ordering by UTF-8 bytes disagreed.
+    @Test func aQueryOrdersAsAFerryClientsCacheDoes() async throws {
+        let data: Value = ["\u{E000}": 1, "\u{1F600}": 2, "b": 3, "10": 4, "9": 5]
+        let db = Database.inMemory()
+        try await db.applyServerPut(at: "d", data)
+        for (params, limit) in [(["orderBy": "\"$key\"", "limitToLast": "2"], 2), (["orderBy": "\"$value\"", "limitToFirst": "3"], 3)] {
+            let q = try #require(try WireQuery(parameters: params))
+            var local = try db.reference("d").query
+            local = params["orderBy"] == "\"$key\"" ? try local.queryOrderedByKey() : try local.queryOrderedByValue()
+            local = params["limitToLast"] != nil ? try local.queryLimited(toLast: limit) : try local.queryLimited(toFirst: limit)
+            #expect(q.apply(to: data) == (try await local.getData()).value, "\(params)")
+        }
+        let byKey = try #require(try WireQuery(parameters: ["orderBy": "\"$key\"", "limitToLast": "1"]))
+        #expect(byKey.apply(to: data) == ["\u{E000}": 1], "U+E000 sorts after U+1F600 in UTF-16")
     }
 
     @Test func serverValuesResolveAgainstTheCurrentData() throws {

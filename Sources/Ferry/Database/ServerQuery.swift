@@ -1,0 +1,47 @@
+/// A Realtime Database query evaluated on a value, as a server answers a REST query — with the
+/// database's own ordering and filters, the code its local views use, so that a server built on
+/// Ferry answers exactly as its clients' caches will (key order, value order, ranges, limits).
+@_spi(Server) public enum ServerQuery {
+    /// What the children are ordered by.
+    public enum Order: Sendable, Hashable {
+        case key, value, priority
+        /// The value at this path below each child.
+        case child(Path)
+    }
+
+    /// The children of `value` that the query selects, as an object (null when none), in the
+    /// export form (priorities as `.priority`, leaves with one as `.value`). A leaf selects
+    /// nothing. O(n log n) for n children (O(n log k) with a limit of k).
+    ///
+    /// - Throws: ``DatabaseError/Code/invalidData`` for a value or bound the data model refuses.
+    public static func apply(to value: Value, order: Order, startAt: Value?, endAt: Value?,
+                             limitToFirst: Int?, limitToLast: Int?) throws -> Value {
+        var p = QueryParams()
+        switch order {
+        case .key: p.index = .key
+        case .value: p.index = .value
+        case .priority: p.index = .priority
+        case .child(let path): p.index = .child(path)
+        }
+        func bound(_ v: Value) throws -> Node { p.index == .priority ? try Node.priorityNode(v, at: .root) : try Node(v) }
+        if let s = startAt {
+            p.startSet = true
+            p.startValue = try bound(s)
+        }
+        if let e = endAt {
+            p.endSet = true
+            p.endValue = try bound(e)
+        }
+        if let n = limitToFirst {
+            p.limit = n
+            p.viewFromLeft = true
+        } else if let n = limitToLast {
+            p.limit = n
+            p.viewFromLeft = false
+        }
+        let node = try Node(value)
+        guard !node.isLeaf else { return .null }
+        let indexed = IndexedNode(node, index: p.index)
+        return p.nodeFilter.updateFullNode(IndexedNode(.empty, index: p.index), indexed, accumulator: nil).node.value(export: true)
+    }
+}
