@@ -1,4 +1,4 @@
-import Ferry
+@_spi(Server) import Ferry
 
 /// Operations on a whole tree of values as the server keeps it: objects only (arrays become
 /// objects with integer keys), no empty objects, no nulls inside, priorities kept as
@@ -113,36 +113,16 @@ public enum ValueTree {
 
     /// Resolves server values in `value` (written at `keys`) against `current`, the tree now:
     /// `{".sv": "timestamp"}` becomes `now`, `{".sv": {"increment": n}}` the number at that
-    /// location plus n (n when it holds no number).
+    /// location plus n (n when it holds no number) — by Ferry's own resolver (``ServerValues``),
+    /// so the server stores what its clients showed locally.
     ///
-    /// - Throws: ``WireError`` (`invalidData`) for an unknown server value.
+    /// - Throws: ``WireError`` (`invalidData`) for an unknown server value or data the data
+    ///   model refuses.
     public static func resolvingServerValues(_ value: Value, at keys: [String], in current: Value, now: Int64) throws -> Value {
-        guard case .object(let o) = value else {
-            if case .array(let a) = value {
-                return .array(try a.enumerated().map { try resolvingServerValues($1, at: keys + [String($0)], in: current, now: now) })
-            }
-            return value
+        do {
+            return try ServerValues.resolve(value, at: keys.joined(separator: "/"), existing: child(current, keys[...]), time: now)
+        } catch let e as DatabaseError {
+            throw WireError(.invalidData, "\(e.message) at /\(keys.joined(separator: "/"))")
         }
-        if let sv = o[".sv"] {
-            switch sv {
-            case .string("timestamp"): return .int(now)
-            case .object(let spec) where spec.count == 1:
-                guard let delta = spec["increment"], delta.number != nil else { break }
-                let existing = exported(child(current, keys[...]))
-                switch (existing, delta) {
-                case let (.int(a), .int(b)):
-                    let (sum, overflow) = a.addingReportingOverflow(b)
-                    return overflow ? .double(Double(a) + Double(b)) : .int(sum)
-                default:
-                    if let a = existing.number { return .double(a + delta.number!) }
-                    return delta
-                }
-            default: break
-            }
-            throw WireError(.invalidData, "unknown server value \(sv.json) at /\(keys.joined(separator: "/"))")
-        }
-        var out: [String: Value] = [:]
-        for (k, v) in o { out[k] = try resolvingServerValues(v, at: keys + [k], in: current, now: now) }
-        return .object(out)
     }
 }

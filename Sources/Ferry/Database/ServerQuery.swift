@@ -45,3 +45,18 @@
         return p.nodeFilter.updateFullNode(IndexedNode(.empty, index: p.index), indexed, accumulator: nil).node.value(export: true)
     }
 }
+
+/// Server values resolved as the database resolves them locally, for a server that must store
+/// what its clients' caches showed.
+@_spi(Server) public enum ServerValues {
+    /// `value` (written at `path`) with `{".sv": "timestamp"}` made `time` and
+    /// `{".sv": {"increment": n}}` the number in `existing` plus n (n when it holds no number),
+    /// in the export form (priorities as `.priority`, integer keys as object keys).
+    ///
+    /// - Throws: ``DatabaseError/Code/invalidData`` for a value the data model refuses (an
+    ///   unknown server value among them).
+    public static func resolve(_ value: Value, at path: String, existing: Value, time: Int64) throws -> Value {
+        let node = try Node(value, path: try Path(validating: path))
+        return ServerValueResolver.resolve(node, existing: try Node(existing), time: time).value(export: true)
+    }
+}
