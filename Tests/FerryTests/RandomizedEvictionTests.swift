@@ -1,5 +1,6 @@
 import Foundation
 import FerryTestSupport
+import FerryTortureSupport
 import Synchronization
 import Testing
 
@@ -40,19 +41,8 @@ import Testing
         try await db.applyServerPut(at: "", [:])
 
         let keys = ["a", "b", "c", "d"]
-        func randomPath(min: Int = 0) -> [String] { (0..<(min + Int(g.next() % UInt64(3 - min + 1)))).map { _ in keys[Int(g.next() % 4)] } }
-        func randomValue(_ depth: Int = 0) -> Value {
-            switch g.next() % (depth > 1 ? 4 : 6) {
-            case 0: return .null
-            case 1: return .int(Int64(g.next() % 100))
-            case 2: return .string(["x", "y", "zz"][Int(g.next() % 3)])
-            case 3: return .bool(g.next() % 2 == 0)
-            default:
-                var o: [String: Value] = [:]
-                for _ in 0..<(1 + Int(g.next() % 3)) { o[keys[Int(g.next() % 4)]] = randomValue(depth + 1) }
-                return .object(o)
-            }
-        }
+        func randomPath(min: Int = 0) -> [String] { TortureWorkload.randomPath(&g, min: min) }
+        func randomValue(_ depth: Int = 0) -> Value { TortureWorkload.randomValue(&g, depth) }
         func at(_ p: [String]) -> String { (["m"] + p).joined(separator: "/") }
         func ref(_ p: [String]) -> DatabaseReference { try! db.reference(at(p)) }
 

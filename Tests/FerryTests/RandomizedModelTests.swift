@@ -1,5 +1,6 @@
 import Foundation
 import FerryTestSupport
+import FerryTortureSupport
 import Synchronization
 import Testing
 
@@ -8,7 +9,7 @@ import Testing
 /// A deliberately simple model of what a client sees: server data as a plain value tree, the
 /// pending local writes in order, and the visible data = server data with the writes applied.
 /// It shares no code with the engine.
-struct Model {
+struct Model: ValueTreeModel {
     enum Write {
         case set(id: Int64, path: [String], value: Value)
         case update(id: Int64, path: [String], children: [([String], Value)])
@@ -19,34 +20,6 @@ struct Model {
     var pending: [Write] = []
     /// Writes refused in a batch answer and not cleared (kept by the database).
     var rejected: [Int64] = []
-
-    static func get(_ v: Value, _ path: ArraySlice<String>) -> Value {
-        guard let k = path.first else { return v }
-        guard case .object(let o) = v, let child = o[k] else { return .null }
-        return get(child, path.dropFirst())
-    }
-
-    static func set(_ v: Value, _ path: ArraySlice<String>, _ new: Value) -> Value {
-        guard let k = path.first else { return normalized(new) }
-        // Removing something below a leaf changes nothing; writing below it replaces it.
-        if normalized(new) == .null, !isObject(v) { return v }
-        var o: [String: Value] = [:]
-        if case .object(let existing) = v { o = existing }
-        let child = set(o[k] ?? .null, path.dropFirst(), new)
-        o[k] = child == .null ? nil : child
-        return o.isEmpty ? .null : .object(o)
-    }
-
-    static func isObject(_ v: Value) -> Bool { if case .object = v { true } else { false } }
-
-    static func normalized(_ v: Value) -> Value {
-        guard case .object(let o) = v else { return v }
-        let kept = o.compactMapValues { c -> Value? in
-            let n = normalized(c)
-            return n == .null ? nil : n
-        }
-        return kept.isEmpty ? .null : .object(kept)
-    }
 
     static func apply(_ w: Write, to v: Value) -> Value {
         switch w {
@@ -110,19 +83,8 @@ struct Model {
         try await db.applyServerPut(at: "", [:])  // the server's data starts empty and complete
 
         let keys = ["a", "b", "c", "d"]
-        func randomPath(min: Int = 0) -> [String] { (0..<(min + Int(g.next() % UInt64(3 - min + 1)))).map { _ in keys[Int(g.next() % 4)] } }
-        func randomValue(_ depth: Int = 0) -> Value {
-            switch g.next() % (depth > 1 ? 4 : 6) {
-            case 0: return .null
-            case 1: return .int(Int64(g.next() % 100))
-            case 2: return .string(["x", "y", "zz"][Int(g.next() % 3)])
-            case 3: return .bool(g.next() % 2 == 0)
-            default:
-                var o: [String: Value] = [:]
-                for _ in 0..<(1 + Int(g.next() % 3)) { o[keys[Int(g.next() % 4)]] = randomValue(depth + 1) }
-                return .object(o)
-            }
-        }
+        func randomPath(min: Int = 0) -> [String] { TortureWorkload.randomPath(&g, min: min) }
+        func randomValue(_ depth: Int = 0) -> Value { TortureWorkload.randomValue(&g, depth) }
         func ref(_ p: [String]) -> DatabaseReference { p.isEmpty ? db.root : try! db.reference(p.joined(separator: "/")) }
         /// The server's own update for a write it applied (it arrives before the acknowledgement).
         func echo(_ w: Model.Write) async throws {

@@ -47,13 +47,15 @@ public struct TortureWorkload: Sendable {
         return o
     }
 
-    static let keys = ["a", "b", "c", "d"]
+    public static let keys = ["a", "b", "c", "d"]
 
-    static func randomPath<G: RandomNumberGenerator>(_ g: inout G, min: Int = 0) -> [String] {
+    /// A path of `min` to 3 keys from ``keys``.
+    public static func randomPath<G: RandomNumberGenerator>(_ g: inout G, min: Int = 0) -> [String] {
         (0..<(min + Int(g.next() % UInt64(3 - min + 1)))).map { _ in keys[Int(g.next() % 4)] }
     }
 
-    static func randomValue<G: RandomNumberGenerator>(_ g: inout G, _ depth: Int = 0) -> Value {
+    /// A null, leaf or small object of ``keys`` (objects only in the first two levels).
+    public static func randomValue<G: RandomNumberGenerator>(_ g: inout G, _ depth: Int = 0) -> Value {
         switch g.next() % (depth > 1 ? 4 : 6) {
         case 0: return .null
         case 1: return .int(Int64(g.next() % 100))

@@ -1,10 +1,11 @@
 @_spi(Server) import Ferry
+import FerryTortureSupport
 
 /// What the database must show, rebuilt from the workload's reports alone: the server's data
 /// as a plain value tree, the pending local writes in id order, and the rejected writes kept
 /// for the app. It shares no code with the engine (the layering rules are those of
 /// `RandomizedModelTests`' model).
-struct TortureModel {
+struct TortureModel: ValueTreeModel {
     enum Change: Equatable {
         case set(path: [String], value: Value)
         case update(path: [String], children: [String: Value])
@@ -25,34 +26,6 @@ struct TortureModel {
     mutating func addPending(_ w: Write) {
         let i = pending.firstIndex { $0.id > w.id } ?? pending.count
         pending.insert(w, at: i)
-    }
-
-    static func get(_ v: Value, _ path: ArraySlice<String>) -> Value {
-        guard let k = path.first else { return v }
-        guard case .object(let o) = v, let child = o[k] else { return .null }
-        return get(child, path.dropFirst())
-    }
-
-    static func set(_ v: Value, _ path: ArraySlice<String>, _ new: Value) -> Value {
-        guard let k = path.first else { return normalized(new) }
-        // Removing something below a leaf changes nothing; writing below it replaces it.
-        if normalized(new) == .null, !isObject(v) { return v }
-        var o: [String: Value] = [:]
-        if case .object(let existing) = v { o = existing }
-        let child = set(o[k] ?? .null, path.dropFirst(), new)
-        o[k] = child == .null ? nil : child
-        return o.isEmpty ? .null : .object(o)
-    }
-
-    static func isObject(_ v: Value) -> Bool { if case .object = v { true } else { false } }
-
-    static func normalized(_ v: Value) -> Value {
-        guard case .object(let o) = v else { return v }
-        let kept = o.compactMapValues { c -> Value? in
-            let n = normalized(c)
-            return n == .null ? nil : n
-        }
-        return kept.isEmpty ? .null : .object(kept)
     }
 
     /// The server applies data: a put replaces the value at its path, a merge its children.
