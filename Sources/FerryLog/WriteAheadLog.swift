@@ -236,6 +236,9 @@ public final class WriteAheadLog: Sendable {
     public var firstLSN: LSN { shared.withLock { $0.firstLSN } }
     /// The segments, oldest first; the last is the one being written.
     public var segments: [SegmentInfo] { shared.withLock { $0.segments } }
+    /// The bytes of every segment file, the one being written included (without copying the
+    /// list of segments: cheap enough to ask after every write).
+    public var segmentBytes: Int64 { shared.withLock { s in s.sealed.reduce(s.active.size) { $0 + $1.size } } }
     /// The error that stopped the log, if one did.
     public var failure: LogError? { shared.withLock { $0.failure } }
     /// Counters of the writer's work since the log was opened.

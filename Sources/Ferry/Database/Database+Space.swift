@@ -191,7 +191,7 @@ extension Database {
 
     /// Segments and checkpoint.
     func bytesOnDisk(_ log: WriteAheadLog) -> Int64 {
-        log.segments.reduce(0) { $0 + $1.size } + checkpointBytes(log)
+        log.segmentBytes + checkpointBytes(log)
     }
 
     // MARK: Keeping within the limit
