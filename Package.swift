@@ -13,10 +13,12 @@ let package = Package(
         .library(name: "FerryWire", targets: ["FerryWire"]),
         .library(name: "FerryServer", targets: ["FerryServer"]),
         .executable(name: "ferry-server", targets: ["ferry-server"]),
+        .library(name: "FerrySync", targets: ["FerrySync"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // C shims: bytes only, not API.
@@ -61,6 +63,15 @@ let package = Package(
             name: "FerryServer",
             dependencies: [
                 "Ferry", "FerryLog", "FerryWire",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The client side of sync: a Database connected to a server (networking lives here, not in Ferry).
+        .target(
+            name: "FerrySync",
+            dependencies: [
+                "Ferry", "FerryWire",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -56,6 +56,11 @@ public final class Database: Sendable {
     let log: WriteAheadLog?
     let options: DatabaseOptions
     let pushIDs = Mutex(PushIDGenerator())
+    /// The store id of a memory-only database (``storeIdentifier``).
+    let memoryStoreID: String = {
+        var g = SystemRandomNumberGenerator()
+        return (0..<2).map { _ in let s = String(g.next() as UInt64, radix: 16); return String(repeating: "0", count: 16 - s.count) + s }.joined()
+    }()
     let maintenance = MaintenanceLock()
     let space = SpaceState()
     /// The store directory (nil for a memory-only database).
@@ -153,6 +158,7 @@ public final class Database: Sendable {
             }
         }
         engine.withLock { $0.closed = true }  // (a memory-only database)
+        engine.withLock { $0.listens.signal }?.finish()
         endObserversIfStopped()
         if let log {
             do { try await log.close() } catch {

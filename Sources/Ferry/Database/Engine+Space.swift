@@ -97,6 +97,7 @@ extension Engine {
         guard pins.contains(path) != pinned else { return nil }
         let lsn = try append(.pin, isPersistent ? RecordCodec.pin(path, pinned: pinned) : [])
         if pinned { pins.insert(path) } else { pins.remove(path) }
+        listens.signal?.yield(.listens)
         return log == nil ? nil : lsn
     }
 

@@ -70,6 +70,8 @@ final class Engine: StoredValues, ServerCacheSource {
     var checkpointLSN: UInt64 = 0
     /// Paths pinned with `keepSynced(true)` (records of kind 11; see Engine+Space.swift).
     var pins: Set<Path> = []
+    /// The listens the views need, for the sync layer (see Database+Sync.swift).
+    let listens = ListenRegistry()
     /// Records and payload bytes appended since the last checkpoint (the checkpoint policy).
     var sinceCheckpoint: (records: Int, bytes: Int) = (0, 0)
 
@@ -85,6 +87,7 @@ final class Engine: StoredValues, ServerCacheSource {
         server.reader = self
         writeTree.stored = self
         syncTree.serverCacheSource = self
+        syncTree.listenProvider = listens
     }
 
     /// Values live in records (the log's, or kept ones), not in inline nodes.
@@ -104,6 +107,8 @@ final class Engine: StoredValues, ServerCacheSource {
 
     /// Puts a record in the log (or, in memory, just numbers it); returns its LSN / write id.
     func append(_ kind: RecordKind, _ payload: [UInt8]) throws -> Int64 {
+        // (The sync layer reads the writes under this lock, so after this one is in the tree.)
+        if kind == .localSet || kind == .localUpdate { listens.signal?.yield(.writes) }
         guard let log else {
             defer { nextMemoryID += 1 }
             return nextMemoryID

@@ -1,0 +1,131 @@
+import AsyncHTTPClient
+@_spi(Server) import Ferry
+import FerryWire
+import NIOCore
+import NIOHTTP1
+
+/// Listens: one streaming `GET` (`Accept: text/event-stream`) per listen the database needs;
+/// `put` and `patch` events become server records, the first `put` also completes the listen.
+extension SyncClient {
+    /// Starts the listens the database needs and stops the others.
+    func reconcileListens() {
+        guard online else { return }
+        let wanted = database.activeListens()
+        for (request, task) in listens where !wanted.contains(request) {
+            task.cancel()
+            listens[request] = nil
+        }
+        for request in wanted where listens[request] == nil {
+            listens[request] = Task { await self.runListen(request) }
+        }
+    }
+
+    /// Holds one listen until cancelled, reconnecting with backoff. A reconnect's first `put`
+    /// is the whole value: applied as a put, listeners see only what changed.
+    private func runListen(_ request: ListenRequest) async {
+        var failures = 0
+        while !Task.isCancelled {
+            do {
+                let outcome = try await stream(request)
+                switch outcome {
+                case .refused(let message):
+                    logger.warning("\(address) refused the listen at \(request): \(message); it is not retried until the listeners change")
+                    return
+                case .ended:
+                    failures = 1  // the server closed the stream: reconnect soon
+                case .tokenRevoked:
+                    failures += 1
+                    if await refreshToken(after: token) { failures = 0; continue }
+                }
+            } catch is CancellationError {
+                return
+            } catch let e as DatabaseError {
+                logger.error("the listen at \(request) stops: \(e)")
+                return
+            } catch {
+                failures += 1
+                if Task.isCancelled { return }
+                logger.info("the listen at \(request) was interrupted (\(error)); reconnecting")
+            }
+            do { try await Self.backoff(max(failures, 1), options) } catch { return }
+        }
+    }
+
+    enum StreamOutcome { case ended, refused(String), tokenRevoked }
+
+    /// One streaming request: applies its events until it ends.
+    private func stream(_ listen: ListenRequest) async throws -> StreamOutcome {
+        let t = await currentToken()
+        let request = transport.request(.GET, listen.path, parameters: listen.parameters,
+                                        headers: [("Accept", "text/event-stream")], token: t)
+        let response: HTTPClientResponse
+        do {
+            response = try await transport.http.execute(request, deadline: .distantFuture)
+        } catch {
+            if Task.isCancelled { throw CancellationError() }
+            setConnected(false)
+            throw SyncError(.unavailable, "listen at \(listen): \(error)")
+        }
+        guard response.status == .ok else {
+            let body = try await response.body.collect(upTo: 1 << 20)
+            let answer = Answer(status: Int(response.status.code), headers: response.headers, body: Array(buffer: body), clockOffset: nil)
+            noteAnswer(answer)
+            if answer.isTokenProblem { return .tokenRevoked }
+            if answer.status >= 500 { throw SyncError(.unavailable, answer.errorMessage, status: answer.status) }
+            return .refused("\(answer.status) \(answer.errorMessage)")
+        }
+        setConnected(true)
+        var parser = StreamEventParser()
+        var complete = false
+        do {
+            for try await buffer in response.body {
+                for event in try parser.feed(buffer.readableBytesView) {
+                    switch event.name {
+                    case "put", "patch":
+                        guard case .object(let o) = event.data, case .string(let rel)? = o["path"] else {
+                            throw SyncError(.badAnswer, "a \(event.name) event without a path: \(event.data.json.prefix(200))")
+                        }
+                        let data = o["data"] ?? .null
+                        let at = Self.join(listen.path, rel)
+                        if event.name == "put" {
+                            try await database.applyServerPut(at: at, data, tag: listen.tag)
+                        } else {
+                            guard case .object(let children) = data else { throw SyncError(.badAnswer, "a patch whose data is not an object") }
+                            try await database.applyServerMerge(at: at, children, tag: listen.tag)
+                        }
+                        if !complete {
+                            complete = true
+                            try await database.applyListenComplete(at: listen.path, tag: listen.tag)
+                        }
+                    case "keep-alive":
+                        break
+                    case "cancel":
+                        return .refused(event.data.json)
+                    case "auth_revoked":
+                        return .tokenRevoked
+                    default:
+                        logger.debug("ignoring a \(event.name) event on \(listen)")
+                    }
+                }
+            }
+        } catch let e as DatabaseError {
+            // Server data the data model refuses is the server's fault: reconnect later.
+            if e.code == .invalidData || e.code == .invalidPath {
+                throw SyncError(.badAnswer, "the server sent data the database refuses: \(e.message)")
+            }
+            throw e
+        } catch let e as WireError {
+            throw SyncError(.badAnswer, e.description)
+        }
+        if Task.isCancelled { throw CancellationError() }
+        return .ended
+    }
+
+    /// `/a` + `/b/c` → `/a/b/c`.
+    static func join(_ base: String, _ rel: String) -> String {
+        let r = rel.split(separator: "/")
+        if r.isEmpty { return base }
+        let b = base.split(separator: "/")
+        return "/" + (b + r).joined(separator: "/")
+    }
+}

@@ -1,0 +1,74 @@
+@_spi(Server) import Ferry
+import FerryWire
+import NIOHTTP1
+
+/// Reading once and transactions, online.
+extension SyncClient {
+    /// The data of `query`: from the server when connected (its answer also goes into the
+    /// cache), otherwise — or when the server cannot be reached — from the cache.
+    ///
+    /// - Throws: ``Ferry/DatabaseError/Code/notCached`` when neither has it; ``SyncError``
+    ///   (`rejected`) when the server refuses the read (rules).
+    public func getData(_ query: DatabaseQuery) async throws -> DataSnapshot {
+        guard online else { return try await query.getData() }
+        let (path, parameters) = query.restRequest
+        let answer: Answer
+        do {
+            answer = try await send(.GET, path, parameters: parameters ?? [:])
+        } catch let e as SyncError where e.code == .unavailable || e.code == .unauthenticated {
+            logger.info("getData at \(path): the server cannot answer (\(e)); reading the cache")
+            return try await query.getData()
+        }
+        guard answer.status == 200, let value = answer.value else {
+            throw SyncError(.rejected, "reading \(path): \(answer.errorMessage)", status: answer.status)
+        }
+        if parameters?.isEmpty ?? true {
+            // All the data at the location: it is the server's, store it.
+            try await database.applyServerPut(at: path, value)
+            return try await query.getData()
+        }
+        return try query.snapshot(serverValue: value)
+    }
+
+    /// The data of `ref`, as ``getData(_:)``.
+    public func getData(_ ref: DatabaseReference) async throws -> DataSnapshot { try await getData(ref.query) }
+
+    /// Runs a transaction on the server's data when online: reads the value with its ETag,
+    /// runs `update`, writes the result only if the ETag still matches (`if-match`), and on
+    /// `412` runs `update` again on the value the server returned — at most 25 runs. Offline,
+    /// it is the database's local transaction (``Ferry/DatabaseReference/runTransaction(_:)``),
+    /// whose write is sent like any other.
+    ///
+    /// - Throws: ``SyncError`` — `tooManyRetries` after 25 runs, `rejected` (with the status)
+    ///   when the server refuses the read or the write (rules, invalid data), `unavailable`
+    ///   when the connection fails during the transaction (the write may or may not have been
+    ///   applied: read the data again).
+    public func runTransaction(at ref: DatabaseReference,
+                               _ update: @Sendable (inout MutableData) -> TransactionDecision) async throws -> TransactionResult {
+        guard online else { return try await ref.runTransaction(update) }
+        let path = ref.query.restRequest.path
+        var answer = try await send(.GET, path, headers: [(WireHeader.firebaseETag, "true")])
+        for _ in 0..<DatabaseReference.maxTransactionRuns {
+            guard answer.status == 200 || answer.status == 412, let etag = answer.headers.first(name: "ETag") else {
+                throw SyncError(.rejected, "reading \(path) for a transaction: \(answer.errorMessage)", status: answer.status)
+            }
+            let current = answer.value ?? .null
+            var data = try MutableData(serverValue: current)
+            if case .abort = update(&data) {
+                try await database.applyServerPut(at: path, current)
+                return TransactionResult(serverCommitted: false, snapshot: try await ref.getData())
+            }
+            let body = try data.exportValue(at: path)
+            let put = try await send(.PUT, path, headers: [("if-match", etag)], body: body.jsonBytes)
+            if put.isSuccess {
+                try await database.applyServerPut(at: path, put.value ?? body)
+                return TransactionResult(serverCommitted: true, snapshot: try await ref.getData())
+            }
+            guard put.status == 412 else {
+                throw SyncError(.rejected, "writing \(path) in a transaction: \(put.errorMessage)", status: put.status)
+            }
+            answer = put  // the current value and its ETag
+        }
+        throw SyncError(.tooManyRetries, "the transaction at \(path) was rerun \(DatabaseReference.maxTransactionRuns) times; the server's data kept changing")
+    }
+}

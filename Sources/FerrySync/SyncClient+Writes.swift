@@ -1,0 +1,120 @@
+@_spi(Server) import Ferry
+import FerryWire
+import NIOHTTP1
+
+/// Sending pending writes: in write order, batched when the server offers it, each carrying its
+/// idempotency key; the cursor moves once per answer.
+extension SyncClient {
+    /// Sends until nothing is pending, then waits for a wake-up (a new local write); retries
+    /// failures with backoff. Ends when cancelled (offline) or when the database is closed.
+    func runWriter(_ wakeups: AsyncStream<Void>) async {
+        guard await drain() else { return }
+        for await _ in wakeups {
+            guard await drain() else { return }
+        }
+    }
+
+    /// Sends every pending write. Returns false when the writer should stop.
+    private func drain() async -> Bool {
+        var failures = 0
+        while !Task.isCancelled {
+            let writes: [OutgoingWrite]
+            do {
+                let caps = try await serverCapabilities()
+                writes = try database.outgoingWrites(after: database.acknowledgedThrough,
+                                                     limit: caps.batch ? min(options.maxBatchWrites, caps.maxWrites) : 1,
+                                                     maxBytes: min(options.maxBatchBytes, caps.maxBytes))
+                if writes.isEmpty { return true }
+                // A write leaves the device only once durable here: a write the server applied
+                // must never come back after a crash under another write's id.
+                try await database.sync()
+                if caps.batch && writes.count > 1 {
+                    try await sendBatch(writes)
+                } else {
+                    try await sendAlone(writes[0], idempotent: caps.idempotent)
+                }
+                failures = 0
+            } catch is CancellationError {
+                return false
+            } catch let e as DatabaseError {
+                logger.error("sync stops sending: \(e)")
+                return false
+            } catch let e as SyncError {
+                failures += 1
+                if e.code == .unauthenticated {
+                    logger.warning("\(address) refused the token (\(e.message)); sending waits for a new one")
+                    let rejected = token
+                    if await refreshToken(after: rejected) { failures = 0; continue }
+                } else {
+                    logger.warning("sending to \(address) failed (\(e)); retrying")
+                }
+                do { try await Self.backoff(failures, options) } catch { return false }
+            } catch {
+                failures += 1
+                logger.warning("sending to \(address) failed (\(error)); retrying")
+                do { try await Self.backoff(failures, options) } catch { return false }
+            }
+        }
+        return false
+    }
+
+    /// The idempotency headers of a write.
+    private func identity(_ id: Int64) -> [(String, String)] {
+        [(WireHeader.write, WriteIdentity(store: database.storeIdentifier, id: id).header),
+         (WireHeader.acked, String(database.acknowledgedThrough))]
+    }
+
+    /// One write as one REST request: set → PUT (null → DELETE), update → PATCH.
+    private func sendAlone(_ w: OutgoingWrite, idempotent: Bool) async throws {
+        let headers = identity(w.id)
+        let answer: Answer
+        switch w.operation {
+        case .set where w.data == .null:
+            answer = try await send(.DELETE, w.path, parameters: ["print": "silent"], headers: headers)
+        case .set:
+            answer = try await send(.PUT, w.path, parameters: ["print": "silent"], headers: headers, body: w.data.jsonBytes)
+        case .update:
+            answer = try await send(.PATCH, w.path, parameters: ["print": "silent"], headers: headers, body: w.data.jsonBytes)
+        }
+        var rejections: [WriteRejection] = []
+        if !answer.isSuccess {
+            logger.warning("\(address) refused write \(w.id) at \(w.path): \(answer.status) \(answer.errorMessage)")
+            rejections.append(WriteRejection(writeID: w.id, status: answer.status, message: answer.errorMessage))
+        }
+        try await database.acknowledgeWrites(through: w.id, rejecting: rejections)
+    }
+
+    /// Many writes in one request (`POST /.ferry/batch.json`), answered per write.
+    private func sendBatch(_ writes: [OutgoingWrite]) async throws {
+        var list: [Value] = []
+        list.reserveCapacity(writes.count)
+        for w in writes {
+            list.append(.object(["id": .int(w.id), "op": .string(w.operation == .set ? "set" : "update"),
+                                 "path": .string(w.path), "data": w.data]))
+        }
+        let body: Value = .object(["client": .string(database.storeIdentifier),
+                                   "acked": .int(database.acknowledgedThrough), "writes": .array(list)])
+        let answer = try await send(.POST, "/.ferry/batch", body: body.jsonBytes)
+        guard answer.status == 200, case .object(let o)? = answer.value, case .array(let results)? = o["results"] else {
+            // The request as a whole was refused: none of its writes was applied.
+            throw SyncError(.badAnswer, "the batch was answered \(answer.status): \(answer.errorMessage)", status: answer.status)
+        }
+        var through: Int64?
+        var rejections: [WriteRejection] = []
+        var expected = writes.makeIterator()
+        for r in results {
+            guard case .object(let ro) = r, case .int(let id)? = ro["id"], case .int(let status)? = ro["status"],
+                  let w = expected.next(), w.id == id
+            else { throw SyncError(.badAnswer, "a batch result does not answer the writes in order: \(r.json.prefix(200))") }
+            if status >= 500 { break }  // not processed: sent again
+            if !(200..<300).contains(status) {
+                let message: String = if case .string(let m)? = ro["error"] { m } else { "HTTP \(status)" }
+                logger.warning("\(address) refused write \(id) at \(w.path): \(status) \(message)")
+                rejections.append(WriteRejection(writeID: id, status: Int(status), message: message))
+            }
+            through = id
+        }
+        guard let through else { throw SyncError(.unavailable, "the server processed none of the batch's writes") }
+        try await database.acknowledgeWrites(through: through, rejecting: rejections)
+    }
+}

@@ -1,0 +1,257 @@
+import AsyncHTTPClient
+@_spi(Server) import Ferry
+import FerryWire
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// How a ``SyncClient`` talks to its server.
+public struct SyncOptions: Sendable {
+    /// Gives the token to send (`Authorization: Bearer …`), nil for none. Called with `true`
+    /// when the server refused the last one (401): return a new token then. Without a
+    /// provider, requests carry no token.
+    public typealias TokenProvider = @Sendable (_ forceRefresh: Bool) async throws -> String?
+
+    /// The token provider (nil: no token).
+    public var tokenProvider: TokenProvider?
+    /// Send many writes per request when the server advertises batches. With `false`, every
+    /// write is one REST request (still carrying its idempotency key).
+    public var usesBatches = true
+    /// The most writes in one batch (the server's own limit applies too).
+    public var maxBatchWrites = 5_000
+    /// About the most bytes of JSON in one batch (the server's own limit applies too).
+    public var maxBatchBytes = 8 << 20
+    /// How long a request (other than a stream) may take before it counts as failed.
+    public var requestTimeout: Duration = .seconds(30)
+    /// The first wait before retrying after a failure; it doubles up to ``maxRetryDelay``,
+    /// with jitter.
+    public var retryDelay: Duration = .milliseconds(50)
+    /// The longest wait between retries.
+    public var maxRetryDelay: Duration = .seconds(5)
+    /// Where sync logs (failures, rejections, reconnects).
+    public var logger = Logger(label: "ferry.sync")
+
+    public init() {}
+}
+
+/// Connects a ``Ferry/Database`` to a Realtime-Database-compatible server: sends its pending
+/// writes in write order (each exactly once with `ferry-server`), holds a streaming listen for
+/// each of its listeners, queries and `keepSynced` pins, and puts what the server sends into
+/// the database as server data (so the cache is rebuilt by replay like everything else).
+///
+/// ```swift
+/// let sync = try SyncClient(database: db, url: "http://127.0.0.1:9000?ns=demo")
+/// await sync.goOnline()
+/// ```
+///
+/// Offline (before ``goOnline()``, after ``goOffline()``, or while the server cannot be
+/// reached) the database works as without sync: writes queue in its log.
+public actor SyncClient {
+    /// The database this client syncs.
+    public nonisolated let database: Database
+    /// The server.
+    public nonisolated let address: ServerAddress
+    let options: SyncOptions
+    let transport: Transport
+    let logger: Logger
+
+    /// What the server offers (`GET /.ferry/info.json`); nil until asked.
+    struct Capabilities: Sendable {
+        var batch: Bool
+        var idempotent: Bool
+        var maxWrites: Int
+        var maxBytes: Int
+        static let plain = Capabilities(batch: false, idempotent: false, maxWrites: 1, maxBytes: .max)
+    }
+    var capabilities: Capabilities?
+
+    var online = false
+    var closed = false
+    var connected = false
+    var connectionObservers: [Int: AsyncStream<Bool>.Continuation] = [:]
+    var nextObserver = 0
+    var token: String?
+    var tokenKnown = false
+
+    var writer: Task<Void, Never>?
+    var writerWake: AsyncStream<Void>.Continuation?
+    var listens: [ListenRequest: Task<Void, Never>] = [:]
+    var signalTask: Task<Void, Never>?
+
+    /// Connects `database` to the server at `url` (`http://127.0.0.1:9000?ns=NAME`, or
+    /// `https://NAME.firebaseio.com`). The client starts offline: call ``goOnline()``.
+    ///
+    /// - Throws: ``SyncError`` (`invalidURL`).
+    public init(database: Database, url: String, options: SyncOptions = SyncOptions()) throws {
+        self.database = database
+        self.address = try ServerAddress(url)
+        self.options = options
+        self.logger = options.logger
+        let c = options.requestTimeout.components
+        let nanos = c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000
+        self.transport = Transport(http: Transport.makeClient(), address: address, timeout: .nanoseconds(nanos))
+    }
+
+    // MARK: Online and offline
+
+    /// Starts syncing: sends pending writes, holds the listens. Does nothing when online.
+    public func goOnline() {
+        guard !online, !closed else { return }
+        online = true
+        if signalTask == nil {
+            let signals = database.syncSignals()
+            signalTask = Task { [weak self] in
+                for await signal in signals {
+                    guard let self else { return }
+                    await self.handle(signal)
+                }
+            }
+        }
+        let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        writerWake = wake
+        writer = Task { await self.runWriter(wakeups) }
+        reconcileListens()
+    }
+
+    /// Stops syncing: ends the listens and the sending. Writes keep queueing in the database;
+    /// a write already sent may still be applied by the server (and is answered as a duplicate
+    /// when sent again).
+    public func goOffline() {
+        guard online else { return }
+        online = false
+        writer?.cancel()
+        writer = nil
+        writerWake?.finish()
+        writerWake = nil
+        for (_, task) in listens { task.cancel() }
+        listens = [:]
+        setConnected(false)
+    }
+
+    /// Goes offline for good and releases the HTTP client. The database stays open.
+    public func close() async {
+        goOffline()
+        closed = true
+        signalTask?.cancel()
+        signalTask = nil
+        for (_, c) in connectionObservers { c.finish() }
+        connectionObservers = [:]
+        try? await transport.http.shutdown()
+    }
+
+    /// Whether the client is online and its last exchange with the server succeeded (Firebase's
+    /// `.info/connected`).
+    public var isConnected: Bool { connected }
+
+    /// Whether the client is trying to sync (``goOnline()`` was called and not undone).
+    public var isOnline: Bool { online }
+
+    /// The connection state now, then each change (Firebase's `.info/connected`). Ends when
+    /// the client closes or the iterating task stops.
+    public func connectionStates() -> AsyncStream<Bool> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Bool.self)
+        let id = nextObserver
+        nextObserver += 1
+        connectionObservers[id] = continuation
+        continuation.yield(connected)
+        continuation.onTermination = { _ in Task { await self.removeObserver(id) } }
+        if closed { continuation.finish() }
+        return stream
+    }
+
+    private func removeObserver(_ id: Int) { connectionObservers[id] = nil }
+
+    func setConnected(_ value: Bool) {
+        guard value != connected else { return }
+        guard !value || online else { return }
+        connected = value
+        logger.info("\(address): \(value ? "connected" : "disconnected")")
+        for (_, c) in connectionObservers { c.yield(value) }
+    }
+
+    private func handle(_ signal: SyncSignal) {
+        switch signal {
+        case .writes: writerWake?.yield()
+        case .listens: reconcileListens()
+        }
+    }
+
+    // MARK: Tokens and time
+
+    func currentToken() async -> String? {
+        guard let provider = options.tokenProvider else { return nil }
+        if !tokenKnown {
+            do {
+                token = try await provider(false)
+                tokenKnown = true
+            } catch {
+                logger.warning("the token provider failed: \(error)")
+            }
+        }
+        return token
+    }
+
+    /// The server refused `rejected`: asks the provider for a new token. Returns whether it gave
+    /// a different one (otherwise the caller waits before asking again).
+    func refreshToken(after rejected: String?) async -> Bool {
+        guard let provider = options.tokenProvider else { return false }
+        do {
+            let new = try await provider(true)
+            token = new
+            tokenKnown = true
+            return new != rejected
+        } catch {
+            logger.warning("the token provider failed: \(error)")
+            return false
+        }
+    }
+
+    /// Notes an answer: the connection works, and the server's clock.
+    func noteAnswer(_ answer: Answer) {
+        setConnected(true)
+        if let offset = answer.clockOffset { database.setServerTimeOffset(offset) }
+    }
+
+    /// Sends one request with the current token and reads its answer.
+    func send(_ method: HTTPMethod, _ path: String, parameters: [String: String] = [:],
+              headers: [(String, String)] = [], body: [UInt8]? = nil) async throws -> Answer {
+        let t = await currentToken()
+        do {
+            let answer = try await transport.send(transport.request(method, path, parameters: parameters, headers: headers, body: body, token: t))
+            noteAnswer(answer)
+            if answer.isTokenProblem { throw SyncError(.unauthenticated, answer.errorMessage, status: 401) }
+            if answer.status >= 500 { throw SyncError(.unavailable, "\(method) \(path): \(answer.errorMessage)", status: answer.status) }
+            return answer
+        } catch let e as SyncError where e.code == .unavailable {
+            if e.status == nil { setConnected(false) }
+            throw e
+        }
+    }
+
+    /// Waits before retry number `failures` (≥ 1): exponential with full jitter.
+    static func backoff(_ failures: Int, _ options: SyncOptions) async throws {
+        let base = options.retryDelay * (1 << min(failures - 1, 16))
+        let cap = min(base, options.maxRetryDelay)
+        let ms = max(1, Int(cap.components.seconds * 1000 + cap.components.attoseconds / 1_000_000_000_000_000))
+        try await Task.sleep(for: .milliseconds(Int.random(in: ms / 2...ms)))
+    }
+
+    /// What the server offers, asked once per client.
+    func serverCapabilities() async throws -> Capabilities {
+        if let capabilities { return capabilities }
+        let c: Capabilities
+        do {
+            let answer = try await send(.GET, "/.ferry/info")
+            if answer.status == 200, case .object(let o)? = answer.value, o["server"] == "ferry-server" {
+                func int(_ k: String, _ d: Int) -> Int { if case .int(let n)? = o[k] { Int(n) } else { d } }
+                c = Capabilities(batch: o["batch"] == true && options.usesBatches, idempotent: o["idempotent"] == true,
+                                 maxWrites: int("maxBatchWrites", 1), maxBytes: int("maxBatchBytes", 1 << 20))
+            } else {
+                logger.info("\(address) offers no extensions: one request per write, without de-duplication")
+                c = .plain
+            }
+        }
+        capabilities = c
+        return c
+    }
+}

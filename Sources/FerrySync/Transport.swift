@@ -1,0 +1,168 @@
+import AsyncHTTPClient
+@_spi(Server) import Ferry
+import FerryWire
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+/// Where a database lives on a server: `http://127.0.0.1:9000?ns=NAME`, or
+/// `https://NAME.firebaseio.com` (namespace from the host).
+public struct ServerAddress: Sendable, Equatable, CustomStringConvertible {
+    /// Scheme, host and port, without a trailing slash: `http://127.0.0.1:9000`.
+    public var base: String
+    /// The namespace (`ns`).
+    public var namespace: String
+    /// Whether requests carry `?ns=` (a local server) or not (the namespace is in the host).
+    var namespaceInQuery: Bool
+
+    /// Parses a server URL.
+    ///
+    /// - Throws: ``SyncError`` (`invalidURL`) naming what is wrong.
+    public init(_ url: String) throws {
+        guard let c = URLComponents(string: url), let scheme = c.scheme, scheme == "http" || scheme == "https",
+              let host = c.host, !host.isEmpty
+        else { throw SyncError(.invalidURL, "not an http(s) URL with a host: \(url)") }
+        let ns = c.queryItems?.first { $0.name == "ns" }?.value
+        base = "\(scheme)://\(host)" + (c.port.map { ":\($0)" } ?? "")
+        if let ns, !ns.isEmpty {
+            namespace = ns
+            namespaceInQuery = true
+        } else if let label = host.split(separator: ".").first, host.contains(".") && !host.allSatisfy({ $0.isNumber || $0 == "." }) {
+            namespace = String(label)
+            namespaceInQuery = false
+        } else {
+            throw SyncError(.invalidURL, "no namespace: give one as ?ns=NAME (\(url))")
+        }
+    }
+
+    public var description: String { namespaceInQuery ? "\(base)?ns=\(namespace)" : base }
+
+    /// The URL of a location (`/a/b`) with query parameters.
+    func url(_ path: String, _ parameters: [String: String] = [:]) -> String {
+        let keys = path.split(separator: "/").map { String($0).addingPercentEncoding(withAllowedCharacters: Self.keyCharacters) ?? String($0) }
+        var query = parameters
+        if namespaceInQuery { query["ns"] = namespace }
+        let q = query.keys.sorted().map { k in
+            "\(k)=\(query[k]!.addingPercentEncoding(withAllowedCharacters: Self.valueCharacters) ?? query[k]!)"
+        }.joined(separator: "&")
+        return base + "/" + keys.joined(separator: "/") + ".json" + (q.isEmpty ? "" : "?" + q)
+    }
+
+    private static let keyCharacters = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-_~!*'(),;:@+"))
+    private static let valueCharacters = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-_.~"))
+}
+
+/// Why sync could not do something.
+public struct SyncError: Error, Sendable, CustomStringConvertible, Equatable {
+    /// The kind of failure.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        let name: String
+        /// The server URL cannot be used.
+        public static let invalidURL = Code(name: "invalid URL")
+        /// The server cannot be reached, or answered 5xx (a retry may succeed).
+        public static let unavailable = Code(name: "unavailable")
+        /// The token was not accepted (401 other than "Permission denied").
+        public static let unauthenticated = Code(name: "unauthenticated")
+        /// The server refused the request (4xx), with its message.
+        public static let rejected = Code(name: "rejected")
+        /// The server answered something that is not the protocol.
+        public static let badAnswer = Code(name: "bad answer")
+        /// A transaction's data changed on the server more than 25 times in a row.
+        public static let tooManyRetries = Code(name: "too many retries")
+        /// The sync client is closed.
+        public static let closed = Code(name: "closed")
+        public var description: String { name }
+    }
+    /// The kind of failure.
+    public var code: Code
+    /// What happened.
+    public var message: String
+    /// The HTTP status, when the server answered.
+    public var status: Int?
+
+    public init(_ code: Code, _ message: String, status: Int? = nil) {
+        self.code = code
+        self.message = message
+        self.status = status
+    }
+
+    public var description: String { "\(code): \(message)" + (status.map { " (HTTP \($0))" } ?? "") }
+}
+
+/// An answer read whole.
+struct Answer: Sendable {
+    var status: Int
+    var headers: HTTPHeaders
+    var body: [UInt8]
+    /// The server's clock at the midpoint of the request minus ours, when it said.
+    var clockOffset: Int64?
+
+    var value: Value? { body.isEmpty ? nil : try? Value(json: String(decoding: body, as: UTF8.self)) }
+    var errorMessage: String {
+        if case .object(let o)? = value, case .string(let m)? = o["error"] { return m }
+        return String(decoding: body.prefix(200), as: UTF8.self)
+    }
+    var isSuccess: Bool { (200..<300).contains(status) }
+    /// A 401 that means "get a new token", not a rules denial.
+    var isTokenProblem: Bool { status == 401 && errorMessage != "Permission denied" }
+}
+
+/// The HTTP side of a sync client.
+struct Transport: Sendable {
+    let http: HTTPClient
+    let address: ServerAddress
+    let timeout: TimeAmount
+
+    static func makeClient() -> HTTPClient {
+        var config = HTTPClient.Configuration()
+        // Each listen holds a streaming request; do not queue them behind a per-host limit.
+        config.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 100_000)
+        config.timeout = .init(connect: .seconds(10))
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
+    }
+
+    func request(_ method: HTTPMethod, _ path: String, parameters: [String: String] = [:],
+                 headers: [(String, String)] = [], body: [UInt8]? = nil, token: String?) -> HTTPClientRequest {
+        var r = HTTPClientRequest(url: address.url(path, parameters))
+        r.method = method
+        if let token { r.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        for (n, v) in headers { r.headers.add(name: n, value: v) }
+        if let body {
+            r.headers.add(name: "Content-Type", value: "application/json")
+            r.body = .bytes(ByteBuffer(bytes: body))
+        }
+        return r
+    }
+
+    /// Sends a request and reads its whole answer.
+    ///
+    /// - Throws: ``SyncError`` (`unavailable`) when the server cannot be reached or the answer
+    ///   does not arrive in time.
+    func send(_ request: HTTPClientRequest, maxBytes: Int = 512 << 20) async throws -> Answer {
+        let start = wallClockMillis()
+        do {
+            let response = try await http.execute(request, timeout: timeout)
+            let body = try await response.body.collect(upTo: maxBytes)
+            let end = wallClockMillis()
+            var offset: Int64?
+            if let t = response.headers.first(name: WireHeader.serverTime).flatMap(Int64.init) {
+                offset = t - (start + end) / 2
+            }
+            return Answer(status: Int(response.status.code), headers: response.headers, body: Array(buffer: body), clockOffset: offset)
+        } catch let e as SyncError {
+            throw e
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            if Task.isCancelled { throw CancellationError() }
+            throw SyncError(.unavailable, "\(request.method) \(request.url): \(error)")
+        }
+    }
+}
+
+func wallClockMillis() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
+
+extension Value {
+    /// The value as JSON bytes.
+    var jsonBytes: [UInt8] { Array(json.utf8) }
+}
