@@ -139,7 +139,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryServerTests",
-            dependencies: ["Ferry", "FerryWire", "FerryTestSupport", "ferry-server"]
+            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryTestSupport", "ferry-server"]
         ),
         .testTarget(
             name: "FerryLogTests",

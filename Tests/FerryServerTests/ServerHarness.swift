@@ -13,10 +13,10 @@ final class ServerProcess: Sendable {
     let port: Int
     let data: String
 
-    init(data: String, _ extra: [String] = []) throws {
+    init(data: String, port: Int = 0, _ extra: [String] = []) throws {
         self.data = data
         process = try ChildProcess(Locations.executable("ferry-server"),
-                                   ["--port", "0", "--data", data, "--keep-alive", "1", "--request-timeout", "2"] + extra)
+                                   ["--port", String(port), "--data", data, "--keep-alive", "1", "--request-timeout", "2"] + extra)
         guard process.waitForLine({ $0.hasPrefix("listening on ") }),
               let line = process.outputLines.first(where: { $0.hasPrefix("listening on ") }),
               let port = Int(line.split(separator: ":").last ?? "") else {
