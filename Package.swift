@@ -70,7 +70,7 @@ let package = Package(
         .target(
             name: "FerrySync",
             dependencies: [
-                "Ferry", "FerryWire",
+                "Ferry", "FerryWire", "FerryLog",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -137,9 +137,14 @@ let package = Package(
             name: "FerryTortureTests",
             dependencies: ["Ferry", "FerryLog", "FerryTestSupport", "FerryTortureSupport", "ferry-torture-child"]
         ),
+        .executableTarget(
+            name: "ferry-sync-child",
+            dependencies: ["Ferry", "FerrySync", .product(name: "Logging", package: "swift-log")],
+            path: "Tests/ferry-sync-child"
+        ),
         .testTarget(
             name: "FerryServerTests",
-            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryTestSupport", "ferry-server"]
+            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryTestSupport", "ferry-server", "ferry-sync-child"]
         ),
         .testTarget(
             name: "FerryLogTests",

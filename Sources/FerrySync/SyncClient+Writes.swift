@@ -1,4 +1,5 @@
 @_spi(Server) import Ferry
+@_spi(Testing) import FerryLog
 import FerryWire
 import NIOHTTP1
 
@@ -76,6 +77,7 @@ extension SyncClient {
         case .update:
             answer = try await send(.PATCH, w.path, parameters: ["print": "silent"], headers: headers, body: w.data.jsonBytes)
         }
+        CrashPoint.hit("sync.answered")
         var rejections: [WriteRejection] = []
         if !answer.isSuccess {
             logger.warning("\(address) refused write \(w.id) at \(w.path): \(answer.status) \(answer.errorMessage)")
@@ -99,6 +101,7 @@ extension SyncClient {
             // The request as a whole was refused: none of its writes was applied.
             throw SyncError(.badAnswer, "the batch was answered \(answer.status): \(answer.errorMessage)", status: answer.status)
         }
+        CrashPoint.hit("sync.answered")
         var through: Int64?
         var rejections: [WriteRejection] = []
         var expected = writes.makeIterator()

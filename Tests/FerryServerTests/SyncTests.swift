@@ -66,4 +66,66 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         try await a.close()
         #expect(server.terminate() == 0)
     }
+
+    @Test func aListenerOfAnotherClientSeesWritesMadeOfflineByAClientThatWasKilledAndRestarted() async throws {
+        let dir = try TemporaryDirectory("sync-killed")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let url = "http://127.0.0.1:\(server.port)?ns=t"
+        // A writes offline and is killed (its writes are durable: the child printed them).
+        let writer = try ChildProcess(Locations.executable("ferry-sync-child"), ["write", dir.sub("a"), "5", "hold"])
+        #expect(writer.waitForLine { $0 == "written" })
+        writer.kill9()
+
+        let b = try await Client(dir.sub("b"), port: server.port)
+        await b.sync.goOnline()
+        let posts = try b.db.reference("posts")
+        let seen = Mutex<[DataSnapshot]>([])
+        let handle = posts.observe(.value, includeMetadataChanges: true) { s in seen.withLock { $0.append(s) } }
+        #expect(await eventually { seen.withLock { $0.last.map { !$0.metadata.fromCache } ?? false } })
+        #expect(seen.withLock { $0.last?.value } == .null)
+
+        // A restarts and goes online: B's listener sees A's writes, from the server.
+        let restarted = try ChildProcess(Locations.executable("ferry-sync-child"), ["sync", dir.sub("a"), url])
+        #expect(restarted.waitForLine { $0.hasPrefix("synced ") })
+        #expect(restarted.wait() == 0)
+        #expect(await eventually { seen.withLock { $0.last?.childrenCount } == 5 })
+        let last = try #require(seen.withLock { $0.last })
+        #expect(!last.metadata.fromCache && !last.metadata.hasPendingWrites)
+        #expect(last.childSnapshot(forPath: "p4").value == ["n": 4])
+        #expect(try serverValue(server.port, "/count") == 5)
+        posts.removeObserver(withHandle: handle)
+        try await b.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func aClientKilledAfterTheServerAppliedItsWritesResendsThemAndEachIncrementCountsOnce() async throws {
+        let dir = try TemporaryDirectory("sync-lost-ack")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let url = "http://127.0.0.1:\(server.port)?ns=t"
+        let writer = try ChildProcess(Locations.executable("ferry-sync-child"), ["write", dir.sub("a"), "7"])
+        #expect(writer.wait() == 0)
+
+        // The server applies the batch; the client dies before it records the answer.
+        let crashed = try ChildProcess(Locations.executable("ferry-sync-child"), ["sync", dir.sub("a"), url],
+                                       environment: ["FERRY_CRASH_AT": "sync.answered"])
+        #expect(crashed.wait() != 0)
+        #expect(!crashed.outputLines.contains { $0.hasPrefix("synced") })
+        #expect(try serverValue(server.port, "/count") == 7)
+        let reopened = try Database.open(at: dir.sub("a"))
+        #expect(reopened.pendingWriteCount == 7)  // nothing recorded: all above the cursor
+        try await reopened.close()
+
+        // Restarted, it sends them all again; the server answers them as duplicates.
+        let again = try ChildProcess(Locations.executable("ferry-sync-child"), ["sync", dir.sub("a"), url])
+        #expect(again.waitForLine { $0.hasPrefix("synced ") })
+        #expect(again.wait() == 0)
+        #expect(try serverValue(server.port, "/count") == 7)
+        guard case .object(let posts)? = try serverValue(server.port, "/posts") else { Issue.record("no posts on the server"); return }
+        #expect(posts.count == 7)
+        let db = try Database.open(at: dir.sub("a"))
+        #expect(db.pendingWriteCount == 0)
+        try await db.close()
+        #expect(server.terminate() == 0)
+    }
 }
+
