@@ -127,5 +127,144 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         try await db.close()
         #expect(server.terminate() == 0)
     }
+
+    @Test func aWriteTheRulesDenyIsRevertedListedAndItsReceiptThrowsWhileTheOthersApply() async throws {
+        let dir = try TemporaryDirectory("sync-denied")
+        let server = try ServerProcess(data: dir.sub("server"))
+        // (A rule granted above cannot be taken back below: only "open" is writable.)
+        let rules = #"{"rules": {".read": true, "open": {".write": true}, "locked": {".write": false}}}"#
+        #expect(try TestHTTP.request(server.port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200)
+        let a = try await Client(dir.sub("a"), port: server.port)
+        let locked = try a.db.reference("locked/x")
+        let seen = Mutex<[Value]>([])
+        let handle = locked.observe(.value) { s in seen.withLock { $0.append(s.value) } }
+        let denied = try await locked.setValue("mine")
+        let allowed = try await a.db.reference("open/y").setValue("ours")
+        #expect(seen.withLock { $0 } == ["mine"])
+
+        await a.sync.goOnline()
+        try await allowed.serverAcknowledgement()
+        await #expect(throws: DatabaseError.self) { try await denied.serverAcknowledgement() }
+        #expect(await eventually { seen.withLock { $0.last } == .null })  // reverted, and listeners saw it
+        let rejected = try a.db.rejectedWrites()
+        #expect(rejected.map(\.writeID) == [denied.writeID])
+        #expect(rejected.first?.status == 401)
+        #expect(rejected.first?.message == "Permission denied")
+        #expect(try serverValue(server.port, "/open/y") == "ours")
+        #expect(try serverValue(server.port, "/locked") == .null)
+        #expect(a.db.pendingWriteCount == 0)
+        locked.removeObserver(withHandle: handle)
+        try await a.close()
+
+        // The list survives a restart until the app clears it.
+        let reopened = try Database.open(at: dir.sub("a"))
+        #expect(try reopened.rejectedWrites().map(\.writeID) == [denied.writeID])
+        try await reopened.clearRejectedWrites()
+        #expect(try reopened.rejectedWrites().isEmpty)
+        try await reopened.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func twoClientsRunningTransactionsOnOneCounterEndWithTheSum() async throws {
+        let dir = try TemporaryDirectory("sync-transactions")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let a = try await Client(dir.sub("a"), port: server.port)
+        let b = try await Client(dir.sub("b"), port: server.port)
+        await a.sync.goOnline()
+        await b.sync.goOnline()
+        let rounds = 12
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for client in [a, b] {
+                group.addTask {
+                    let counter = try client.db.reference("counter")
+                    for _ in 0..<rounds {
+                        let result = try await client.sync.runTransaction(at: counter) { data in
+                            if case .int(let n) = data.value { data.value = .int(n + 1) } else { data.value = 1 }
+                            return .commit
+                        }
+                        #expect(result.committed)
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try serverValue(server.port, "/counter") == .int(Int64(2 * rounds)))
+        // An aborted transaction writes nothing and reports the server's value.
+        let aborted = try await a.sync.runTransaction(at: try a.db.reference("counter")) { _ in .abort }
+        #expect(!aborted.committed)
+        #expect(aborted.snapshot.value == .int(Int64(2 * rounds)))
+        try await a.close()
+        try await b.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func bothClientsConvergeToTheServersDataAfterAPartitionWithConflictingWrites() async throws {
+        let dir = try TemporaryDirectory("sync-partition")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let a = try await Client(dir.sub("a"), port: server.port)
+        let b = try await Client(dir.sub("b"), port: server.port)
+        let views = Mutex<[String: DataSnapshot]>([:])
+        var handles: [(DatabaseReference, ObserverHandle)] = []
+        for (name, client) in [("a", a), ("b", b)] {
+            let doc = try client.db.reference("doc")
+            handles.append((doc, doc.observe(.value, includeMetadataChanges: true) { s in views.withLock { $0[name] = s } }))
+            await client.sync.goOnline()
+        }
+        _ = try await a.db.reference("doc").setValue(["title": "start", "by": "a"]).serverAcknowledgement()
+        #expect(await eventually { views.withLock { $0["b"]?.value } == ["title": "start", "by": "a"] })
+
+        await a.sync.goOffline()
+        await b.sync.goOffline()
+        _ = try await a.db.reference("doc/title").setValue("from a")
+        _ = try await a.db.reference("doc/a-only").setValue(1)
+        _ = try await b.db.reference("doc/title").setValue("from b")
+        _ = try await b.db.reference("doc/by").setValue("b")
+        #expect(views.withLock { $0["a"]?.value != $0["b"]?.value })
+
+        await a.sync.goOnline()
+        await b.sync.goOnline()
+        try await a.db.waitForPendingWrites()
+        try await b.db.waitForPendingWrites()
+        let truth = try #require(try serverValue(server.port, "/doc"))
+        #expect(await eventually {
+            views.withLock { v in v["a"]?.value == truth && v["b"]?.value == truth
+                && v["a"]?.metadata.hasPendingWrites == false && v["b"]?.metadata.hasPendingWrites == false }
+        })
+        guard case .object(let fields) = truth else { Issue.record("no document"); return }
+        #expect(fields["a-only"] == 1 && fields["by"] == "b")
+        #expect(fields["title"] == "from a" || fields["title"] == "from b")
+        for (ref, h) in handles { ref.removeObserver(withHandle: h) }
+        try await a.close()
+        try await b.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func writesSentWhileTheServerIsKilledAndRestartedAreAllAppliedExactlyOnce() async throws {
+        let dir = try TemporaryDirectory("sync-server-killed")
+        var server = try ServerProcess(data: dir.sub("server"))
+        let port = server.port
+        let a = try await Client(dir.sub("a"), port: port)
+        await a.sync.goOnline()
+        let n = 600
+        var last: WriteReceipt?
+        for i in 0..<n {
+            last = try a.db.root.updateChildValuesNow(["count": [".sv": ["increment": 1]], "items/i\(i)": .int(Int64(i))])
+            if i == n / 3 {
+                #expect(await eventually { a.db.acknowledgedThrough > 0 })
+                server.kill9()
+            }
+            if i == n / 2 {
+                server = try ServerProcess(data: dir.sub("server"), port: port)
+            }
+        }
+        try await last!.durable()
+        try await last!.serverAcknowledgement()
+        #expect(try serverValue(port, "/count") == .int(Int64(n)))
+        guard case .object(let items)? = try serverValue(port, "/items") else { Issue.record("no items"); return }
+        #expect(items.count == n)
+        #expect(a.db.pendingWriteCount == 0)
+        try await a.close()
+        #expect(server.terminate() == 0)
+    }
 }
 
