@@ -45,6 +45,7 @@ extension SyncClient {
             } catch {
                 failures += 1
                 if Task.isCancelled { return }
+                if (error as? SyncError)?.code != .badAnswer { setConnected(false) }  // the connection was lost
                 logger.info("the listen at \(request) was interrupted (\(error)); reconnecting")
             }
             do { try await Self.backoff(max(failures, 1), options) } catch { return }
@@ -88,7 +89,9 @@ extension SyncClient {
                         let data = o["data"] ?? .null
                         let at = Self.join(listen.path, rel)
                         if event.name == "put" {
-                            try await database.applyServerPut(at: at, data, tag: listen.tag)
+                            // The first put is the whole value: the listen is complete with it.
+                            try await database.applyServerPut(at: at, data, tag: listen.tag, completingListenAt: complete ? nil : listen.path)
+                            complete = true
                         } else {
                             guard case .object(let children) = data else { throw SyncError(.badAnswer, "a patch whose data is not an object") }
                             try await database.applyServerMerge(at: at, children, tag: listen.tag)

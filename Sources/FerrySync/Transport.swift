@@ -117,7 +117,7 @@ struct Transport: Sendable {
         var config = HTTPClient.Configuration()
         // Each listen holds a streaming request; do not queue them behind a per-host limit.
         config.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 100_000)
-        config.timeout = .init(connect: .seconds(10))
+        config.timeout = .init(connect: .seconds(5))
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
     }
 

@@ -266,5 +266,158 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         try await a.close()
         #expect(server.terminate() == 0)
     }
+
+    @Test func anExpiredTokenPausesSendingUntilTheProviderGivesANewOne() async throws {
+        let dir = try TemporaryDirectory("sync-token")
+        let server = try ServerProcess(data: dir.sub("server"), ["--token", "fresh"])
+        let rules = #"{"rules": {".read": "auth != null", ".write": "auth != null"}}"#
+        #expect(try TestHTTP.request(server.port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200)
+        let db = try Database.open(at: dir.sub("a"))
+        let renewed = Mutex(false)
+        let refreshes = Mutex(0)
+        var options = SyncOptions()
+        options.retryDelay = .milliseconds(10)
+        options.maxRetryDelay = .milliseconds(50)
+        options.tokenProvider = { force in
+            if force { refreshes.withLock { $0 += 1 } }
+            return renewed.withLock { $0 } ? "fresh" : "expired"
+        }
+        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=t", options: options)
+        await sync.goOnline()
+        let first = try await db.reference("notes/n1").setValue("one")
+        // The server refuses the token; the client asks for new ones, and keeps the write.
+        #expect(await eventually { refreshes.withLock { $0 } >= 3 })
+        let second = try await db.reference("notes/n2").setValue("two")
+        #expect(db.pendingWriteCount == 2)
+        #expect(try db.rejectedWrites().isEmpty)
+        #expect(try serverValue(server.port, "/notes") == .null)
+
+        renewed.withLock { $0 = true }
+        try await first.serverAcknowledgement()
+        try await second.serverAcknowledgement()
+        #expect(try serverValue(server.port, "/notes") == ["n1": "one", "n2": "two"])
+        await sync.close()
+        try await db.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func getDataAsksTheServerWhenConnectedAndTheCacheOtherwise() async throws {
+        let dir = try TemporaryDirectory("sync-getdata")
+        let server = try ServerProcess(data: dir.sub("server"))
+        #expect(try TestHTTP.request(server.port, "PUT", "/scores.json?ns=t", json: #"{"ada": 3, "bob": 9, "cy": 5}"#).status == 200)
+        let a = try await Client(dir.sub("a"), port: server.port)
+        let scores = try a.db.reference("scores")
+        // Offline with nothing cached: neither has it.
+        await #expect(throws: DatabaseError.self) { try await a.sync.getData(scores) }
+
+        await a.sync.goOnline()
+        #expect(try await a.sync.getData(scores).value == ["ada": 3, "bob": 9, "cy": 5])
+        let top = try scores.queryOrderedByValue().queryLimited(toLast: 2)
+        let topSnapshot = try await a.sync.getData(top)
+        #expect(topSnapshot.children.map(\.key) == ["cy", "bob"])
+        #expect(!topSnapshot.metadata.fromCache)
+
+        // The server's answer went into the cache: offline, the cache answers.
+        await a.sync.goOffline()
+        #expect(try await a.sync.getData(scores).value == ["ada": 3, "bob": 9, "cy": 5])
+        try await a.close()
+        let reopened = try Database.open(at: dir.sub("a"))
+        #expect(try await reopened.reference("scores").getData().value == ["ada": 3, "bob": 9, "cy": 5])
+        try await reopened.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func theConnectionStateFollowsTheServerGoingAwayAndComingBack() async throws {
+        let dir = try TemporaryDirectory("sync-connected")
+        var server = try ServerProcess(data: dir.sub("server"))
+        let port = server.port
+        let a = try await Client(dir.sub("a"), port: port)
+        let states = Mutex<[Bool]>([])
+        let watcher = Task {
+            for await s in await a.sync.connectionStates() { states.withLock { $0.append(s) } }
+        }
+        #expect(await eventually { states.withLock { $0 } == [false] })
+        try await a.db.reference("here").keepSynced(true)  // a listen: the stream notices the server going
+        await a.sync.goOnline()
+        #expect(await eventually { states.withLock { $0.last } == true })
+        server.kill9()
+        #expect(await eventually { states.withLock { $0.last } == false })
+        server = try ServerProcess(data: dir.sub("server"), port: port)
+        #expect(await eventually { states.withLock { $0.last } == true })
+        await a.sync.goOffline()
+        #expect(await eventually { states.withLock { $0.last } == false })
+        #expect(states.withLock { $0 } == [false, true, false, true, false])
+        watcher.cancel()
+        try await a.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func aQueryListensWithItsOwnParametersAndSeesTheServersWindow() async throws {
+        let dir = try TemporaryDirectory("sync-query")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let seed = #"{"p1": {"likes": 5}, "p2": {"likes": 1}, "p3": {"likes": 9}, "p4": {"likes": 7}}"#
+        #expect(try TestHTTP.request(server.port, "PUT", "/posts.json?ns=t", json: seed).status == 200)
+        let b = try await Client(dir.sub("b"), port: server.port)
+        await b.sync.goOnline()
+        let top = try b.db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 2)
+        let last = Mutex<DataSnapshot?>(nil)
+        let handle = top.observe(.value) { s in last.withLock { $0 = s } }
+        #expect(await eventually { last.withLock { $0?.children.map(\.key) } == ["p4", "p3"] })
+        #expect(last.withLock { $0?.metadata.fromCache } == false)
+
+        // Another writer raises p2 into the window.
+        #expect(try TestHTTP.request(server.port, "PUT", "/posts/p2/likes.json?ns=t", json: "8").status == 200)
+        #expect(await eventually { last.withLock { $0?.children.map(\.key) } == ["p2", "p3"] })
+        top.removeObserver(withHandle: handle)
+        try await b.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func aReconnectingListenerSeesOnlyWhatChangedWhileItWasAway() async throws {
+        let dir = try TemporaryDirectory("sync-resync")
+        let server = try ServerProcess(data: dir.sub("server"))
+        #expect(try TestHTTP.request(server.port, "PUT", "/items.json?ns=t", json: #"{"a": 1, "b": 2, "c": 3}"#).status == 200)
+        let a = try await Client(dir.sub("a"), port: server.port)
+        await a.sync.goOnline()
+        let items = try a.db.reference("items")
+        let events = Mutex<[String]>([])
+        var handles: [ObserverHandle] = []
+        for type in [DataEventType.childAdded, .childChanged, .childRemoved] {
+            handles.append(items.observe(type) { s in events.withLock { $0.append("\(type) \(s.key ?? "")") } })
+        }
+        #expect(await eventually { events.withLock { $0.count } == 3 })
+        await a.sync.goOffline()
+        #expect(try TestHTTP.request(server.port, "PATCH", "/items.json?ns=t", json: #"{"b": 20, "c": null}"#).status == 200)
+        events.withLock { $0 = [] }
+        await a.sync.goOnline()
+        #expect(await eventually { events.withLock { $0.count } >= 2 })
+        try await Task.sleep(for: .milliseconds(200))  // (room for unwanted events to show)
+        #expect(events.withLock { $0 }.sorted() == ["child_changed b", "child_removed c"])
+        for h in handles { items.removeObserver(withHandle: h) }
+        try await a.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func withoutBatchesEachWriteIsOneRequestAndStillAppliedOnce() async throws {
+        let dir = try TemporaryDirectory("sync-plain")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let a = try await Client(dir.sub("a"), port: server.port, batches: false)
+        var last: WriteReceipt?
+        for i in 0..<20 {
+            last = try await a.db.root.updateChildValues(["count": [".sv": ["increment": 1]], "log/l\(i)": .int(Int64(i))])
+        }
+        _ = try await a.db.reference("log/l3").removeValue()
+        last = try await a.db.reference("stamp").setValue([".sv": "timestamp"])
+        await a.sync.goOnline()
+        try await last!.serverAcknowledgement()
+        #expect(try serverValue(server.port, "/count") == 20)
+        guard case .object(let log)? = try serverValue(server.port, "/log"), case .int(let stamp)? = try serverValue(server.port, "/stamp") else {
+            Issue.record("missing data on the server"); return
+        }
+        #expect(log.count == 19 && log["l3"] == nil)
+        #expect(stamp > 1_700_000_000_000)
+        try await a.close()
+        #expect(server.terminate() == 0)
+    }
 }
 

@@ -6,14 +6,23 @@
     /// - Throws: ``DatabaseError`` (``DatabaseError/Code/invalidPath``,
     ///   ``DatabaseError/Code/invalidData``) for data the data model does not allow — a key
     ///   deeper than 32 levels below the root among them — before anything is recorded.
-    public func applyServerPut(at path: String, _ value: Value, tag: Int? = nil) async throws {
+    ///
+    /// With `completingListenAt`, the listen there (with the same tag) is complete with this
+    /// data (as ``applyListenComplete(at:tag:)``), in the same step: the first events of its
+    /// listeners already say `fromCache == false`.
+    public func applyServerPut(at path: String, _ value: Value, tag: Int? = nil, completingListenAt listenPath: String? = nil) async throws {
         let p = try Path(validating: path)
         let node = try Node(value, path: p)
-        _ = try await perform { e in (nil, try e.serverPut(p, node, tag: tag)) }
+        let complete = try listenPath.map { try Path(validating: $0) }
+        _ = try await perform { e in
+            var events = try e.serverPut(p, node, tag: tag)
+            if let complete { events += e.listenComplete(complete, tag: tag) }
+            return (nil, events)
+        }
         await settleSpace(memoryBytes: log == nil ? ValueCodec.sizeBound(node) : 0)
     }
 
-    /// Throws the error ``applyServerPut(at:_:tag:)`` would throw for `value` at `path`
+    /// Throws the error ``applyServerPut(at:_:tag:completingListenAt:)`` would throw for `value` at `path`
     /// (depth, keys, numbers), without writing anything: for a server that must refuse a write
     /// before it changes its own state.
     public static func checkServerValue(_ value: Value, at path: String) throws {
@@ -21,7 +30,7 @@
     }
 
     /// The server says: these children (paths relative to `path`) now have these values.
-    /// - Throws: as ``applyServerPut(at:_:tag:)``; each child's depth counts from the root.
+    /// - Throws: as ``applyServerPut(at:_:tag:completingListenAt:)``; each child's depth counts from the root.
     public func applyServerMerge(at path: String, _ children: [String: Value], tag: Int? = nil) async throws {
         let p = try Path(validating: path)
         let list = try children.keys.sorted().map { k -> (Path, Node) in
