@@ -61,7 +61,13 @@ extension SyncClient {
             let body = try data.exportValue(at: path)
             let put = try await send(.PUT, path, headers: [("if-match", etag)], body: body.jsonBytes)
             if put.isSuccess {
-                try await database.applyServerPut(at: path, put.value ?? body)
+                // The server's data now; with server values in it, as the server resolved them.
+                var written: Value? = put.value ?? body
+                if body.json.contains("\".sv\"") {
+                    let read = try await send(.GET, path)
+                    written = read.status == 200 ? read.value : nil
+                }
+                if let written { try await database.applyServerPut(at: path, written) }
                 return TransactionResult(serverCommitted: true, snapshot: try await ref.getData())
             }
             guard put.status == 412 else {

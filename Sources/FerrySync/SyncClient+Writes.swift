@@ -22,13 +22,13 @@ extension SyncClient {
             let writes: [OutgoingWrite]
             do {
                 let caps = try await serverCapabilities()
+                // A write leaves the device only once durable here: a write the server applied
+                // must never come back after a crash under another write's id.
+                try await database.sync()
                 writes = try database.outgoingWrites(after: database.acknowledgedThrough,
                                                      limit: caps.batch ? min(options.maxBatchWrites, caps.maxWrites) : 1,
                                                      maxBytes: min(options.maxBatchBytes, caps.maxBytes))
                 if writes.isEmpty { return true }
-                // A write leaves the device only once durable here: a write the server applied
-                // must never come back after a crash under another write's id.
-                try await database.sync()
                 if caps.batch && writes.count > 1 {
                     try await sendBatch(writes)
                 } else {

@@ -128,3 +128,77 @@ enum TestHTTP {
         try request(port, method, path, headers: headers, body: Array(json.utf8))
     }
 }
+
+/// A scripted HTTP server on loopback, for what `ferry-server` never does: a skewed clock, garbage
+/// answers. Each request (read up to its body) is answered with the raw bytes `answer` returns
+/// for its request line, then the connection closes.
+final class ScriptedServer: @unchecked Sendable {
+    let port: Int
+    private let fd: Int32
+    private final class Lines: Sendable { let list = Mutex<[String]>([]) }
+    private let requestLines = Lines()
+    private let stopped = Mutex(false)
+
+    var requests: [String] { requestLines.list.withLock { $0 } }
+
+    init(answer: @escaping @Sendable (String) -> [UInt8]) throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.fd = fd
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = 0
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+        }
+        guard bound, listen(fd, 64) == 0 else { throw HTTPTestError(message: "cannot listen") }
+        port = Int(UInt16(bigEndian: addr.sin_port))
+        let listener = fd
+        let lines = requestLines
+        let thread = Thread {
+            while true {
+                let c = accept(listener, nil, nil)
+                if c < 0 { return }
+                var raw: [UInt8] = []
+                var chunk = [UInt8](repeating: 0, count: 65536)
+                var headEnd: Int?
+                var need = Int.max
+                while raw.count < need {
+                    let n = chunk.withUnsafeMutableBytes { recv(c, $0.baseAddress, $0.count, 0) }
+                    if n <= 0 { break }
+                    raw += chunk[0..<n]
+                    if headEnd == nil, let e = raw.indices.dropLast(3).first(where: { raw[$0] == 13 && raw[$0 + 1] == 10 && raw[$0 + 2] == 13 && raw[$0 + 3] == 10 }) {
+                        headEnd = e + 4
+                        let head = String(decoding: raw[..<e], as: UTF8.self).lowercased()
+                        let length = head.components(separatedBy: "\r\n").first { $0.hasPrefix("content-length:") }
+                            .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
+                        need = e + 4 + length
+                    }
+                }
+                let line = String(decoding: raw.prefix { $0 != 13 }, as: UTF8.self)
+                lines.list.withLock { $0.append(line) }
+                TestHTTP.send(c, answer(line))
+                close(c)
+            }
+        }
+        thread.start()
+    }
+
+    func stop() {
+        guard !stopped.withLock({ let was = $0; $0 = true; return was }) else { return }
+        shutdown(fd, Int32(SHUT_RDWR))
+        close(fd)
+    }
+
+    deinit { stop() }
+
+    /// An HTTP/1.1 answer with a JSON body.
+    static func http(_ status: Int, _ body: String, headers: [String: String] = [:]) -> [UInt8] {
+        var head = "HTTP/1.1 \(status) X\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n"
+        for (k, v) in headers { head += "\(k): \(v)\r\n" }
+        return Array((head + "\r\n" + body).utf8)
+    }
+}

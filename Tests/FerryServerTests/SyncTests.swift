@@ -419,5 +419,47 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         try await a.close()
         #expect(server.terminate() == 0)
     }
+
+    @Test func theServersClockDecidesWhatATimestampWrittenLocallyShows() async throws {
+        let dir = try TemporaryDirectory("sync-clock")
+        let hour: Int64 = 3_600_000
+        let server = try ScriptedServer { _ in
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            return ScriptedServer.http(200, #"{"server": "ferry-server", "protocol": 1, "idempotent": true, "batch": true, "maxBatchWrites": 10, "maxBatchBytes": 100000}"#,
+                                       headers: ["X-Ferry-Server-Time": String(now + hour)])
+        }
+        let a = try await Client(dir.sub("a"), port: server.port)
+        await a.sync.goOnline()
+        #expect(await eventually { await a.sync.isConnected })
+        let stamp = try a.db.reference("stamp")
+        _ = try await stamp.setValue([".sv": "timestamp"])
+        guard case .int(let shown) = try await stamp.getData().value else { Issue.record("no timestamp"); return }
+        let local = Int64(Date().timeIntervalSince1970 * 1000)
+        #expect(shown > local + hour - 60_000 && shown < local + hour + 60_000)
+        try await a.close()
+        server.stop()
+    }
+
+    @Test func aServerAnsweringGarbageGetsRetriedAndNothingIsRejectedOrLost() async throws {
+        let dir = try TemporaryDirectory("sync-garbage")
+        let server = try ScriptedServer { line in
+            if line.contains("/.ferry/info") || line.contains("/%2Eferry/info") {
+                return ScriptedServer.http(200, #"{"server": "ferry-server", "protocol": 1, "idempotent": true, "batch": true, "maxBatchWrites": 10, "maxBatchBytes": 100000}"#)
+            }
+            return line.count % 2 == 0 ? Array("garbage\r\n\r\n".utf8) : ScriptedServer.http(200, "{not json")
+        }
+        let a = try await Client(dir.sub("a"), port: server.port)
+        let first = try await a.db.reference("x").setValue(1)
+        _ = try await a.db.reference("y").setValue(2)
+        await a.sync.goOnline()
+        #expect(await eventually { server.requests.filter { $0.hasPrefix("POST") }.count >= 5 })
+        await a.sync.goOffline()
+        #expect(a.db.pendingWriteCount == 2)
+        #expect(a.db.acknowledgedThrough < first.writeID!)
+        #expect(try a.db.rejectedWrites().isEmpty)
+        #expect(try await a.db.reference("x").getData().value == 1)
+        try await a.close()
+        server.stop()
+    }
 }
 

@@ -105,7 +105,8 @@ extension QueryParams {
     }
 
     /// Pending writes with ids above `after`, oldest first: at most `limit`, and (beyond the
-    /// first) at most about `maxBytes` of JSON.
+    /// first) at most about `maxBytes` of JSON — only durable ones (call ``sync()`` first to
+    /// make every write so far durable).
     ///
     /// - Throws: ``DatabaseError/Code/storage`` when a write's record cannot be read.
     public func outgoingWrites(after: Int64, limit: Int, maxBytes: Int = .max) throws -> [OutgoingWrite] {
@@ -147,8 +148,12 @@ extension Engine {
             if pending.id(at: mid) <= after { lo = mid + 1 } else { hi = mid }
         }
         i = lo
+        // Only durable writes leave the device: one the server applied must never come back
+        // after a crash under another write's id (ids are LSNs).
+        let durable = log.map { Int64($0.durableLSN.rawValue) } ?? .max
         while i < pending.count, out.count < limit, bytes < maxBytes || out.isEmpty {
             let id = pending.id(at: i)
+            guard id < durable else { break }
             let write = try outgoingWrite(id)
             bytes += write.path.utf8.count + 64 + write.data.json.utf8.count
             out.append(write)
