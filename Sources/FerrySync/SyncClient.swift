@@ -89,7 +89,7 @@ public actor SyncClient {
         self.logger = options.logger
         let c = options.requestTimeout.components
         let nanos = c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000
-        self.transport = Transport(http: Transport.makeClient(), address: address, timeout: .nanoseconds(nanos))
+        self.transport = Transport(http: Transport.shared, address: address, timeout: .nanoseconds(nanos))
     }
 
     // MARK: Online and offline
@@ -117,26 +117,32 @@ public actor SyncClient {
     /// a write already sent may still be applied by the server (and is answered as a duplicate
     /// when sent again).
     public func goOffline() {
-        guard online else { return }
+        _ = stopTasks()
+    }
+
+    /// Cancels the writer and the listens; returns them (to wait for).
+    private func stopTasks() -> [Task<Void, Never>] {
+        guard online else { return [] }
         online = false
-        writer?.cancel()
+        let stopped = [writer].compactMap { $0 } + Array(listens.values)
+        for task in stopped { task.cancel() }
         writer = nil
         writerWake?.finish()
         writerWake = nil
-        for (_, task) in listens { task.cancel() }
         listens = [:]
         setConnected(false)
+        return stopped
     }
 
-    /// Goes offline for good and releases the HTTP client. The database stays open.
+    /// Goes offline for good, once what was under way has stopped (an answer being recorded
+    /// is recorded first). The database stays open: close it afterwards.
     public func close() async {
-        goOffline()
+        for task in stopTasks() { await task.value }
         closed = true
         signalTask?.cancel()
         signalTask = nil
         for (_, c) in connectionObservers { c.finish() }
         connectionObservers = [:]
-        try? await transport.http.shutdown()
     }
 
     /// Whether the client is online and its last exchange with the server succeeded (Firebase's

@@ -113,7 +113,12 @@ struct Transport: Sendable {
     let address: ServerAddress
     let timeout: TimeAmount
 
-    static func makeClient() -> HTTPClient {
+    /// One HTTP client for the process (as AsyncHTTPClient's own `shared`), never shut down: a
+    /// sync client dropped without ``SyncClient/close()`` leaks no connection pool and trips no
+    /// assertion.
+    static let shared = makeClient()
+
+    private static func makeClient() -> HTTPClient {
         var config = HTTPClient.Configuration()
         // Each listen holds a streaming request; do not queue them behind a per-host limit.
         config.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 100_000)
