@@ -152,6 +152,10 @@ struct Transport: Sendable {
             var offset: Int64?
             if let t = response.headers.first(name: WireHeader.serverTime).flatMap(Int64.init) {
                 offset = t - (start + end) / 2
+            } else if let date = response.headers.first(name: "Date").flatMap(Self.httpDate) {
+                // A foreign server: its Date header has one-second resolution; less is noise.
+                let o = date - (start + end) / 2
+                offset = abs(o) > 1500 ? o : 0
             }
             return Answer(status: Int(response.status.code), headers: response.headers, body: Array(buffer: body), clockOffset: offset)
         } catch let e as SyncError {
@@ -162,6 +166,18 @@ struct Transport: Sendable {
             if Task.isCancelled { throw CancellationError() }
             throw SyncError(.unavailable, "\(request.method) \(request.url): \(error)")
         }
+    }
+}
+
+extension Transport {
+    /// Milliseconds since 1970 of an HTTP date (`Tue, 24 Nov 2026 03:37:48 GMT`), at the
+    /// middle of its second.
+    static func httpDate(_ text: String) -> Int64? {
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.timeZone = TimeZone(identifier: "GMT")
+        f.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return f.date(from: text).map { Int64($0.timeIntervalSince1970 * 1000) + 500 }
     }
 }
 

@@ -440,6 +440,28 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         server.stop()
     }
 
+    @Test func aForeignServersDateHeaderGivesTheClockOffset() async throws {
+        let dir = try TemporaryDirectory("sync-date")
+        let server = try ScriptedServer { _ in
+            let f = DateFormatter()
+            f.locale = Locale(identifier: "en_US_POSIX")
+            f.timeZone = TimeZone(identifier: "GMT")
+            f.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+            return ScriptedServer.http(400, #"{"error": "Invalid path"}"#, headers: ["Date": f.string(from: Date().addingTimeInterval(-7200))])
+        }
+        let a = try await Client(dir.sub("a"), port: server.port)
+        await a.sync.goOnline()
+        #expect(await eventually { await a.sync.isConnected })
+        let stamp = try a.db.reference("stamp")
+        _ = try await stamp.setValue([".sv": "timestamp"])
+        guard case .int(let shown) = try await stamp.getData().value else { Issue.record("no timestamp"); return }
+        let local = Int64(Date().timeIntervalSince1970 * 1000)
+        #expect(shown > local - 7_200_000 - 60_000 && shown < local - 7_200_000 + 60_000)
+        await a.sync.goOffline()
+        try await a.close()
+        server.stop()
+    }
+
     @Test func aServerAnsweringGarbageGetsRetriedAndNothingIsRejectedOrLost() async throws {
         let dir = try TemporaryDirectory("sync-garbage")
         let server = try ScriptedServer { line in
