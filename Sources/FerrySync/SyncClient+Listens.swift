@@ -3,6 +3,7 @@ import AsyncHTTPClient
 import FerryWire
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 /// Listens: one streaming `GET` (`Accept: text/event-stream`) per listen the database needs;
 /// `put` and `patch` events become server records, the first `put` also completes the listen.
@@ -15,7 +16,8 @@ extension SyncClient {
             task.cancel()
             listens[request] = nil
         }
-        for request in wanted where listens[request] == nil {
+        for request in refusedListens.keys where !wanted.contains(request) { refusedListens[request] = nil }
+        for request in wanted where listens[request] == nil && refusedListens[request] == nil {
             listens[request] = Task { await self.runListen(request) }
         }
     }
@@ -29,13 +31,16 @@ extension SyncClient {
                 let outcome = try await stream(request)
                 switch outcome {
                 case .refused(let message):
-                    logger.warning("\(address) refused the listen at \(request): \(message); it is not retried until the listeners change")
+                    if Task.isCancelled { return }
+                    logger.warning("\(address) refused the listen at \(request): \(message); asked again after a new token or goOnline()")
+                    refusedListens[request] = message
+                    listens[request] = nil
                     return
                 case .ended:
                     failures = 1  // the server closed the stream: reconnect soon
                 case .tokenRevoked:
                     failures += 1
-                    if await refreshToken(after: token) { failures = 0; continue }
+                    _ = await refreshToken(after: token)
                 }
             } catch is CancellationError {
                 return
@@ -56,7 +61,7 @@ extension SyncClient {
 
     /// One streaming request: applies its events until it ends.
     private func stream(_ listen: ListenRequest) async throws -> StreamOutcome {
-        let t = await currentToken()
+        let t = try await currentToken()
         let request = transport.request(.GET, listen.path, parameters: listen.parameters,
                                         headers: [("Accept", "text/event-stream")], token: t)
         let response: HTTPClientResponse
@@ -76,10 +81,30 @@ extension SyncClient {
             return .refused("\(answer.status) \(answer.errorMessage)")
         }
         setConnected(true)
+        let silence = Silence()
+        let limit = options.streamSilenceLimit
+        return try await withThrowingTaskGroup(of: StreamOutcome.self) { group in
+            group.addTask { try await self.consume(response.body, listen, silence) }
+            // A server that stops sending (not even its keep-alives) is a lost connection.
+            group.addTask {
+                while true {
+                    try await Task.sleep(for: limit / 4)
+                    if silence.exceeded(limit) { throw SyncError(.unavailable, "listen at \(listen): no event or keep-alive for \(limit)") }
+                }
+            }
+            defer { group.cancelAll() }
+            return try await group.next()!
+        }
+    }
+
+    /// Applies a stream's events until it ends.
+    private func consume(_ body: HTTPClientResponse.Body, _ listen: ListenRequest, _ silence: Silence) async throws -> StreamOutcome {
         var parser = StreamEventParser()
         var complete = false
         do {
-            for try await buffer in response.body {
+            for try await buffer in body {
+                silence.reset()
+                if Task.isCancelled { throw CancellationError() }
                 for event in try parser.feed(buffer.readableBytesView) {
                     switch event.name {
                     case "put", "patch":
@@ -88,6 +113,7 @@ extension SyncClient {
                         }
                         let data = o["data"] ?? .null
                         let at = Self.join(listen.path, rel)
+                        if Task.isCancelled { throw CancellationError() }  // (a listen ended: its data is not wanted)
                         if event.name == "put" {
                             // The first put is the whole value: the listen is complete with it.
                             try await database.applyServerPut(at: at, data, tag: listen.tag, completingListenAt: complete ? nil : listen.path)
@@ -95,10 +121,6 @@ extension SyncClient {
                         } else {
                             guard case .object(let children) = data else { throw SyncError(.badAnswer, "a patch whose data is not an object") }
                             try await database.applyServerMerge(at: at, children, tag: listen.tag)
-                        }
-                        if !complete {
-                            complete = true
-                            try await database.applyListenComplete(at: listen.path, tag: listen.tag)
                         }
                     case "keep-alive":
                         break
@@ -131,4 +153,11 @@ extension SyncClient {
         let b = base.split(separator: "/")
         return "/" + (b + r).joined(separator: "/")
     }
+}
+
+/// When a stream last received bytes.
+final class Silence: Sendable {
+    private let last = Mutex(ContinuousClock.now)
+    func reset() { last.withLock { $0 = .now } }
+    func exceeded(_ limit: Duration) -> Bool { last.withLock { ContinuousClock.now - $0 > limit } }
 }

@@ -22,12 +22,19 @@ extension SyncClient {
         guard answer.status == 200, let value = answer.value else {
             throw SyncError(.rejected, "reading \(path): \(answer.errorMessage)", status: answer.status)
         }
-        if parameters?.isEmpty ?? true {
-            // All the data at the location: it is the server's, store it.
+        if parameters?.isEmpty ?? true && !isListened(path) {
+            // All the data at the location: it is the server's, store it. (Where a listen keeps
+            // the cache, its stream is the order of truth: this answer may be older than it.)
             try await database.applyServerPut(at: path, value)
             return try await query.getData()
         }
         return try query.snapshot(serverValue: value)
+    }
+
+    /// Whether a listen for all the data at or above `path` is held.
+    func isListened(_ path: String) -> Bool {
+        let keys = path.split(separator: "/")
+        return listens.keys.contains { $0.parameters.isEmpty && keys.starts(with: $0.path.split(separator: "/")) }
     }
 
     /// The data of `ref`, as ``getData(_:)``.
@@ -55,7 +62,7 @@ extension SyncClient {
             let current = answer.value ?? .null
             var data = try MutableData(serverValue: current)
             if case .abort = update(&data) {
-                try await database.applyServerPut(at: path, current)
+                if !isListened(path) { try await database.applyServerPut(at: path, current) }
                 return TransactionResult(serverCommitted: false, snapshot: try await ref.getData())
             }
             let body = try data.exportValue(at: path)
@@ -67,7 +74,7 @@ extension SyncClient {
                     let read = try await send(.GET, path)
                     written = read.status == 200 ? read.value : nil
                 }
-                if let written { try await database.applyServerPut(at: path, written) }
+                if let written, !isListened(path) { try await database.applyServerPut(at: path, written) }
                 return TransactionResult(serverCommitted: true, snapshot: try await ref.getData())
             }
             guard put.status == 412 else {

@@ -26,7 +26,7 @@ extension SyncClient {
                 // must never come back after a crash under another write's id.
                 try await database.sync()
                 writes = try database.outgoingWrites(after: database.acknowledgedThrough,
-                                                     limit: caps.batch ? min(options.maxBatchWrites, caps.maxWrites) : 1,
+                                                     limit: caps.batch ? min(options.maxBatchWrites, caps.maxWrites, batchWriteLimit) : 1,
                                                      maxBytes: min(options.maxBatchBytes, caps.maxBytes))
                 if writes.isEmpty { return true }
                 if caps.batch && writes.count > 1 {
@@ -38,14 +38,18 @@ extension SyncClient {
             } catch is CancellationError {
                 return false
             } catch let e as DatabaseError {
-                logger.error("sync stops sending: \(e)")
+                if e.code == .closed { logger.info("sync stops sending: the database is closed") } else { logger.error("sync stops sending: \(e)") }
                 return false
             } catch let e as SyncError {
                 failures += 1
                 if e.code == .unauthenticated {
                     logger.warning("\(address) refused the token (\(e.message)); sending waits for a new one")
-                    let rejected = token
-                    if await refreshToken(after: rejected) { failures = 0; continue }
+                    if await refreshToken(after: token) { failures = 1 }  // (still a pause: a provider may keep giving bad ones)
+                } else if e.status == 413 && batchWriteLimit > 1 {
+                    batchWriteLimit = max(1, min(batchWriteLimit, options.maxBatchWrites) / 2)
+                    logger.warning("\(address) refused a batch as too large; sending at most \(batchWriteLimit) writes per batch")
+                    failures = 0
+                    continue
                 } else {
                     logger.warning("sending to \(address) failed (\(e)); retrying")
                 }

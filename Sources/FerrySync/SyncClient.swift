@@ -28,6 +28,9 @@ public struct SyncOptions: Sendable {
     public var retryDelay: Duration = .milliseconds(50)
     /// The longest wait between retries.
     public var maxRetryDelay: Duration = .seconds(5)
+    /// A stream that receives nothing for this long — not even the server's keep-alive (every
+    /// 30 s from Firebase and `ferry-server`) — counts as a lost connection and is reopened.
+    public var streamSilenceLimit: Duration = .seconds(90)
     /// Where sync logs (failures, rejections, reconnects).
     public var logger = Logger(label: "ferry.sync")
 
@@ -74,6 +77,13 @@ public actor SyncClient {
     var tokenKnown = false
 
     var writer: Task<Void, Never>?
+    /// The writer goOffline() cancelled, until it has stopped.
+    var stoppingWriter: Task<Void, Never>?
+    /// Listens the server refused (rules), with its message: not retried until the token
+    /// changes or the client goes online again.
+    var refusedListens: [ListenRequest: String] = [:]
+    /// Lowered when the server refuses a batch as too large (413).
+    var batchWriteLimit = Int.max
     var writerWake: AsyncStream<Void>.Continuation?
     var listens: [ListenRequest: Task<Void, Never>] = [:]
     var signalTask: Task<Void, Never>?
@@ -109,7 +119,16 @@ public actor SyncClient {
         }
         let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         writerWake = wake
-        writer = Task { await self.runWriter(wakeups) }
+        // One writer at a time: a writer stopped by goOffline() may still be recording an
+        // answer; the new one starts from the cursor once it has.
+        let previous = stoppingWriter
+        writer = Task {
+            await previous?.value
+            await self.runWriter(wakeups)
+        }
+        stoppingWriter = nil
+        refusedListens = [:]
+        tokenKnown = false  // (ask the provider again: the user may have signed in meanwhile)
         reconcileListens()
     }
 
@@ -126,6 +145,7 @@ public actor SyncClient {
         online = false
         let stopped = [writer].compactMap { $0 } + Array(listens.values)
         for task in stopped { task.cancel() }
+        stoppingWriter = writer
         writer = nil
         writerWake?.finish()
         writerWake = nil
@@ -137,8 +157,8 @@ public actor SyncClient {
     /// Goes offline for good, once what was under way has stopped (an answer being recorded
     /// is recorded first). The database stays open: close it afterwards.
     public func close() async {
-        for task in stopTasks() { await task.value }
         closed = true
+        for task in stopTasks() { await task.value }
         signalTask?.cancel()
         signalTask = nil
         for (_, c) in connectionObservers { c.finish() }
@@ -182,9 +202,20 @@ public actor SyncClient {
         }
     }
 
+    /// The listens the server refused (its rules do not let this client read there), by
+    /// location, with the server's message. Their listeners get no server data (their
+    /// snapshots stay `fromCache`); they are asked again after a new token or ``goOnline()``.
+    public var refusedListenLocations: [String: String] {
+        Dictionary(refusedListens.map { ($0.key.description, $0.value) }, uniquingKeysWith: { a, _ in a })
+    }
+
     // MARK: Tokens and time
 
-    func currentToken() async -> String? {
+    /// The token to send.
+    ///
+    /// - Throws: ``SyncError`` (`unauthenticated`) when the provider fails: sending waits (a
+    ///   request without the token would be refused as an unauthenticated user's).
+    func currentToken() async throws -> String? {
         guard let provider = options.tokenProvider else { return nil }
         if !tokenKnown {
             do {
@@ -192,6 +223,7 @@ public actor SyncClient {
                 tokenKnown = true
             } catch {
                 logger.warning("the token provider failed: \(error)")
+                throw SyncError(.unauthenticated, "the token provider failed: \(error)")
             }
         }
         return token
@@ -205,6 +237,10 @@ public actor SyncClient {
             let new = try await provider(true)
             token = new
             tokenKnown = true
+            if new != rejected && !refusedListens.isEmpty {
+                refusedListens = [:]  // (the rules may let the new one read)
+                reconcileListens()
+            }
             return new != rejected
         } catch {
             logger.warning("the token provider failed: \(error)")
@@ -221,12 +257,13 @@ public actor SyncClient {
     /// Sends one request with the current token and reads its answer.
     func send(_ method: HTTPMethod, _ path: String, parameters: [String: String] = [:],
               headers: [(String, String)] = [], body: [UInt8]? = nil) async throws -> Answer {
-        let t = await currentToken()
+        let t = try await currentToken()
         do {
             let answer = try await transport.send(transport.request(method, path, parameters: parameters, headers: headers, body: body, token: t))
             noteAnswer(answer)
             if answer.isTokenProblem { throw SyncError(.unauthenticated, answer.errorMessage, status: 401) }
-            if answer.status >= 500 { throw SyncError(.unavailable, "\(method) \(path): \(answer.errorMessage)", status: answer.status) }
+            // A timeout or "too many requests" is not a refusal: send again later.
+            if answer.status >= 500 || answer.status == 408 || answer.status == 429 { throw SyncError(.unavailable, "\(method) \(path): \(answer.errorMessage)", status: answer.status) }
             return answer
         } catch let e as SyncError where e.code == .unavailable {
             if e.status == nil { setConnected(false) }

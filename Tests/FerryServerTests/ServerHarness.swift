@@ -137,11 +137,14 @@ final class ScriptedServer: @unchecked Sendable {
     private let fd: Int32
     private final class Lines: Sendable { let list = Mutex<[String]>([]) }
     private let requestLines = Lines()
+    private let heldConnections = Lines()
     private let stopped = Mutex(false)
 
     var requests: [String] { requestLines.list.withLock { $0 } }
 
-    init(answer: @escaping @Sendable (String) -> [UInt8]) throws {
+    /// `holdOpen`: requests (by request line) whose connection stays open after the answer,
+    /// sending nothing more (a server gone silent), until the server stops.
+    init(holdOpen: @escaping @Sendable (String) -> Bool = { _ in false }, answer: @escaping @Sendable (String) -> [UInt8]) throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         self.fd = fd
         var one: Int32 = 1
@@ -158,6 +161,7 @@ final class ScriptedServer: @unchecked Sendable {
         port = Int(UInt16(bigEndian: addr.sin_port))
         let listener = fd
         let lines = requestLines
+        let held = heldConnections
         let thread = Thread {
             while true {
                 let c = accept(listener, nil, nil)
@@ -181,7 +185,7 @@ final class ScriptedServer: @unchecked Sendable {
                 let line = String(decoding: raw.prefix { $0 != 13 }, as: UTF8.self)
                 lines.list.withLock { $0.append(line) }
                 TestHTTP.send(c, answer(line))
-                close(c)
+                if holdOpen(line) { held.list.withLock { $0.append(String(c)) } } else { close(c) }
             }
         }
         thread.start()
@@ -191,6 +195,7 @@ final class ScriptedServer: @unchecked Sendable {
         guard !stopped.withLock({ let was = $0; $0 = true; return was }) else { return }
         shutdown(fd, Int32(SHUT_RDWR))
         close(fd)
+        for c in heldConnections.list.withLock({ $0 }) { close(Int32(c)!) }
     }
 
     deinit { stop() }

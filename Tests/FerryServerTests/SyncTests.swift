@@ -144,7 +144,8 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
 
         await a.sync.goOnline()
         try await allowed.serverAcknowledgement()
-        await #expect(throws: DatabaseError.self) { try await denied.serverAcknowledgement() }
+        let error = await #expect(throws: DatabaseError.self) { try await denied.serverAcknowledgement() }
+        #expect(error?.code == .writeRejected)
         #expect(await eventually { seen.withLock { $0.last } == .null })  // reverted, and listeners saw it
         let rejected = try a.db.rejectedWrites()
         #expect(rejected.map(\.writeID) == [denied.writeID])
@@ -481,6 +482,168 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         #expect(try a.db.rejectedWrites().isEmpty)
         #expect(try await a.db.reference("x").getData().value == 1)
         try await a.close()
+        server.stop()
+    }
+
+    @Test func aListenerAddedJustBeforeABurstOfWritesGetsItsListenAndEveryWriteIsSent() async throws {
+        let dir = try TemporaryDirectory("sync-burst")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let a = try await Client(dir.sub("a"), port: server.port)
+        await a.sync.goOnline()
+        let feed = try a.db.reference("feed")
+        let last = Mutex<DataSnapshot?>(nil)
+        let handle = feed.observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
+        var receipt: WriteReceipt?
+        for i in 0..<50 { receipt = try feed.child("f\(i)").setValueNow(.int(Int64(i))) }
+        try await receipt!.serverAcknowledgement()
+        #expect(await eventually { last.withLock { $0.map { !$0.metadata.fromCache && !$0.metadata.hasPendingWrites && $0.childrenCount == 50 } ?? false } })
+        guard case .object(let onServer)? = try serverValue(server.port, "/feed") else { Issue.record("no feed"); return }
+        #expect(onServer.count == 50)
+        feed.removeObserver(withHandle: handle)
+        try await a.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func dataForAQueryNoLongerListenedToIsNotStoredAsTheLocation() async throws {
+        let db = Database.inMemory()
+        let posts = try db.reference("posts")
+        try await db.applyServerPut(at: "/posts", ["p1": 1, "p2": 2], tag: 99)  // no query has tag 99
+        await #expect(throws: DatabaseError.self) { try await posts.getData() }
+        try await db.applyServerMerge(at: "/posts", ["p3": 3], tag: 99)
+        await #expect(throws: DatabaseError.self) { try await posts.getData() }
+        try await db.close()
+    }
+
+    @Test func serverFailuresTimeoutsAndThrottlingAreRetriedNeverRejected() async throws {
+        let dir = try TemporaryDirectory("sync-5xx")
+        let statuses = [500, 503, 408, 429]
+        let server = try ScriptedServer { line in
+            if line.contains("info") { return ScriptedServer.http(400, #"{"error": "Invalid path"}"#) }  // a foreign server
+            return ScriptedServer.http(statuses[line.count % statuses.count], #"{"error": "try later"}"#)
+        }
+        let a = try await Client(dir.sub("a"), port: server.port)
+        let x = try a.db.reference("x")
+        let seen = Mutex<[Value]>([])
+        let handle = x.observe(.value) { s in seen.withLock { $0.append(s.value) } }
+        _ = try await x.setValue(1)
+        _ = try await a.db.reference("y").removeValue()
+        await a.sync.goOnline()
+        #expect(await eventually { server.requests.filter { $0.hasPrefix("PUT") }.count >= 6 })
+        await a.sync.goOffline()
+        #expect(a.db.pendingWriteCount == 2)
+        #expect(try a.db.rejectedWrites().isEmpty)
+        #expect(seen.withLock { $0 } == [1])  // never reverted
+        x.removeObserver(withHandle: handle)
+        try await a.close()
+        server.stop()
+    }
+
+    @Test func aTransactionWhoseDataChangedOnTheServerRunsAgainOnTheNewValue() async throws {
+        let dir = try TemporaryDirectory("sync-412")
+        let server = try ServerProcess(data: dir.sub("server"))
+        #expect(try TestHTTP.request(server.port, "PUT", "/counter.json?ns=t", json: "10").status == 200)
+        let a = try await Client(dir.sub("a"), port: server.port)
+        await a.sync.goOnline()
+        let runs = Mutex<[Value]>([])
+        let port = server.port
+        let result = try await a.sync.runTransaction(at: try a.db.reference("counter")) { data in
+            let first = runs.withLock { $0.isEmpty }
+            runs.withLock { $0.append(data.value) }
+            if first {  // another writer changes the counter between this read and its write
+                _ = try? TestHTTP.request(port, "PUT", "/counter.json?ns=t", json: "100")
+            }
+            if case .int(let n) = data.value { data.value = .int(n + 1) }
+            return .commit
+        }
+        #expect(runs.withLock { $0 } == [10, 100])
+        #expect(result.committed)
+        #expect(result.snapshot.value == 101)
+        #expect(try serverValue(server.port, "/counter") == 101)
+
+        // A transaction refused by the rules throws with the status.
+        let rules = #"{"rules": {".read": true, ".write": false}}"#
+        #expect(try TestHTTP.request(server.port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200)
+        let error = await #expect(throws: SyncError.self) {
+            _ = try await a.sync.runTransaction(at: try a.db.reference("counter")) { _ in .commit }
+        }
+        #expect(error?.code == .rejected && error?.status == 401)
+        try await a.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func aMemoryOnlyDatabaseSendsIncrementsUnresolvedSoTheServerAddsThem() async throws {
+        let dir = try TemporaryDirectory("sync-memory")
+        let server = try ServerProcess(data: dir.sub("server"))
+        #expect(try TestHTTP.request(server.port, "PUT", "/likes.json?ns=t", json: "5").status == 200)
+        var clients: [(Database, SyncClient)] = []
+        for _ in 0..<2 {
+            let db = Database.inMemory()
+            try await db.applyServerPut(at: "/likes", 5)  // both saw 5
+            _ = try await db.reference("likes").setValue([".sv": ["increment": 1]])
+            #expect(try await db.reference("likes").getData().value == 6)
+            clients.append((db, try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=t")))
+        }
+        for (db, sync) in clients {
+            await sync.goOnline()
+            try await db.waitForPendingWrites()
+            await sync.close()
+            try await db.close()
+        }
+        #expect(try serverValue(server.port, "/likes") == 7)
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func aListenTheRulesRefuseIsReportedAndAskedAgainWithANewToken() async throws {
+        let dir = try TemporaryDirectory("sync-refused")
+        let server = try ServerProcess(data: dir.sub("server"), ["--token", "reader"])
+        let rules = #"{"rules": {"secret": {".read": "auth != null"}}}"#
+        #expect(try TestHTTP.request(server.port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200)
+        #expect(try TestHTTP.request(server.port, "PUT", "/secret.json?ns=t", headers: ["Authorization": "Bearer owner"], json: #""s3cr3t""#).status == 200)
+        let db = try Database.open(at: dir.sub("a"))
+        let signedIn = Mutex(false)
+        var options = SyncOptions()
+        options.tokenProvider = { _ in signedIn.withLock { $0 } ? "reader" : nil }
+        options.retryDelay = .milliseconds(10)
+        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=t", options: options)
+        await sync.goOnline()
+        let secret = try db.reference("secret")
+        let last = Mutex<DataSnapshot?>(nil)
+        let handle = secret.observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
+        #expect(await eventually { await sync.refusedListenLocations["/secret"] == "401 Permission denied" })
+        #expect(last.withLock { $0 } == nil)
+
+        // Signed in: a write's 401 is not involved here; a new token is asked for by going online again.
+        signedIn.withLock { $0 = true }
+        await sync.goOffline()
+        await sync.goOnline()
+        #expect(await eventually { last.withLock { $0?.value } == "s3cr3t" })
+        #expect(await sync.refusedListenLocations.isEmpty)
+        secret.removeObserver(withHandle: handle)
+        await sync.close()
+        try await db.close()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func aStreamThatGoesSilentIsReopened() async throws {
+        let dir = try TemporaryDirectory("sync-silent")
+        let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /quiet") }) { line in
+            if line.hasPrefix("GET /quiet") {
+                return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: put\ndata: {\"path\": \"/\", \"data\": 1}\n\n".utf8)
+            }
+            return ScriptedServer.http(400, #"{"error": "Invalid path"}"#)
+        }
+        let db = try Database.open(at: dir.sub("a"))
+        var options = SyncOptions()
+        options.streamSilenceLimit = .milliseconds(300)
+        options.retryDelay = .milliseconds(10)
+        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=t", options: options)
+        await sync.goOnline()
+        let quiet = try db.reference("quiet")
+        let handle = quiet.observe(.value) { _ in }
+        #expect(await eventually { server.requests.filter { $0.hasPrefix("GET /quiet") }.count >= 3 })
+        quiet.removeObserver(withHandle: handle)
+        await sync.close()
+        try await db.close()
         server.stop()
     }
 }

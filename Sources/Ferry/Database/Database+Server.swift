@@ -1,5 +1,6 @@
 /// Server data and acknowledgements enter the database here — as records in the log, like
-/// everything else. The sync layer will call these; until then, tests (and tools) do.
+/// everything else. `FerrySync`'s client calls these with what the server sends; tests and
+/// tools may too.
 @_spi(Server) extension Database {
     /// The server says: this is the whole value at `path`. With a `tag`, it is meant for that
     /// query only (a filtered query's data).

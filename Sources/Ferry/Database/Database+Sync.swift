@@ -89,11 +89,11 @@ extension QueryParams {
     public var storeIdentifier: String { log?.storeID.description ?? memoryStoreID }
 
     /// A stream of ``SyncSignal``s for the one sync layer attached (a second call ends the
-    /// first's stream). It yields `.writes` after each local write and `.listens` when the
+    /// first's stream: one sync client per database). Nothing is dropped: every change yields. It yields `.writes` after each local write and `.listens` when the
     /// listens change; read ``outgoingWrites(after:limit:maxBytes:)`` and ``activeListens()``
     /// then. Ends when the database closes.
     public func syncSignals() -> AsyncStream<SyncSignal> {
-        let (stream, continuation) = AsyncStream.makeStream(of: SyncSignal.self, bufferingPolicy: .bufferingNewest(4))
+        let (stream, continuation) = AsyncStream.makeStream(of: SyncSignal.self, bufferingPolicy: .unbounded)
         let old = engine.withLock { e -> AsyncStream<SyncSignal>.Continuation? in
             let old = e.listens.signal
             e.listens.signal = e.closed ? nil : continuation
@@ -105,7 +105,7 @@ extension QueryParams {
     }
 
     /// Pending writes with ids above `after`, oldest first: at most `limit`, and (beyond the
-    /// first) at most about `maxBytes` of JSON — only durable ones (call ``sync()`` first to
+    /// first, which may be bigger alone) at most about `maxBytes` of JSON — only durable ones (call ``sync()`` first to
     /// make every write so far durable).
     ///
     /// - Throws: ``DatabaseError/Code/storage`` when a write's record cannot be read.
@@ -151,11 +151,13 @@ extension Engine {
         // Only durable writes leave the device: one the server applied must never come back
         // after a crash under another write's id (ids are LSNs).
         let durable = log.map { Int64($0.durableLSN.rawValue) } ?? .max
-        while i < pending.count, out.count < limit, bytes < maxBytes || out.isEmpty {
+        while i < pending.count, out.count < limit {
             let id = pending.id(at: i)
             guard id < durable else { break }
             let write = try outgoingWrite(id)
-            bytes += write.path.utf8.count + 64 + write.data.json.utf8.count
+            let size = write.path.utf8.count + 64 + write.data.json.utf8.count
+            if !out.isEmpty && bytes + size > maxBytes { break }  // (the first goes alone, whatever its size)
+            bytes += size
             out.append(write)
             i += 1
         }
@@ -187,8 +189,14 @@ extension Engine {
                                     lsn: UInt64(id), file: place?.file, offset: place?.frameOffset, store: log.path)
             }
         }
-        // A memory-only database keeps the values as shown (server values resolved locally).
         guard let record = writeTree.write(id) else { throw DatabaseError(.storage, "pending write \(id) is missing") }
+        // A memory-only database keeps the values as shown; those with server values also as written.
+        if let raw = memoryUnresolved[id] {
+            if record.isOverwrite { return OutgoingWrite(id: id, operation: .set, path: record.path.description, data: raw[0].1.value(export: true)) }
+            var o: [String: Value] = [:]
+            for (p, n) in raw { o[p.keys.joined(separator: "/")] = n.value(export: true) }
+            return OutgoingWrite(id: id, operation: .update, path: record.path.description, data: .object(o))
+        }
         switch record.change {
         case .overwrite(let node):
             return OutgoingWrite(id: id, operation: .set, path: record.path.description, data: node.value(export: true))

@@ -81,6 +81,7 @@ extension Engine {
     /// Removes the oldest pending write `id`, acknowledged: copies its values into the server
     /// cache if `applied`, takes it off the write tree and (live) raises the events of views on it.
     private func removeAcknowledged(_ id: Int64, applied: Bool, live: Bool) -> [Event] {
+        if !memoryUnresolved.isEmpty { memoryUnresolved[id] = nil }
         let base = writeTree.pending.path(at: 0)
         let isOverwrite = writeTree.pending.isOverwrite(at: 0)
         let values: [(Path, ValueHandle, Bool)]
@@ -104,6 +105,7 @@ extension Engine {
     /// record's LSN (0 when the write is not pending).
     private func reject(_ r: WriteRejection) throws -> ([Event], Int64) {
         guard writeTree.pending.index(of: r.writeID) != nil else { return ([], 0) }
+        if !memoryUnresolved.isEmpty { memoryUnresolved[r.writeID] = nil }
         let time = serverTime
         let payload: [UInt8]
         if isPersistent {

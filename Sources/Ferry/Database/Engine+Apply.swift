@@ -33,6 +33,7 @@ extension Engine {
             return (lsn, syncTree.applyUserOverwrite(path, shown, writeID: lsn, visible: !hidden, ref: ref(lsn, range)))
         }
         let id = try append(.localSet, [])
+        if resolved != nil { memoryUnresolved[id] = [(.root, node)] }
         return (id, syncTree.applyUserOverwrite(path, shown, writeID: id, visible: !hidden))
     }
 
@@ -69,6 +70,7 @@ extension Engine {
             return (lsn, syncTree.applyUserMerge(path, merge, writeID: lsn, refs: refs))
         }
         let id = try append(.localUpdate, [])
+        if resolved.contains(where: { $0.2 != nil }) { memoryUnresolved[id] = resolved.map { ($0.0, $0.1) } }
         return (id, syncTree.applyUserMerge(path, merge, writeID: id))
     }
 
@@ -77,6 +79,9 @@ extension Engine {
     /// The server's whole value at `path`. With a `tag`, it is meant for that query only.
     func serverPut(_ path: Path, _ node: Node, tag: Int? = nil) throws -> [Event] {
         try checkUsable()
+        // Data for a query no longer listened to (its listen ended while the data was on the
+        // way) is a window of the location, not the location: it must not be stored as that.
+        if let tag, syncTree.query(forTag: tag) == nil { return [] }
         if let tag, let query = syncTree.query(forTag: tag), !query.loadsAllData, query.path == path {
             // A filtered query's data: its children are complete, the location is not.
             var children: [(Path, Node)] = []
@@ -99,6 +104,7 @@ extension Engine {
     /// The server's new values for some children (paths relative to `path`) of `path`.
     func serverMerge(_ path: Path, _ children: [(Path, Node)], tag: Int? = nil) throws -> [Event] {
         try checkUsable()
+        if let tag, syncTree.query(forTag: tag) == nil { return [] }  // (as in serverPut)
         try storeServerMerge(path, children)
         let merge = CompoundWrite(children)
         if let tag { return syncTree.applyTaggedMerge(path, merge, tag: tag) }

@@ -70,6 +70,9 @@ final class Engine: StoredValues, ServerCacheSource {
     var checkpointLSN: UInt64 = 0
     /// Paths pinned with `keepSynced(true)` (records of kind 11; see Engine+Space.swift).
     var pins: Set<Path> = []
+    /// A memory-only database's pending writes that hold server values, as the user wrote them
+    /// (its write tree holds them resolved): what the sync layer must send.
+    var memoryUnresolved: [Int64: [(Path, Node)]] = [:]
     /// The listens the views need, for the sync layer (see Database+Sync.swift).
     let listens = ListenRegistry()
     /// Records and payload bytes appended since the last checkpoint (the checkpoint policy).
