@@ -99,6 +99,7 @@ extension SyncClient {
 
     /// Applies a stream's events until it ends.
     private func consume(_ body: HTTPClientResponse.Body, _ listen: ListenRequest, _ silence: Silence) async throws -> StreamOutcome {
+        defer { liveListens.remove(listen) }
         var parser = StreamEventParser()
         var complete = false
         do {
@@ -117,11 +118,13 @@ extension SyncClient {
                         if event.name == "put" {
                             // The first put is the whole value: the listen is complete with it.
                             try await database.applyServerPut(at: at, data, tag: listen.tag, completingListenAt: complete ? nil : listen.path)
+                            if !complete { liveListens.insert(listen) }
                             complete = true
                         } else {
                             guard case .object(let children) = data else { throw SyncError(.badAnswer, "a patch whose data is not an object") }
                             try await database.applyServerMerge(at: at, children, tag: listen.tag)
                         }
+                        noteTouch(at)
                     case "keep-alive":
                         break
                     case "cancel":
@@ -144,6 +147,51 @@ extension SyncClient {
         }
         if Task.isCancelled { throw CancellationError() }
         return .ended
+    }
+
+    /// Notes that server data at `path` was applied.
+    private func noteTouch(_ path: String) {
+        eventSerial += 1
+        recentTouches.append((eventSerial, path))
+        if recentTouches.count > 4096 { recentTouches.removeFirst(2048) }
+    }
+
+    /// The server answered writes at `paths`, sent when the event serial was `sentSerial`:
+    /// where an open listen keeps a location the answer concerns, the stream's event for the
+    /// write (on another connection) must be applied first — otherwise the acknowledgement
+    /// drops the pending write before the server's data shows it, and listeners would see the
+    /// old value as confirmed. Waits (up to `limit`) for an event touching each such path.
+    func awaitStreamEvents(for paths: [String], sentAfter sentSerial: Int, limit: Duration = .seconds(2)) async {
+        func prefixes(_ p: String) -> [String] {
+            var out = ["/"], cur = ""
+            for k in p.split(separator: "/") {
+                cur += "/" + k
+                out.append(cur)
+            }
+            return out
+        }
+        func listened(_ p: String) -> Bool {
+            liveListens.contains { $0.parameters.isEmpty && p.split(separator: "/").starts(with: $0.path.split(separator: "/")) }
+        }
+        guard !liveListens.isEmpty else { return }
+        var waiting = Set(paths.filter(listened).map { prefixes($0).last! })
+        guard !waiting.isEmpty else { return }
+        let deadline = ContinuousClock.now + limit
+        var seen = sentSerial
+        var touched = Set<String>(), touchedOrAbove = Set<String>()
+        while true {
+            // Touches since the last look: a touch at or below a path, or above it, answers it.
+            for t in recentTouches.reversed() {
+                if t.serial <= seen { break }
+                let ps = prefixes(t.path)
+                touched.insert(ps.last!)
+                touchedOrAbove.formUnion(ps)
+            }
+            seen = eventSerial
+            waiting = waiting.filter { p in listened(p) && !touchedOrAbove.contains(p) && !prefixes(p).contains(where: touched.contains) }
+            if waiting.isEmpty || ContinuousClock.now >= deadline || Task.isCancelled { return }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
     }
 
     /// `/a` + `/b/c` → `/a/b/c`.

@@ -63,6 +63,12 @@ extension SyncClient {
         return false
     }
 
+    /// The locations a write sets.
+    static func writtenPaths(_ w: OutgoingWrite) -> [String] {
+        guard w.operation == .update, case .object(let children) = w.data else { return [w.path] }
+        return children.keys.map { join(w.path, "/" + $0) }
+    }
+
     /// The idempotency headers of a write.
     private func identity(_ id: Int64) -> [(String, String)] {
         [(WireHeader.write, WriteIdentity(store: database.storeIdentifier, id: id).header),
@@ -72,6 +78,7 @@ extension SyncClient {
     /// One write as one REST request: set → PUT (null → DELETE), update → PATCH.
     private func sendAlone(_ w: OutgoingWrite, idempotent: Bool) async throws {
         let headers = identity(w.id)
+        let sentSerial = eventSerial
         let answer: Answer
         switch w.operation {
         case .set where w.data == .null:
@@ -86,6 +93,8 @@ extension SyncClient {
         if !answer.isSuccess {
             logger.warning("\(address) refused write \(w.id) at \(w.path): \(answer.status) \(answer.errorMessage)")
             rejections.append(WriteRejection(writeID: w.id, status: answer.status, message: answer.errorMessage))
+        } else {
+            await awaitStreamEvents(for: Self.writtenPaths(w), sentAfter: sentSerial)
         }
         try await database.acknowledgeWrites(through: w.id, rejecting: rejections)
     }
@@ -100,6 +109,7 @@ extension SyncClient {
         }
         let body: Value = .object(["client": .string(database.storeIdentifier),
                                    "acked": .int(database.acknowledgedThrough), "writes": .array(list)])
+        let sentSerial = eventSerial
         let answer = try await send(.POST, "/.ferry/batch", body: body.jsonBytes)
         guard answer.status == 200, case .object(let o)? = answer.value, case .array(let results)? = o["results"] else {
             // The request as a whole was refused: none of its writes was applied.
@@ -122,6 +132,8 @@ extension SyncClient {
             through = id
         }
         guard let through else { throw SyncError(.unavailable, "the server processed none of the batch's writes") }
+        let rejected = Set(rejections.map(\.writeID))
+        await awaitStreamEvents(for: writes.filter { $0.id <= through && !rejected.contains($0.id) }.flatMap(Self.writtenPaths), sentAfter: sentSerial)
         try await database.acknowledgeWrites(through: through, rejecting: rejections)
     }
 }

@@ -82,6 +82,12 @@ public actor SyncClient {
     /// Listens the server refused (rules), with its message: not retried until the token
     /// changes or the client goes online again.
     var refusedListens: [ListenRequest: String] = [:]
+    /// Every server event applied by a listen, numbered, with the location it touched (the
+    /// latest few thousand): for ordering answers after the events they caused.
+    var eventSerial = 0
+    var recentTouches: [(serial: Int, path: String)] = []
+    /// Listens whose stream is open and complete (their views follow the server).
+    var liveListens: Set<ListenRequest> = []
     /// Lowered when the server refuses a batch as too large (413).
     var batchWriteLimit = Int.max
     var writerWake: AsyncStream<Void>.Continuation?

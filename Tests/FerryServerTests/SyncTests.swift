@@ -646,5 +646,27 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         try await db.close()
         server.stop()
     }
+
+    @Test func aListenerOfItsOwnWritesNeverSeesAnOlderValueAfterTheServersAnswer() async throws {
+        let dir = try TemporaryDirectory("sync-own")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let a = try await Client(dir.sub("a"), port: server.port)
+        await a.sync.goOnline()
+        let count = try a.db.reference("stats/count")
+        let shown = Mutex<[Int64]>([])
+        let handle = try a.db.reference("stats").observe(.value, includeMetadataChanges: true) { s in
+            if case .int(let n) = s.childSnapshot(forPath: "count").value { shown.withLock { $0.append(n) } }
+        }
+        #expect(await eventually { await a.sync.isConnected })
+        _ = try await count.setValue(0).serverAcknowledgement()
+        for _ in 0..<40 {
+            _ = try await count.setValue([".sv": ["increment": 1]]).serverAcknowledgement()
+        }
+        #expect(await eventually { shown.withLock { $0.last } == 40 })
+        let values = shown.withLock { $0 }
+        #expect(zip(values, values.dropFirst()).allSatisfy { $0 <= $1 }, "a listener saw the count go back: \(values)")
+        try await a.close()
+        #expect(server.terminate() == 0)
+    }
 }
 
