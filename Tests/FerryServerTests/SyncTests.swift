@@ -668,5 +668,36 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         try await a.close()
         #expect(server.terminate() == 0)
     }
+
+    @Test func aStreamWhoseTokenIsRevokedReconnectsWithTheProvidersNewToken() async throws {
+        let dir = try TemporaryDirectory("sync-revoked")
+        let server = try ServerProcess(data: dir.sub("server"), ["--token", "first"])
+        let rules = #"{"rules": {".read": "auth != null", ".write": "auth != null"}}"#
+        #expect(try TestHTTP.request(server.port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200)
+        let db = try Database.open(at: dir.sub("a"))
+        let current = Mutex("first")
+        var options = SyncOptions()
+        options.tokenProvider = { _ in current.withLock { $0 } }
+        options.retryDelay = .milliseconds(10)
+        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=t", options: options)
+        await sync.goOnline()
+        let note = try db.reference("note")
+        let last = Mutex<Value?>(nil)
+        let handle = note.observe(.value) { s in last.withLock { $0 = s.value } }
+        #expect(try TestHTTP.request(server.port, "PUT", "/note.json?ns=t", headers: ["Authorization": "Bearer owner"], json: #""one""#).status == 200)
+        #expect(await eventually { last.withLock { $0 } == "one" })
+
+        // The server stops accepting "first": the stream gets auth_revoked; the provider now gives "second".
+        current.withLock { $0 = "second" }
+        #expect(try TestHTTP.request(server.port, "PUT", "/.ferry/tokens.json?ns=t", headers: ["Authorization": "Bearer owner"], json: #"["second"]"#).status == 200)
+        #expect(try TestHTTP.request(server.port, "PUT", "/note.json?ns=t", headers: ["Authorization": "Bearer owner"], json: #""two""#).status == 200)
+        #expect(await eventually { last.withLock { $0 } == "two" })
+        _ = try await note.setValue("three").serverAcknowledgement()
+        #expect(try serverValue(server.port, "/note") == "three")
+        note.removeObserver(withHandle: handle)
+        await sync.close()
+        try await db.close()
+        #expect(server.terminate() == 0)
+    }
 }
 
