@@ -34,6 +34,7 @@ public struct SyncOptions: Sendable {
     /// Where sync logs (failures, rejections, reconnects).
     public var logger = Logger(label: "ferry.sync")
 
+    /// The defaults: batches, no token, 30 s requests, retries from 50 ms to 5 s.
     public init() {}
 }
 

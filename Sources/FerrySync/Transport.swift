@@ -35,6 +35,7 @@ public struct ServerAddress: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// The URL as given (`http://127.0.0.1:9000?ns=NAME`).
     public var description: String { namespaceInQuery ? "\(base)?ns=\(namespace)" : base }
 
     /// The URL of a location (`/a/b`) with query parameters.
@@ -71,6 +72,7 @@ public struct SyncError: Error, Sendable, CustomStringConvertible, Equatable {
         public static let tooManyRetries = Code(name: "too many retries")
         /// The sync client is closed.
         public static let closed = Code(name: "closed")
+        /// The code's name.
         public var description: String { name }
     }
     /// The kind of failure.
@@ -80,12 +82,14 @@ public struct SyncError: Error, Sendable, CustomStringConvertible, Equatable {
     /// The HTTP status, when the server answered.
     public var status: Int?
 
+    /// An error of `code` saying `message`, with the server's status if it answered.
     public init(_ code: Code, _ message: String, status: Int? = nil) {
         self.code = code
         self.message = message
         self.status = status
     }
 
+    /// Code, message and status.
     public var description: String { "\(code): \(message)" + (status.map { " (HTTP \($0))" } ?? "") }
 }
 

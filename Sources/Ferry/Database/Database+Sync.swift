@@ -30,6 +30,7 @@ import FerryLog
     /// The REST query parameters (`orderBy`, `startAt`, … JSON-encoded); empty for all data.
     public var parameters: [String: String]
 
+    /// `path?name=value&…`.
     public var description: String {
         parameters.isEmpty ? path : path + "?" + parameters.keys.sorted().map { "\($0)=\(parameters[$0]!)" }.joined(separator: "&")
     }
