@@ -110,14 +110,29 @@ public final class WriteAheadLog: Sendable {
         self.writer = Mutex(Writer(segment: segment, lock: lock, frameTarget: options.frameTargetSize))
     }
 
+    /// The pid the lock file names (its holder's, written when it was taken).
+    private static func holderPID(_ dir: StoreDirectory) -> Int? {
+        guard let bytes = try? readSmallFile(dir, LogFormat.lockFileName, limit: 32) else { return nil }
+        return Int(String(decoding: bytes.filter { $0 >= 0x30 && $0 <= 0x39 }, as: UTF8.self))
+    }
+
     private static func acquireLock(_ dir: StoreDirectory) throws -> FileHandle {
         let lock = try dir.open(LogFormat.lockFileName, flags: O_RDWR | O_CREAT)
-        switch dir.system.lockExclusive(lock.fd) {
+        var attempt = 0
+        var result = dir.system.lockExclusive(lock.fd)
+        // Held by this process: a child being spawned (between its fork and its exec, where
+        // close-on-exec descriptors are still open) can hold it for a moment after the store
+        // was closed here. Ask again for up to half a second before calling it in use.
+        while case .failure(let e) = result, e == .EWOULDBLOCK, attempt < 20, holderPID(dir) == Int(getpid()) {
+            attempt += 1
+            usleep(25_000)
+            result = dir.system.lockExclusive(lock.fd)
+        }
+        switch result {
         case .success: break
         case .failure(let e) where e == .EWOULDBLOCK:
             var holder = ""
-            if let bytes = try? readSmallFile(dir, LogFormat.lockFileName, limit: 32),
-               let pid = Int(String(decoding: bytes.filter { $0 >= 0x30 && $0 <= 0x39 }, as: UTF8.self)) {
+            if let pid = holderPID(dir) {
                 holder = pid == Int(getpid()) ? " (by another open in this process)" : " (by process \(pid))"
             }
             throw LogError(.storeInUse, "the store is in use\(holder); only one opener at a time may hold it",

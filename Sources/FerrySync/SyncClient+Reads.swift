@@ -4,8 +4,9 @@ import NIOHTTP1
 
 /// Reading once and transactions, online.
 extension SyncClient {
-    /// The data of `query`: from the server when connected (its answer also goes into the
-    /// cache), otherwise — or when the server cannot be reached — from the cache.
+    /// The data of `query`: the server's when connected (`fromCache == false`; its answer
+    /// also goes into the cache), otherwise — or when the server cannot be reached — the
+    /// cache's, with local writes.
     ///
     /// - Throws: ``Ferry/DatabaseError/Code/notCached`` when neither has it; ``SyncError``
     ///   (`rejected`) when the server refuses the read (rules).
@@ -26,8 +27,8 @@ extension SyncClient {
             // All the data at the location: it is the server's, store it. (Where a listen keeps
             // the cache, its stream is the order of truth: this answer may be older than it.)
             try await database.applyServerPut(at: path, value)
-            return try await query.getData()
         }
+        // The server's data, as it answered (`fromCache == false`).
         return try query.snapshot(serverValue: value)
     }
 

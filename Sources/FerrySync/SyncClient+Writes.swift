@@ -29,7 +29,7 @@ extension SyncClient {
                                                      limit: caps.batch ? min(options.maxBatchWrites, caps.maxWrites, batchWriteLimit) : 1,
                                                      maxBytes: min(options.maxBatchBytes, caps.maxBytes))
                 if writes.isEmpty { return true }
-                if caps.batch && writes.count > 1 {
+                if caps.batch && writes.count > 1 && writes[0].id > alonePast {
                     try await sendBatch(writes)
                 } else {
                     try await sendAlone(writes[0], idempotent: caps.idempotent)
@@ -45,6 +45,13 @@ extension SyncClient {
                 if e.code == .unauthenticated {
                     logger.warning("\(address) refused the token (\(e.message)); sending waits for a new one")
                     if await refreshToken(after: token) { failures = 1 }  // (still a pause: a provider may keep giving bad ones)
+                } else if e.code == .badAnswer, let status = e.status, (400..<500).contains(status), status != 413 {
+                    // The server refused a batch as a whole: send its writes one by one, so
+                    // that each gets its own answer (a bad one is then rejected alone).
+                    logger.warning("\(address) refused a batch (\(e)); sending its writes one at a time")
+                    alonePast = (try? database.outgoingWrites(after: database.acknowledgedThrough, limit: min(options.maxBatchWrites, batchWriteLimit)).last?.id) ?? alonePast
+                    failures = 0
+                    continue
                 } else if e.status == 413 && batchWriteLimit > 1 {
                     batchWriteLimit = max(1, min(batchWriteLimit, options.maxBatchWrites) / 2)
                     logger.warning("\(address) refused a batch as too large; sending at most \(batchWriteLimit) writes per batch")

@@ -89,6 +89,8 @@ public actor SyncClient {
     var recentTouches: [(serial: Int, path: String)] = []
     /// Listens whose stream is open and complete (their views follow the server).
     var liveListens: Set<ListenRequest> = []
+    /// Writes up to this id go alone (the server refused a batch holding them as a whole).
+    var alonePast: Int64 = -1
     /// Lowered when the server refuses a batch as too large (413).
     var batchWriteLimit = Int.max
     var writerWake: AsyncStream<Void>.Continuation?

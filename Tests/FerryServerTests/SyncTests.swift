@@ -312,7 +312,9 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         await #expect(throws: DatabaseError.self) { try await a.sync.getData(scores) }
 
         await a.sync.goOnline()
-        #expect(try await a.sync.getData(scores).value == ["ada": 3, "bob": 9, "cy": 5])
+        let online = try await a.sync.getData(scores)
+        #expect(online.value == ["ada": 3, "bob": 9, "cy": 5])
+        #expect(!online.metadata.fromCache)
         let top = try scores.queryOrderedByValue().queryLimited(toLast: 2)
         let topSnapshot = try await a.sync.getData(top)
         #expect(topSnapshot.children.map(\.key) == ["cy", "bob"])
@@ -698,6 +700,28 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         await sync.close()
         try await db.close()
         #expect(server.terminate() == 0)
+    }
+
+    @Test func aBatchRefusedAsAWholeIsSentOneWriteAtATime() async throws {
+        let dir = try TemporaryDirectory("sync-batch-400")
+        let server = try ScriptedServer { line in
+            if line.contains("info") {
+                return ScriptedServer.http(200, #"{"server": "ferry-server", "protocol": 1, "idempotent": true, "batch": true, "maxBatchWrites": 10, "maxBatchBytes": 100000}"#)
+            }
+            if line.hasPrefix("POST") { return ScriptedServer.http(400, #"{"error": "malformed batch"}"#) }
+            return ScriptedServer.http(200, "null")
+        }
+        let a = try await Client(dir.sub("a"), port: server.port)
+        _ = try await a.db.reference("x").setValue(1)
+        _ = try await a.db.reference("y").setValue(2)
+        let last = try await a.db.reference("z").updateChildValues(["a": 1])
+        await a.sync.goOnline()
+        try await last.serverAcknowledgement()
+        #expect(try a.db.rejectedWrites().isEmpty)
+        #expect(server.requests.filter { $0.hasPrefix("POST") }.count == 1)
+        #expect(server.requests.filter { $0.hasPrefix("PUT") || $0.hasPrefix("PATCH") }.count == 3)
+        try await a.close()
+        server.stop()
     }
 }
 
