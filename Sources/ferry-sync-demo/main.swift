@@ -11,7 +11,6 @@
 @_spi(Server) import Ferry  // the SPI only for the sync cursor (acknowledgedThrough) and pendingWriteIDs
 import FerrySync
 import Foundation
-import Synchronization
 
 /// Prints a line at once (one `write`), so the listener tasks' lines appear as they happen.
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
@@ -110,8 +109,12 @@ func online() async throws {
     // A's listeners. /stats/posts was written whole offline, so it has an event at once (from
     // the cache); /posts was written one child at a time, so it has none until the server's data.
     say("A listens to /stats/posts and /posts:")
-    let (counterListener, counterEvents) = try watch("A", db, "/stats/posts", showCursor: true) { "= \($0.value.json)" }
-    let (postsListener, _) = try watch("A", db, "/posts", showCursor: true, count)
+    // Each prints until its data is confirmed by the server, whole: today a listener can see an
+    // acknowledged write vanish until the server's own update reaches it (see the README).
+    let (counterListener, counterEvents) = try watch("A", db, "/stats/posts", showCursor: true,
+                                                     until: { confirmed($0) && $0.value == .int(Int64(titles.count)) }) { "= \($0.value.json)" }
+    let (postsListener, _) = try watch("A", db, "/posts", showCursor: true,
+                                       until: { confirmed($0) && $0.childrenCount == titles.count }, count)
     for await _ in counterEvents { break }
 
     // Small batches, so that the cursor moves in steps you can see (the default is 5,000).
@@ -155,7 +158,7 @@ nonisolated func main() async throws {
     default:
         // The online step must end: give up (exit 1) if the server never answers.
         DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(timeoutSeconds)) {
-            say("ferry-sync-demo: gave up after \(timeoutSeconds) s: the server did not answer every write (is it running at \(url)?)")
+            say("ferry-sync-demo: gave up after \(timeoutSeconds) s: the server did not answer (is one running at \(url)?)")
             exit(1)
         }
         try await online()
