@@ -71,6 +71,8 @@ echo; echo "\$ ferry-dump records $work/client --from $from      # the last reco
 
 section "5. ferry-server stops (SIGTERM)"
 kill -TERM "$server_pid"
+for _ in $(seq 300); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$server_pid" 2>/dev/null && fail "ferry-server did not stop within 30 s of SIGTERM (the trap kills it)"
 status=0
 wait "$server_pid" || status=$?
 server_pid=""
