@@ -142,14 +142,24 @@ func online() async throws {
     // What the server holds, read by B (from the server, since B is online).
     let counter = try await b.getData(try bDatabase.reference("stats/posts"))
     let posts = try await b.getData(try bDatabase.reference("posts"))
-    say("B reads the server: /stats/posts = \(counter.value.json) (one per post: each increment applied once), /posts has \(count(posts)):")
+    let once = counter.value == .int(Int64(titles.count))
+    say("B reads the server: /stats/posts = \(counter.value.json) (\(once ? "one per post: each increment applied once" : "not \(titles.count)!")), /posts has \(count(posts)):")
     for post in posts.children {
         say("    /posts/\(post.key!)  \(post.childSnapshot(forPath: "title").value.json)")
+    }
+    guard once, posts.childrenCount == titles.count else {
+        throw StoryFailure(message: "the server holds \(count(posts)) and a counter of \(counter.value.json), not \(titles.count) of each")
     }
     await a.close()
     await b.close()
     try await db.close()
     try await bDatabase.close()
+}
+
+/// The story did not end as it says.
+struct StoryFailure: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
 }
 
 nonisolated func main() async throws {
