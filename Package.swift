@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "FerryServer", targets: ["FerryServer"]),
         .executable(name: "ferry-server", targets: ["ferry-server"]),
         .library(name: "FerrySync", targets: ["FerrySync"]),
+        .executable(name: "ferry-sync-demo", targets: ["ferry-sync-demo"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -75,6 +76,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The client of the README's first command (scripts/sync-story.sh).
+        .executableTarget(name: "ferry-sync-demo", dependencies: ["Ferry", "FerrySync"]),
         .executableTarget(
             name: "ferry-server",
             dependencies: [
@@ -144,7 +147,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryServerTests",
-            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryTestSupport", "ferry-server", "ferry-sync-child"]
+            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryTestSupport", "ferry-server", "ferry-sync-child", "ferry-sync-demo"]
         ),
         .testTarget(
             name: "FerryLogTests",
