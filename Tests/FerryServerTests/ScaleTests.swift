@@ -128,10 +128,10 @@ import Glibc
         let dir = try TemporaryDirectory("server-limit")
         let server = try ServerProcess(data: dir.path, ["--max-connections", "8", "--keep-alive", "30"])
         let p = server.port
-        _ = try TestHTTP.request(p, "PUT", "/a.json?ns=t", json: "1")
+        // The streams are the first connections (a closed one counts until the server has seen it close).
         var streams: [StreamReader] = []
         for _ in 0..<8 { streams.append(try StreamReader(port: p, path: "/a.json?ns=t")) }
-        for s in streams { #expect(try s.next() == .put("/", 1)) }
+        for s in streams { #expect(try s.next() == .put("/", .null)) }
         let refused = try TestHTTP.request(p, "GET", "/a.json?ns=t")
         #expect(refused.status == 503)
         guard case .object(let o)? = refused.json, case .string(let message)? = o["error"] else {
@@ -154,6 +154,43 @@ import Glibc
             usleep(10_000)
         }
         for s in streams { #expect(try s.next(skippingKeepAlive: true) == .put("/", 2)) }
+        #expect(server.terminate() == 0)
+    }
+
+    /// Splits `raw` into responses framed by Content-Length (1xx ones have no body).
+    static func responses(_ raw: [UInt8]) throws -> [TestResponse] {
+        var out: [TestResponse] = []
+        var rest = raw[...]
+        while !rest.isEmpty {
+            let r = try TestHTTP.parse(Array(rest))
+            let headEnd = rest.count - r.body.count
+            let length = r.status < 200 ? 0 : Int(r.headers["content-length"] ?? "0") ?? 0
+            out.append(TestResponse(status: r.status, headers: r.headers, body: Array(r.body.prefix(length))))
+            rest = rest.dropFirst(headEnd + length)
+        }
+        return out
+    }
+
+    @Test func requestsPipelinedOnOneKeptAliveConnectionAreAnsweredInOrder() throws {
+        let dir = try TemporaryDirectory("server-pipeline")
+        let server = try ServerProcess(data: dir.path)
+        let fd = try TestHTTP.connect(server.port)
+        defer { close(fd) }
+        // A request waiting for 100 Continue gets it before it sends its body.
+        TestHTTP.send(fd, Array("PUT /p.json?ns=t HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n".utf8))
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        #expect(String(decoding: chunk.prefix(max(0, n)), as: UTF8.self).hasPrefix("HTTP/1.1 100 Continue\r\n"))
+        // Its body, then three more requests in the same write: each answered, in order.
+        let rest = "1"
+            + "PATCH /p2.json?ns=t HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\n{\"a\": 2}"
+            + "GET /.json?ns=t HTTP/1.1\r\nHost: x\r\n\r\n"
+            + "GET /p.json?ns=t HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        TestHTTP.send(fd, Array(rest.utf8))
+        let answers = try Self.responses(TestHTTP.readAll(fd))
+        #expect(answers.map(\.status) == [200, 200, 200, 200])
+        #expect(answers.map { $0.headers["connection"] ?? "" } == ["keep-alive", "keep-alive", "keep-alive", "close"])
+        #expect(answers.count == 4 && answers[2].json == ["p": 1, "p2": ["a": 2]] && answers[3].json == 1)
         #expect(server.terminate() == 0)
     }
 }
