@@ -112,8 +112,11 @@ final class LastReadKeeper: ChannelInboundHandler, RemovableChannelHandler {
     private(set) var last: ByteBuffer?
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        last = unwrapInboundIn(data)  // a reference, not a copy
+        // Kept only while the decoder reads it (its errors come synchronously): an idle
+        // connection holds no read buffer.
+        last = unwrapInboundIn(data)
         context.fireChannelRead(data)
+        last = nil
     }
 
     /// Whether the last read starts with a request line shaped `METHOD TARGET HTTP/1.x`.
@@ -294,7 +297,6 @@ final class HTTPServerHandler: ChannelDuplexHandler {
                 let server = self.server
                 Task {
                     let response = await server.respond(to: request, stream: output)
-                    server.finishRequest()
                     output.handler.eventLoop.execute { output.handler.value.answered(request, response) }
                 }
             }
@@ -372,10 +374,16 @@ final class HTTPServerHandler: ChannelDuplexHandler {
     // MARK: Writing answers
 
     /// The task's answer: written, then the connection reads the next request or closes.
-    /// nil: the request became a stream.
+    /// nil: the request became a stream. The request stops counting as in flight once its answer
+    /// is written, so a shutdown does not close the connection under it.
     fileprivate func answered(_ request: HTTPRequest, _ response: HTTPResponse?) {
-        guard let context, case .handling = state else { return }
+        let server = self.server
+        guard let context, case .handling = state else {
+            server.finishRequest()
+            return
+        }
         guard let response else {
+            server.finishRequest()
             startStream(context)
             return
         }
@@ -384,6 +392,7 @@ final class HTTPServerHandler: ChannelDuplexHandler {
         }
         let keepAlive = request.keepAlive && response.status != 413
         let written = write(response, keepAlive: keepAlive, context)
+        written.assumeIsolated().whenComplete { _ in server.finishRequest() }
         guard keepAlive else {
             close(context, after: written)
             return
