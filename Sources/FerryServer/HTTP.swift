@@ -183,11 +183,12 @@ final class HTTPServerHandler: ChannelDuplexHandler {
     /// Request parts that arrived while a request was being handled (pipelining).
     private var queued: [HTTPServerRequestPart] = []
     private var readPending = false
-    private var timeout: Scheduled<Void>?
+    /// When the request timeout fires (nil: not running). Timers are lazy (see ``Timer``).
+    private var timeout = Timer()
     // Streams
     private var streamHeadWritten = false
     private var streamBytesUnsent = 0
-    private var keepAlive: Scheduled<Void>?
+    private var keepAlive = Timer()
     private var streamCleanup: (@Sendable () -> Void)?
     private var inactive = false
 
@@ -210,8 +211,8 @@ final class HTTPServerHandler: ChannelDuplexHandler {
     func channelInactive(context: ChannelHandlerContext) {
         inactive = true
         state = .closed
-        timeout?.cancel()
-        keepAlive?.cancel()
+        timeout.deadline = nil
+        keepAlive.deadline = nil
         streamCleanup?()
         streamCleanup = nil
         context.fireChannelInactive()
@@ -280,7 +281,7 @@ final class HTTPServerHandler: ChannelDuplexHandler {
                 }
                 state = .reading(head, body)
             case .end:
-                timeout?.cancel()
+                timeout.deadline = nil
                 let request: HTTPRequest
                 do { request = try HTTPRequest(head: head, body: Array(body.readableBytesView)) } catch {
                     state = .idle
@@ -319,7 +320,7 @@ final class HTTPServerHandler: ChannelDuplexHandler {
         if let e = error as? HTTPParserError {
             switch state {
             case .idle, .reading:
-                timeout?.cancel()
+                timeout.deadline = nil
                 let (status, message) = switch e {
                 case .invalidMethod where lastRead.startsWithRequestLine: (405, "Unsupported method")
                 case .headerOverflow: (431, "the request headers are too large")
@@ -339,10 +340,22 @@ final class HTTPServerHandler: ChannelDuplexHandler {
     /// The request timeout: a client that sends nothing for that long while the server waits for
     /// its request (or for its next one) is disconnected without an answer.
     private func armTimeout() {
-        timeout?.cancel()
-        guard let context else { return }
-        let seconds = configuration.requestTimeoutSeconds
-        timeout = context.eventLoop.assumeIsolated().scheduleTask(in: .seconds(Int64(seconds))) { [self] in
+        timeout.deadline = .now() + .seconds(Int64(configuration.requestTimeoutSeconds))
+        scheduleTimeout()
+    }
+
+    private func scheduleTimeout() {
+        guard let context, let deadline = timeout.deadline, !timeout.scheduled else { return }
+        timeout.scheduled = true
+        context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
+            timeout.scheduled = false
+            guard let context = self.context, let due = timeout.deadline else { return }
+            if due > .now() {
+                scheduleTimeout()  // pushed back since: wait again
+                return
+            }
+            timeout.deadline = nil
+            let seconds = configuration.requestTimeoutSeconds
             switch state {
             case .idle:
                 close(context)
@@ -358,16 +371,16 @@ final class HTTPServerHandler: ChannelDuplexHandler {
     /// Closes once `written` is on its way (or failed): the answer is not cut off.
     private func close(_ context: ChannelHandlerContext, after written: EventLoopFuture<Void>) {
         state = .closed
-        timeout?.cancel()
-        keepAlive?.cancel()
+        timeout.deadline = nil
+        keepAlive.deadline = nil
         written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
     }
 
     private func close(_ context: ChannelHandlerContext) {
         if case .closed = state, inactive { return }
         state = .closed
-        timeout?.cancel()
-        keepAlive?.cancel()
+        timeout.deadline = nil
+        keepAlive.deadline = nil
         context.close(promise: nil)
     }
 
@@ -435,7 +448,7 @@ final class HTTPServerHandler: ChannelDuplexHandler {
         guard !streamHeadWritten else { return }
         streamHeadWritten = true
         state = .streaming
-        timeout?.cancel()
+        timeout.deadline = nil
         var headers = HTTPHeaders()
         headers.add(name: "Content-Type", value: "text/event-stream")
         headers.add(name: "Cache-Control", value: "no-cache")
@@ -482,7 +495,7 @@ final class HTTPServerHandler: ChannelDuplexHandler {
         case .streaming: break
         default: return
         }
-        keepAlive?.cancel()
+        keepAlive.deadline = nil
         state = .closed
         close(context, after: context.writeAndFlush(wrapOutboundOut(.end(nil))))
     }
@@ -493,14 +506,35 @@ final class HTTPServerHandler: ChannelDuplexHandler {
 
     /// After this much silence on a stream, a `keep-alive` event.
     private func armKeepAlive() {
-        keepAlive?.cancel()
-        guard let context else { return }
-        keepAlive = context.eventLoop.assumeIsolated().scheduleTask(in: .seconds(Int64(configuration.keepAliveSeconds))) { [self] in
-            streamSend(.keepAlive)
+        keepAlive.deadline = .now() + .seconds(Int64(configuration.keepAliveSeconds))
+        scheduleKeepAlive()
+    }
+
+    private func scheduleKeepAlive() {
+        guard let context, let deadline = keepAlive.deadline, !keepAlive.scheduled else { return }
+        keepAlive.scheduled = true
+        context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
+            keepAlive.scheduled = false
+            guard let due = keepAlive.deadline else { return }
+            if due > .now() {
+                scheduleKeepAlive()
+                return
+            }
+            keepAlive.deadline = nil
+            streamSend(.keepAlive)  // arms the next one
         }
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         context.write(data, promise: promise)
+    }
+
+    /// A lazy timer: moving or stopping it only changes `deadline`; at most one task is
+    /// scheduled, and when it runs early it schedules itself again for the new deadline. NIO
+    /// cancels a scheduled task by searching all of the loop's scheduled tasks, so a timer
+    /// cancelled and rescheduled on every event would cost O(connections) per event.
+    private struct Timer {
+        var deadline: NIODeadline?
+        var scheduled = false
     }
 }
