@@ -7,6 +7,9 @@ import Darwin
 import FerryWire
 import Foundation
 import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
 import Synchronization
 
 /// How a ``FerryServer`` runs.
@@ -27,8 +30,14 @@ public struct ServerConfiguration: Sendable {
     public var requestTimeoutSeconds = 30
     /// Silence on a stream after which a `keep-alive` event is sent.
     public var keepAliveSeconds = 30
-    /// The most connections served at once (each has a thread); more are closed on arrival.
-    public var maxConnections = 1024
+    /// The most connections open at once (idle, busy or streaming); a connection beyond it is
+    /// answered `503` and closed on arrival. Each open connection needs a file descriptor.
+    public var maxConnections = 16_384
+    /// The most bytes a stream may have waiting to be sent to a client that does not read them;
+    /// past it the stream is closed (and logged), so a slow client cannot grow the server's memory.
+    public var maxStreamBufferBytes = 16 * 1024 * 1024
+    /// The event loop threads serving connections (0: one per core).
+    public var eventLoopThreads = 0
     /// Where the server logs; it never bootstraps logging itself.
     public var logger = Logger(label: "ferry-server")
 
@@ -63,15 +72,20 @@ public struct ServerError: Error, Sendable, CustomStringConvertible {
 /// The Realtime Database REST + streaming server over Ferry stores: plain REST as firebase-admin
 /// speaks it, plus Ferry's idempotent writes and batches (see `FerryWire/PROTOCOL.md`).
 ///
-/// One thread accepts; each connection gets a thread; each namespace has one writer task that
-/// makes writes durable in groups before they are answered.
+/// Connections are served by SwiftNIO event loops (a few threads, however many connections);
+/// each request is answered by a Swift concurrency task, so a request waiting for its write to
+/// be durable holds no thread; a stream is written to as its events come. Each namespace has one
+/// writer task that makes writes durable in groups before they are answered.
 public final class FerryServer: Sendable {
     /// The configuration it runs with.
     public let configuration: ServerConfiguration
-    private let listener = Mutex<Int32>(-1)
-    private let namespaces = Mutex<[String: Namespace]>([:])
+    private let group: MultiThreadedEventLoopGroup
+    private let listener = Mutex<(any Channel)?>(nil)
+    private let namespaces = Mutex<[String: Task<Namespace, any Error>]>([:])
     private struct Connections {
-        var open: [Int32: Bool] = [:]  // fd → busy with a request
+        var open: [ObjectIdentifier: any Channel] = [:]
+        /// Requests being answered (streams are not counted once they stream).
+        var inFlight = 0
         var stopping = false
     }
     private let connections = Mutex(Connections())
@@ -83,125 +97,103 @@ public final class FerryServer: Sendable {
     public init(configuration: ServerConfiguration) {
         self.configuration = configuration
         tokens = Mutex(configuration.tokens)
+        group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads > 0 ? configuration.eventLoopThreads : System.coreCount)
     }
 
     /// Binds and starts accepting; returns the port (the bound one when the configuration says 0).
     ///
     /// - Throws: ``ServerError``: `invalidAddress`, or `cannotListen` with the errno.
     public func start() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         let address = "\(configuration.host):\(configuration.port)"
-        guard fd >= 0 else { throw ServerError(code: .cannotListen, message: "socket() failed", address: address, errno: errno) }
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = in_port_t(UInt16(configuration.port).bigEndian)
-        guard inet_pton(AF_INET, configuration.host, &addr.sin_addr) == 1 else {
-            close(fd)
+        var probe = in_addr()
+        guard inet_pton(AF_INET, configuration.host, &probe) == 1 else {
             throw ServerError(code: .invalidAddress, message: "\(configuration.host) is not an IPv4 address", address: address)
         }
-        let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard bound == 0, listen(fd, 128) == 0 else {
-            let e = errno
-            close(fd)
-            throw ServerError(code: .cannotListen, message: "cannot listen", address: address, errno: e)
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 4096)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { [self] channel in accept(channel) }
+        let channel: any Channel
+        do {
+            channel = try bootstrap.bind(host: configuration.host, port: configuration.port).wait()
+        } catch {
+            throw ServerError(code: .cannotListen, message: "cannot listen", address: address, errno: (error as? IOError)?.errnoCode)
         }
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        listener.withLock { $0 = fd }
-        Thread.detachNewThread { [self] in acceptLoop(fd) }
-        return Int(UInt16(bigEndian: addr.sin_port))
+        listener.withLock { $0 = channel }
+        return channel.localAddress?.port ?? configuration.port
     }
 
-    private func acceptLoop(_ fd: Int32) {
-        while true {
-            let c = accept(fd, nil, nil)
-            if c < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                if connections.withLock({ $0.stopping }) { return }
-                logger.error("accept failed: errno \(errno)")
-                usleep(10_000)
-                continue
-            }
-            let admitted = connections.withLock { s -> Bool in
-                if s.stopping || s.open.count >= configuration.maxConnections { return false }
-                s.open[c] = false
-                return true
-            }
-            if !admitted {
-                logger.warning("refusing a connection: \(configuration.maxConnections) are open or the server is stopping")
-                close(c)
-                continue
-            }
-            Thread.detachNewThread { [self] in serve(c) }
+    /// A new connection: served, or answered `503` and closed when the limit is reached.
+    private func accept(_ channel: any Channel) -> EventLoopFuture<Void> {
+        let id = ObjectIdentifier(channel)
+        let open = connections.withLock { s -> Int? in
+            if s.stopping || s.open.count >= configuration.maxConnections { return nil }
+            s.open[id] = channel
+            return s.open.count
         }
+        guard open != nil else {
+            let stopping = connections.withLock { $0.stopping }
+            let message = stopping ? "the server is shutting down" : "the server holds \(configuration.maxConnections) connections, its limit (--max-connections)"
+            logger.warning("refusing a connection: \(message)")
+            let body = "{\"error\":\(HTTPResponse.jsonString(message))}"
+            let text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\nX-Ferry-Server-Time: \(now())\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
+            return channel.eventLoop.makeCompletedFuture {
+                try channel.pipeline.syncOperations.addHandler(RefusalHandler(answer: text))
+            }
+        }
+        channel.closeFuture.whenComplete { [self] _ in
+            _ = connections.withLock { $0.open.removeValue(forKey: id) }
+        }
+        return channel.eventLoop.makeCompletedFuture {
+            let lastRead = LastReadKeeper()
+            try channel.pipeline.syncOperations.addHandler(lastRead)
+            try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: false, withErrorHandling: false)
+            try channel.pipeline.syncOperations.addHandler(HTTPServerHandler(server: self, lastRead: lastRead))
+        }
+    }
+
+    /// Counts a request as in flight; false once the server is stopping.
+    func admitRequest() -> Bool {
+        connections.withLock { s in
+            if s.stopping { return false }
+            s.inFlight += 1
+            return true
+        }
+    }
+
+    func finishRequest() {
+        connections.withLock { $0.inFlight -= 1 }
     }
 
     /// Stops accepting, lets the requests in flight finish, closes idle connections and streams,
     /// waits for every queued write to be durable, and closes the stores.
     public func shutdown() async {
-        let fd = listener.withLock { fd in defer { fd = -1 }; return fd }
         connections.withLock { $0.stopping = true }
-        if fd >= 0 {
-            Glibc.shutdown(fd, Int32(SHUT_RDWR))
-            close(fd)
+        if let l = listener.withLock({ l in defer { l = nil }; return l }) {
+            try? await l.close()
         }
         // Requests in flight finish (a stream is not in flight: it is ended below).
-        while connections.withLock({ $0.open.values.contains(true) }) {
+        while connections.withLock({ $0.inFlight > 0 }) {
             try? await Task.sleep(for: .milliseconds(5))
         }
-        for (_, ns) in namespaces.withLock({ $0 }) { await ns.close() }
-        connections.withLock { s in for (c, _) in s.open { Glibc.shutdown(c, Int32(SHUT_RDWR)) } }
+        for (_, task) in namespaces.withLock({ $0 }) {
+            if let ns = try? await task.value { await ns.close() }
+        }
+        // Streams ended above close themselves once their last chunk is written; the rest now.
+        for (_, c) in connections.withLock({ $0.open }) { try? await c.close() }
+        try? await group.shutdownGracefully()
         logger.info("stopped")
     }
 
-    // MARK: Connections
-
-    private func serve(_ fd: Int32) {
-        let conn = HTTPConnection(fd: fd, timeoutSeconds: configuration.requestTimeoutSeconds)
-        defer {
-            connections.withLock { _ = $0.open.removeValue(forKey: fd) }
-            close(fd)
-        }
-        while true {
-            let request: HTTPRequest
-            do {
-                guard let r = try conn.readRequest(maxBody: configuration.maxBody) else { return }
-                request = r
-            } catch {
-                logger.notice("closing a connection: \(error.message)")
-                if let status = error.status { conn.write(.error(status, error.message), keepAlive: false, serverTime: now()) }
-                return
-            }
-            let admitted = connections.withLock { s -> Bool in
-                if s.stopping { return false }
-                s.open[fd] = true
-                return true
-            }
-            if !admitted {
-                conn.write(.error(503, "the server is shutting down"), keepAlive: false, serverTime: now())
-                return
-            }
-            let response = handle(request, conn)
-            connections.withLock { $0.open[fd] = false }
-            guard let response else { return }  // a stream: it owned the connection and has ended
-            if response.status >= 400 {
-                logger.info("\(request.method) \(request.rawPath) → \(response.status) \(String(decoding: response.body.prefix(200), as: UTF8.self))")
-            }
-            let keepAlive = request.keepAlive && response.status != 413
-            guard conn.write(response, keepAlive: keepAlive, serverTime: now()), keepAlive else { return }
-        }
-    }
-
-    private func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+    func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
     // MARK: Routing
 
     private static let plainParameters: Set<String> = ["ns", "auth", "shallow", "print", "format", "auth_variable_override", "timeout", "writeSizeLimit", "download"]
 
-    /// Answers one request; nil when it was a stream that has ended (the connection closes).
-    private func handle(_ r: HTTPRequest, _ conn: HTTPConnection) -> HTTPResponse? {
+    /// Answers one request; nil when it became a stream (its events go to `output`).
+    func respond(to r: HTTPRequest, stream output: StreamOutput) async -> HTTPResponse? {
         for name in r.query.keys where !Self.plainParameters.contains(name) && !WireQuery.parameterNames.contains(name) {
             return .error(400, "Unknown parameter: \(name)")
         }
@@ -241,12 +233,12 @@ public final class FerryServer: Sendable {
         if let print = r.query["print"], print != "silent" && print != "pretty" { return .error(400, "print must be silent or pretty") }
 
         let ns: Namespace
-        do { ns = try namespace(nsName) } catch {
+        do { ns = try await namespace(nsName) } catch {
             logger.error("cannot open namespace \(nsName): \(error)")
             return .error(503, "the namespace's store cannot be opened")
         }
         if keys.first == ".settings" || keys.first == ".ferry" {
-            return special(r, keys, caller, ns)
+            return await special(r, keys, caller, ns)
         }
         do {
             if keys.count > Path.maxDepth { return .error(400, "the path is \(keys.count) keys deep; the limit is \(Path.maxDepth)") }
@@ -256,23 +248,29 @@ public final class FerryServer: Sendable {
         }
         switch r.method {
         case "GET":
-            if r.headers["accept"]?.contains("text/event-stream") == true { return stream(r, keys, caller, token: token, ns, conn) }
+            if r.headers["accept"]?.contains("text/event-stream") == true { return stream(r, keys, caller, token: token, ns, output) }
             return get(r, keys, caller, ns)
         case "PUT", "POST", "PATCH", "DELETE":
-            return write(r, keys, caller, ns)
+            return await write(r, keys, caller, ns)
         default:
             return .error(405, "Unsupported method: \(r.method.prefix(20))")
         }
     }
 
-    private func namespace(_ name: String) throws -> Namespace {
-        try namespaces.withLock { all in
-            if let ns = all[name] { return ns }
+    /// The namespace's store, opened by the first request that needs it (a failed open is tried again by the next).
+    private func namespace(_ name: String) async throws -> Namespace {
+        let task = namespaces.withLock { all in
+            if let t = all[name] { return t }
             var log = logger
             log[metadataKey: "ns"] = "\(name)"
-            let ns = try Namespace(name: name, directory: configuration.dataDirectory + "/ns/" + name, logger: log)
-            all[name] = ns
-            return ns
+            let directory = configuration.dataDirectory + "/ns/" + name
+            let t = Task { [log] in try await Namespace(name: name, directory: directory, logger: log) }
+            all[name] = t
+            return t
+        }
+        do { return try await task.value } catch {
+            namespaces.withLock { all in if all[name] == task { all[name] = nil } }
+            throw error
         }
     }
 
@@ -301,34 +299,16 @@ public final class FerryServer: Sendable {
         return .json(200, value.json, headers: headers)
     }
 
-    private func stream(_ r: HTTPRequest, _ keys: [String], _ caller: Caller, token: String?, _ ns: Namespace, _ conn: HTTPConnection) -> HTTPResponse? {
+    private func stream(_ r: HTTPRequest, _ keys: [String], _ caller: Caller, token: String?, _ ns: Namespace, _ output: StreamOutput) -> HTTPResponse? {
         let query: WireQuery?
         do { query = try WireQuery(parameters: r.query) } catch {
             return .error(400, errorMessage(error) ?? "invalid query")
         }
         guard ns.read({ Namespace.mayRead(caller, keys, $0.rules) }) else { return .error(401, "Permission denied") }
-        let sink = StreamSink(keys: keys, query: query, caller: caller, token: caller.authenticated ? token : nil)
+        let sink = StreamSink(keys: keys, query: query, caller: caller, token: caller.authenticated ? token : nil, output: output)
         guard let id = ns.addStream(sink) else { return .error(503, "the namespace is closing") }
-        defer { ns.removeStream(id) }
-        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Ferry-Server-Time: \(now())\r\nTransfer-Encoding: chunked\r\n\r\n"
-        guard conn.write(Array(head.utf8)) else { return nil }
-        func send(_ e: StreamEvent) -> Bool {
-            let bytes = Array(e.encoded.utf8)
-            return conn.write(Array(String(bytes.count, radix: 16).utf8) + [13, 10] + bytes + [13, 10])
-        }
-        connections.withLock { $0.open[conn.fd] = false }  // a stream does not hold up a shutdown
-        while true {
-            let (events, closed) = sink.next(timeout: .seconds(configuration.keepAliveSeconds))
-            if events.isEmpty && !closed {
-                guard send(.keepAlive) else { return nil }
-                continue
-            }
-            for e in events { guard send(e) else { return nil } }
-            if closed {
-                _ = conn.write(Array("0\r\n\r\n".utf8))
-                return nil
-            }
-        }
+        output.onClose { ns.removeStream(id) }
+        return nil
     }
 
     // MARK: Writes
@@ -396,7 +376,7 @@ public final class FerryServer: Sendable {
         }
     }
 
-    private func write(_ r: HTTPRequest, _ keys: [String], _ caller: Caller, _ ns: Namespace) -> HTTPResponse {
+    private func write(_ r: HTTPRequest, _ keys: [String], _ caller: Caller, _ ns: Namespace) async -> HTTPResponse {
         for name in r.query.keys where WireQuery.parameterNames.contains(name) || name == "shallow" {
             return .error(400, "\(name) is not allowed on a \(r.method)")
         }
@@ -414,7 +394,7 @@ public final class FerryServer: Sendable {
                 job.acked = acked
             }
         }
-        let outcome = run([job], ns)[0]
+        let outcome = await run([job], ns)[0]
         var headers: [(String, String)] = []
         if let etag = outcome.etag { headers.append(("ETag", etag)) }
         if outcome.duplicate { headers.append(("X-Ferry-Duplicate", "true")) }
@@ -428,26 +408,28 @@ public final class FerryServer: Sendable {
         return e
     }
 
-    /// Submits jobs and waits for their outcomes (durable when successful), in order.
-    private func run(_ jobs: [WriteJob], _ ns: Namespace) -> [WriteOutcome] {
-        let results = Mutex<[Int: WriteOutcome]>([:])
-        let group = DispatchGroup()
-        var submitted = jobs
-        for i in submitted.indices {
-            group.enter()
-            submitted[i].complete = { o in
-                results.withLock { $0[i] = o }
-                group.leave()
+    /// Submits jobs and waits (holding no thread) for their outcomes (durable when successful), in order.
+    private func run(_ jobs: [WriteJob], _ ns: Namespace) async -> [WriteOutcome] {
+        if jobs.isEmpty { return [] }
+        return await withCheckedContinuation { (done: CheckedContinuation<[WriteOutcome], Never>) in
+            let results = Mutex<[Int: WriteOutcome]>([:])
+            var submitted = jobs
+            for i in submitted.indices {
+                submitted[i].complete = { o in
+                    let all: [WriteOutcome]? = results.withLock { r in
+                        r[i] = o
+                        return r.count == jobs.count ? jobs.indices.map { r[$0]! } : nil
+                    }
+                    if let all { done.resume(returning: all) }
+                }
             }
+            ns.submit(submitted)
         }
-        ns.submit(submitted)
-        group.wait()
-        return results.withLock { r in jobs.indices.map { r[$0]! } }
     }
 
     // MARK: .settings and .ferry
 
-    private func special(_ r: HTTPRequest, _ keys: [String], _ caller: Caller, _ ns: Namespace) -> HTTPResponse {
+    private func special(_ r: HTTPRequest, _ keys: [String], _ caller: Caller, _ ns: Namespace) async -> HTTPResponse {
         switch (r.method, keys) {
         case ("GET", [".settings", "rules"]):
             guard case .owner = caller else { return .error(401, "Permission denied") }
@@ -462,7 +444,7 @@ public final class FerryServer: Sendable {
             }
             let rules: Rules
             do { rules = try Rules(body: value) } catch { return .error(400, error.message) }
-            let outcome = run([WriteJob(op: .rules(rules, text: value.json), keys: [], caller: caller, complete: { _ in })], ns)[0]
+            let outcome = await run([WriteJob(op: .rules(rules, text: value.json), keys: [], caller: caller, complete: { _ in })], ns)[0]
             return outcome.status == 200 ? .json(200, #"{"status":"ok"}"#) : .error(outcome.status, outcome.error ?? "failed")
         case ("GET", [".ferry", "info"]):
             return .json(200, Value.object([
@@ -470,7 +452,7 @@ public final class FerryServer: Sendable {
                 "maxBatchWrites": .int(Int64(configuration.maxBatchWrites)), "maxBatchBytes": .int(Int64(configuration.maxBody)),
             ]).json)
         case ("POST", [".ferry", "batch"]):
-            return batch(r, caller, ns)
+            return await batch(r, caller, ns)
         case ("PUT", [".ferry", "tokens"]):
             guard case .owner = caller else { return .error(401, "Permission denied") }
             guard case .success(let v) = parse(r.body), case .array(let items) = v else {
@@ -483,14 +465,16 @@ public final class FerryServer: Sendable {
             }
             tokens.withLock { $0 = list }
             // Streams whose token is no longer accepted: auth_revoked, then closed.
-            for (_, ns) in namespaces.withLock({ $0 }) { ns.revokeStreams { token in !list.contains(token) } }
+            for (_, task) in namespaces.withLock({ $0 }) {
+                if let ns = try? await task.value { ns.revokeStreams { token in !list.contains(token) } }
+            }
             return .json(200, v.json)
         default:
             return .error(400, "Invalid path: \(r.rawPath.prefix(100)) (keys may not contain . $ # [ ] /)")
         }
     }
 
-    private func batch(_ r: HTTPRequest, _ caller: Caller, _ ns: Namespace) -> HTTPResponse {
+    private func batch(_ r: HTTPRequest, _ caller: Caller, _ ns: Namespace) async -> HTTPResponse {
         let request: BatchRequest
         do {
             guard case .success(let v) = parse(r.body) else { return .error(400, "malformed batch: the body is not JSON") }
@@ -527,7 +511,7 @@ public final class FerryServer: Sendable {
             job.acked = request.acked
             jobs.append(job)
         }
-        let outcomes = run(jobs, ns)
+        let outcomes = await run(jobs, ns)
         let results = zip(request.writes, outcomes).map { w, o in
             BatchResult(id: w.id, status: o.status, error: o.status == 200 ? nil : o.error, duplicate: o.duplicate).value
         }
@@ -540,4 +524,24 @@ func errorMessage(_ error: any Error) -> String? {
     if let e = error as? WireError { return e.message }
     if let e = error as? DatabaseError { return e.message }
     return nil
+}
+
+/// A connection past the limit: the answer goes out at once, the output is shut, what the client
+/// sends is dropped, and the connection closes when the client does (or after a second), so the
+/// client reads the answer instead of a reset.
+final class RefusalHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    let answer: String
+
+    init(answer: String) { self.answer = answer }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let channel = context.channel
+        context.writeAndFlush(NIOAny(channel.allocator.buffer(string: answer))).assumeIsolated().whenComplete { _ in
+            channel.close(mode: .output, promise: nil)
+        }
+        context.eventLoop.assumeIsolated().scheduleTask(in: .seconds(1)) { channel.close(promise: nil) }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
 }

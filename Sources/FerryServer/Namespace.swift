@@ -59,42 +59,27 @@ struct Change: Sendable {
     var new: Value
 }
 
-/// One listening client: events wait here for the connection's thread to send them.
+/// One listening client: events go to its connection as they come (see ``StreamOutput``).
 final class StreamSink: Sendable {
     let keys: [String]
     let query: WireQuery?
     let caller: Caller
     /// The user token the stream was opened with (nil for the owner and anonymous streams).
     let token: String?
-    private let box = Mutex<(events: [StreamEvent], closed: Bool)>(([], false))
-    private let signal = DispatchSemaphore(value: 0)
+    private let output: StreamOutput
 
-    init(keys: [String], query: WireQuery?, caller: Caller, token: String?) {
+    init(keys: [String], query: WireQuery?, caller: Caller, token: String?, output: StreamOutput) {
         self.keys = keys
         self.query = query
         self.caller = caller
         self.token = token
+        self.output = output
     }
 
-    func send(_ e: StreamEvent) {
-        box.withLock { $0.events.append(e) }
-        signal.signal()
-    }
+    func send(_ e: StreamEvent) { output.send(e) }
 
-    func close() {
-        box.withLock { $0.closed = true }
-        signal.signal()
-    }
-
-    /// Waits up to `timeout` for events: (events, closed); empty and open on a timeout.
-    func next(timeout: DispatchTimeInterval) -> (events: [StreamEvent], closed: Bool) {
-        _ = signal.wait(timeout: .now() + timeout)
-        return box.withLock { b in
-            let out = (b.events, b.closed)
-            b.events = []
-            return out
-        }
-    }
+    /// Ends the stream; the connection closes once what was sent before is written.
+    func close() { output.end() }
 
     /// The stream's view of `tree`: the value at its location, or its query's result.
     func view(_ tree: Value) -> Value {
@@ -102,20 +87,6 @@ final class StreamSink: Sendable {
         if let query { return ValueTree.exported(query.apply(to: node)) }
         return ValueTree.exported(node)
     }
-}
-
-/// Runs an async body from a plain thread and waits for it.
-func runBlocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-    let result = Mutex<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        let r: Result<T, any Error>
-        do { r = .success(try await body()) } catch { r = .failure(error) }
-        result.withLock { $0 = r }
-        done.signal()
-    }
-    done.wait()
-    return try result.withLock { $0! }.get()
 }
 
 /// One namespace: its Ferry store (data under `/data`, per-client marks under
@@ -146,7 +117,7 @@ final class Namespace: Sendable {
     let state: Mutex<State>
 
     /// Opens (creating) the namespace's store under `directory`.
-    init(name: String, directory: String, logger: Logger) throws {
+    init(name: String, directory: String, logger: Logger) async throws {
         self.name = name
         self.logger = logger
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -156,15 +127,14 @@ final class Namespace: Sendable {
         options.logger = logger
         let db = try Database.open(at: directory, options: options)
         self.db = db
-        let stored: Value = try runBlocking {
-            do {
-                return try await db.root.getData().exportValue
-            } catch let e as DatabaseError where e.code == .notCached {
-                // A new store: a put at the root makes it complete, so later opens can read it.
-                try await db.applyServerPut(at: "", ["meta": ["created": .int(Int64(Date().timeIntervalSince1970 * 1000))]])
-                try await db.sync()
-                return .null
-            }
+        let stored: Value
+        do {
+            stored = try await db.root.getData().exportValue
+        } catch let e as DatabaseError where e.code == .notCached {
+            // A new store: a put at the root makes it complete, so later opens can read it.
+            try await db.applyServerPut(at: "", ["meta": ["created": .int(Int64(Date().timeIntervalSince1970 * 1000))]])
+            try await db.sync()
+            stored = .null
         }
         let tree = ValueTree.normalized(stored)
         let data = ValueTree.child(tree, ["data"])

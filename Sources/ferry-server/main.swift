@@ -40,9 +40,16 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "Seconds a client may take to send a whole request before it is disconnected.")
     var requestTimeout: Int = 30
 
+    @Option(help: "The most connections open at once (idle, busy or streaming); more are answered 503 and closed.")
+    var maxConnections: Int = 16_384
+
+    @Option(help: "The most bytes a stream may have waiting for a client that does not read; past it the stream is closed.")
+    var maxStreamBuffer: Int = 16 * 1024 * 1024
+
     func run() throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
         signal(SIGPIPE, SIG_IGN)
+        raiseFileLimit()
         var config = ServerConfiguration(dataDirectory: data)
         config.host = host
         config.port = port
@@ -50,6 +57,8 @@ struct FerryServerCommand: ParsableCommand {
         config.maxBody = maxBody
         config.keepAliveSeconds = max(1, keepAlive)
         config.requestTimeoutSeconds = max(1, requestTimeout)
+        config.maxConnections = max(1, maxConnections)
+        config.maxStreamBufferBytes = max(1, maxStreamBuffer)
         let server = FerryServer(configuration: config)
         let bound: Int
         do { bound = try server.start() } catch {
@@ -71,6 +80,16 @@ struct FerryServerCommand: ParsableCommand {
             sources.append(source)
         }
         withExtendedLifetime(sources) { dispatchMain() }
+    }
+}
+
+/// Each connection holds a file descriptor: the soft limit (often 1,024) goes up to the hard one.
+func raiseFileLimit() {
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+    limit.rlim_cur = limit.rlim_max
+    if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) != 0 {
+        FileHandle.standardError.write(Data("ferry-server: cannot raise the open-file limit (errno \(errno))\n".utf8))
     }
 }
 
