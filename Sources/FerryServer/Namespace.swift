@@ -51,12 +51,21 @@ struct WriteJob: Sendable {
     var complete: @Sendable (WriteOutcome) -> Void
 }
 
-/// A change for the event streams: what a write did to the tree.
+/// A change for the event streams: what a write did to the tree — the values before and
+/// after at each location it wrote (not whole trees: keeping those would make every write copy
+/// the objects on its path).
 struct Change: Sendable {
+    /// One written location, relative to the write's (empty for a set).
+    struct Part: Sendable {
+        var keys: [String]
+        var old: Value
+        var new: Value
+    }
     var keys: [String]
-    var children: [[String]]?  // an update's relative child paths; nil for a set
-    var old: Value
-    var new: Value
+    /// The written locations; a set has one, at `keys`.
+    var parts: [Part]
+    /// An update (its parts are a patch); false for a set.
+    var isUpdate: Bool
 }
 
 /// One listening client: events go to its connection as they come (see ``StreamOutput``).
@@ -67,6 +76,9 @@ final class StreamSink: Sendable {
     /// The user token the stream was opened with (nil for the owner and anonymous streams).
     let token: String?
     private let output: StreamOutput
+
+    /// A query stream's last result sent (it is sent again only when it changes).
+    let lastView = Mutex<Value?>(nil)
 
     init(keys: [String], query: WireQuery?, caller: Caller, token: String?, output: StreamOutput) {
         self.keys = keys
@@ -216,6 +228,7 @@ final class Namespace: Sendable {
             for change in changes {
                 for (_, sink) in s.streams { Namespace.events(for: change, to: sink) }
             }
+            Namespace.queryEvents(s.streams.values, changes: changes, tree: s.committed)
             if rulesChanged {
                 for (id, sink) in s.streams where !Namespace.mayRead(sink.caller, sink.keys, s.rules) {
                     sink.send(.cancel)
@@ -264,7 +277,12 @@ final class Namespace: Sendable {
         var outcome: WriteOutcome
         var merge: [String: Value] = [:]
         var change: Change?
-        let old = s.working
+        // What the store would refuse (the data one key deeper than the client sees: a value
+        // 32 levels deep; a number an increment made infinite) is refused before it changes
+        // anything: a refusal by the store itself would stop the namespace.
+        func refusal(_ keys: [String], _ value: Value) -> String? {
+            do { try Database.checkServerValue(value, at: (["data"] + keys).joined(separator: "/")); return nil } catch { return errorMessage(error) ?? "\(error)" }
+        }
         decide: do {
             switch job.op {
             case .rejected(let o):
@@ -287,19 +305,23 @@ final class Namespace: Sendable {
                     outcome = .rejected(400, errorMessage(error) ?? "\(error)")
                     break decide
                 }
-                s.working = ValueTree.setting(s.working, job.keys[...], to: resolved)
+                if let bad = refusal(job.keys, ValueTree.normalized(resolved)) {
+                    outcome = .rejected(400, bad)
+                    break decide
+                }
+                ValueTree.set(&s.working, job.keys[...], to: resolved)
                 let written = ValueTree.child(s.working, job.keys[...])
                 Namespace.addData(&merge, job.keys, s.working)
                 outcome = WriteOutcome(status: 200, body: job.pushName.map { ["name": .string($0)] } ?? ValueTree.exported(written))
                 if job.ifMatch != nil { outcome.etag = ETag.of(written) }
-                change = Change(keys: job.keys, children: nil, old: old, new: s.working)
+                change = Change(keys: job.keys, parts: [.init(keys: [], old: current, new: written)], isUpdate: false)
             case .update(let children):
                 for c in children where !Namespace.mayWrite(job.caller, job.keys + c.keys, s.rules) {
                     outcome = .rejected(401, "Permission denied")
                     break decide
                 }
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
-                var tree = s.working
+                var resolvedChildren: [(keys: [String], value: Value)] = []
                 var shown: [String: Value] = [:]
                 for c in children {
                     let abs = job.keys + c.keys
@@ -308,28 +330,27 @@ final class Namespace: Sendable {
                         outcome = .rejected(400, errorMessage(error) ?? "\(error)")
                         break decide
                     }
-                    tree = ValueTree.setting(tree, abs[...], to: resolved)
+                    if let bad = refusal(abs, ValueTree.normalized(resolved)) {
+                        outcome = .rejected(400, bad)
+                        break decide
+                    }
+                    resolvedChildren.append((c.keys, resolved))
                     shown[c.keys.joined(separator: "/")] = ValueTree.exported(resolved)
                 }
-                s.working = tree
-                for c in children { Namespace.addData(&merge, job.keys + c.keys, tree) }
+                // Decided: now change the tree (in place), each child in turn (none is inside another).
+                var parts: [Change.Part] = []
+                for c in resolvedChildren {
+                    let abs = job.keys + c.keys
+                    let before = ValueTree.child(s.working, abs[...])
+                    ValueTree.set(&s.working, abs[...], to: c.value)
+                    parts.append(.init(keys: c.keys, old: before, new: ValueTree.child(s.working, abs[...])))
+                }
+                for c in children { Namespace.addData(&merge, job.keys + c.keys, s.working) }
                 outcome = WriteOutcome(status: 200, body: .object(shown))
-                change = Change(keys: job.keys, children: children.map(\.keys), old: old, new: tree)
+                change = Change(keys: job.keys, parts: parts, isUpdate: true)
             }
         }
 
-        // What the store would refuse (the data one key deeper than the client sees: a value 32
-        // levels deep; a number an increment made infinite) is refused here, before it changes
-        // anything: a refusal by the store itself would stop the namespace.
-        if outcome.status == 200, let bad = merge.lazy.compactMap({ key, value -> String? in
-            guard key.hasPrefix("data") else { return nil }
-            do { try Database.checkServerValue(value, at: key); return nil } catch { return errorMessage(error) ?? "\(error)" }
-        }).first {
-            s.working = old
-            merge = [:]
-            change = nil
-            outcome = .rejected(400, bad)
-        }
 
         if let identity = job.identity {
             var meta: [String: Value] = [:]
@@ -361,25 +382,50 @@ final class Namespace: Sendable {
         merge[(["data"] + k).joined(separator: "/")] = ValueTree.child(tree, k[...])
     }
 
-    /// The events a change raises on one stream, O(size of the stream's view) when the stream is
-    /// above the change or has a query, O(size of the written data) otherwise.
+    /// The events a change raises on one stream (without a query: query streams get their
+    /// whole new result once per group, see ``queryEvents(_:changes:tree:)``): O(size of the
+    /// written data), or of the stream's view where it is at or below a written location.
     static func events(for change: Change, to sink: StreamSink) {
+        guard sink.query == nil else { return }
         let w = change.keys, l = sink.keys
-        let related = w.starts(with: l) || l.starts(with: w)
-        guard related else { return }
-        if sink.query != nil || !w.starts(with: l) || (change.children == nil && w.count == l.count) {
-            // The stream's location is at or below the write (or it is a query): its whole view.
-            let before = sink.view(change.old), after = sink.view(change.new)
-            if before != after { sink.send(.put("/", after)) }
+        guard w.starts(with: l) || l.starts(with: w) else { return }
+        if w.starts(with: l) && (change.isUpdate || w.count > l.count) {
+            // The stream is above the write (or at an update's location): the written data.
+            let rel = "/" + w.dropFirst(l.count).joined(separator: "/")
+            if change.isUpdate {
+                var data: [String: Value] = [:]
+                for p in change.parts { data[p.keys.joined(separator: "/")] = ValueTree.exported(p.new) }
+                sink.send(.patch(rel, data))
+            } else {
+                sink.send(.put(rel, ValueTree.exported(change.parts[0].new)))
+            }
             return
         }
-        let rel = "/" + w.dropFirst(l.count).joined(separator: "/")
-        if let children = change.children {
-            var data: [String: Value] = [:]
-            for c in children { data[c.joined(separator: "/")] = ValueTree.exported(ValueTree.child(change.new, (w + c)[...])) }
-            sink.send(.patch(rel, data))
-        } else {
-            sink.send(.put(rel, ValueTree.exported(ValueTree.child(change.new, w[...]))))
+        // The stream is at or below a written location: its value there before and after.
+        for p in change.parts {
+            let abs = w + p.keys
+            if l.starts(with: abs) {
+                let below = l.dropFirst(abs.count)
+                let before = ValueTree.child(p.old, below), after = ValueTree.child(p.new, below)
+                if before != after { sink.send(.put("/", ValueTree.exported(after))) }
+            } else if abs.starts(with: l) {
+                sink.send(.put("/" + abs.dropFirst(l.count).joined(separator: "/"), ValueTree.exported(p.new)))
+            }
+        }
+    }
+
+    /// Query streams related to a group's changes get the query's whole new result, when it
+    /// differs from the last one they were sent.
+    static func queryEvents(_ sinks: some Sequence<StreamSink>, changes: [Change], tree: Value) {
+        for sink in sinks where sink.query != nil {
+            let l = sink.keys
+            guard changes.contains(where: { $0.keys.starts(with: l) || l.starts(with: $0.keys) }) else { continue }
+            let view = sink.view(tree)
+            let changed = sink.lastView.withLock { last -> Bool in
+                defer { last = view }
+                return last != view
+            }
+            if changed { sink.send(.put("/", view)) }
         }
     }
 
@@ -395,7 +441,9 @@ final class Namespace: Sendable {
             let id = s.nextStream
             s.nextStream += 1
             s.streams[id] = sink
-            sink.send(.put("/", sink.view(s.committed)))
+            let view = sink.view(s.committed)
+            if sink.query != nil { sink.lastView.withLock { $0 = view } }
+            sink.send(.put("/", view))
             return id
         }
     }

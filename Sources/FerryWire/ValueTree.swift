@@ -61,6 +61,32 @@ public enum ValueTree {
         return .object(o)
     }
 
+    /// Replaces the location `keys` in `value` (normal) by `new` (normalized; parents emptied
+    /// by a delete are removed), in place: where `value`'s objects are not shared, no object on
+    /// the path is copied — O(size of `new` + the path's depth), not the siblings' count.
+    public static func set(_ value: inout Value, _ keys: ArraySlice<String>, to new: Value) {
+        guard let first = keys.first else {
+            value = normalized(new)
+            return
+        }
+        var o: [String: Value] = [:]
+        if case .object(let dict) = value {
+            if dict[".value"] != nil {
+                // A leaf with a priority: writing below it replaces it.
+                if let p = dict[".priority"] { o[".priority"] = p }
+            } else {
+                o = dict
+            }
+        }
+        value = .null  // (o is now the only reference to the object: it changes in place)
+        var child = o.removeValue(forKey: first) ?? .null
+        set(&child, keys.dropFirst(), to: new)
+        if case .null = child {} else { o[first] = child }
+        // Only this level can have emptied: the siblings were normal already.
+        if o.isEmpty || (o.count == 1 && o[".priority"] != nil) { return }
+        value = .object(o)
+    }
+
     /// How many keys deep the deepest leaf of `value` is (0 for a leaf).
     public static func depth(_ value: Value) -> Int {
         switch value {

@@ -309,6 +309,26 @@ import Glibc
 }
 
 extension ServerTests {
+    @Test func aStreamBelowAWriteGetsItsOwnValueAndNothingWhenItDidNotChange() throws {
+        let dir = try TemporaryDirectory("server-stream-below")
+        let server = try ServerProcess(data: dir.path)
+        let p = server.port
+        _ = try TestHTTP.request(p, "PUT", "/a.json?ns=t", json: #"{"b": {"c": 1}, "x": 1}"#)
+        let below = try StreamReader(port: p, path: "/a/b.json?ns=t")
+        #expect(try below.next() == .put("/", ["c": 1]))
+        _ = try TestHTTP.request(p, "PUT", "/a.json?ns=t", json: #"{"b": {"c": 1}, "x": 2}"#)  // b unchanged: no event
+        _ = try TestHTTP.request(p, "PUT", "/a.json?ns=t", json: #"{"b": {"c": 2}}"#)
+        #expect(try below.next() == .put("/", ["c": 2]))
+        _ = try TestHTTP.request(p, "PATCH", "/a.json?ns=t", json: #"{"b/d": 4, "y": 5}"#)  // a child below the stream
+        #expect(try below.next() == .put("/d", 4))
+        _ = try TestHTTP.request(p, "PATCH", "/.json?ns=t", json: #"{"a/b": {"e": 5}}"#)  // the stream's location replaced
+        #expect(try below.next() == .put("/", ["e": 5]))
+        _ = try TestHTTP.request(p, "DELETE", "/a.json?ns=t")
+        #expect(try below.next() == .put("/", .null))
+        #expect(try below.next() == .keepAlive)
+        #expect(server.terminate() == 0)
+    }
+
     @Test func aTokenTheOwnerNoLongerAcceptsRevokesItsStreamsAndItsRequests() throws {
         let dir = try TemporaryDirectory("server-tokens")
         let server = try ServerProcess(data: dir.path, ["--token", "t1", "--token", "t2"])
