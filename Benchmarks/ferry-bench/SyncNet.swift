@@ -176,6 +176,8 @@ final class CountingProxy: @unchecked Sendable {
     }
 }
 
+final class LatencyBox: Sendable { let m = Mutex<[Int64]>([]) }
+
 /// Raw streaming listeners: each a thread holding `GET … Accept: text/event-stream` on its own
 /// connection, which records, for every event whose data holds `"t":NANOS`, the delay from
 /// NANOS (the writer's monotonic clock at the write) to the event's arrival.
@@ -185,19 +187,22 @@ final class RawListeners: @unchecked Sendable {
     let received = Atomic<Int>(0)
     /// Listeners whose first event (the initial value) has arrived.
     let ready = Atomic<Int>(0)
-    private let latencies = Mutex<[Int64]>([])
+    /// One array per listener: a shared one would have 100 threads fight over its lock (a
+    /// contended lock spins, taking the CPU from the server being measured).
+    private var latencies: [LatencyBox] = []
     private let lastArrival = Atomic<Int64>(0)
     private let recording = Atomic<Bool>(false)
     private let finished = DispatchGroup()
 
     init(count: Int, port: Int, target: String) throws {
-        for _ in 0..<count {
+        latencies = (0..<count).map { _ in LatencyBox() }
+        for k in 0..<count {
             let fd = try connectLoopback(port)
             let head = "GET \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nAuthorization: Bearer owner\r\n\r\n"
             guard sendAll(fd, Array(head.utf8)) else { throw BenchNetError("listener: send failed") }
             fds.append(fd)
             finished.enter()
-            Thread.detachNewThread { [self] in read(fd) }
+            Thread.detachNewThread { [self] in read(fd, latencies[k]) }
         }
     }
 
@@ -205,17 +210,17 @@ final class RawListeners: @unchecked Sendable {
     func record(_ on: Bool) { recording.store(on, ordering: .releasing) }
 
     /// The latencies recorded so far (nanoseconds), emptied.
-    func takeLatencies() -> [Int64] { latencies.withLock { l in defer { l = [] }; return l } }
+    func takeLatencies() -> [Int64] { latencies.flatMap { $0.m.withLock { l in defer { l = [] }; return l } } }
     var lastArrivalNanos: Int64 { lastArrival.load(ordering: .acquiring) }
 
-    private func read(_ fd: Int32) {
+    private func read(_ fd: Int32, _ box: LatencyBox) {
         defer { finished.leave() }
         var buf = [UInt8](repeating: 0, count: 1 << 16)
         var pending = [UInt8]()
         var local: [Int64] = []
         var first = true
         func flush() {
-            if !local.isEmpty { let l = local; latencies.withLock { $0 += l }; local = [] }
+            if !local.isEmpty { let l = local; box.m.withLock { $0 += l }; local = [] }
         }
         while true {
             let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
@@ -243,12 +248,9 @@ final class RawListeners: @unchecked Sendable {
             }
             pending.removeFirst(start)
             if got > 0 {
-                if recording.load(ordering: .relaxed) {
-                    lastArrival.store(now, ordering: .relaxed)
-                    if local.count >= 256 { flush() }
-                }
+                if recording.load(ordering: .relaxed) { lastArrival.store(now, ordering: .relaxed) }
+                flush()
                 received.add(got, ordering: .releasing)
-                if local.count > 0 { flush() }
             }
         }
         flush()
