@@ -97,7 +97,7 @@ let package = Package(
         .executableTarget(
             name: "ferry-bench",
             dependencies: [
-                "Ferry", "FerryLog", "CLZ4", "CCRC32C", "CLevelDB", "CSQLite",
+                "Ferry", "FerryLog", "CLZ4", "CCRC32C", "CLevelDB", "CSQLite", "FerrySync", "FerryWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Benchmarks/ferry-bench"

@@ -1,0 +1,280 @@
+import ArgumentParser
+@_spi(Server) import Ferry
+import FerrySync
+import Foundation
+import Logging
+import Synchronization
+
+/// `ferry-bench sync`: FerrySync against a real `ferry-server` child process on loopback —
+/// draining pending writes, fanning one writer's writes out to many streaming listeners, and a
+/// cached client's resync on reconnect.
+struct SyncBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sync",
+        abstract: "Sync against ferry-server on loopback: drain pending writes, fan-out to streaming listeners, resync of a cached client.",
+        discussion: """
+            Starts ferry-server (from the same build products directory) on a free port with a temporary data directory, \
+            and stops it at the end. Build both with -c release.
+            drain: --writes writes (at posts/pN) made offline (setValueNow, default .fsync durability, then db.sync()), then goOnline(), \
+            timed until the server has acknowledged the last one (its receipt's serverAcknowledgement()); with batches, \
+            and with one request per write (--single-writes writes, rate extrapolated).
+            fan-out: --listeners raw streaming GETs (plain sockets in this process, one thread each) on one location; one \
+            writer (a SyncClient on an in-memory database, batches on) writes --fanout-writes values as fast as it can, \
+            each carrying its monotonic write time; events/s = events received by all listeners / (last arrival − first \
+            write). Latency (write → arrival on a listener) is reported under that load and unloaded (--pings writes, \
+            each waiting until every listener has it).
+            resync: the server holds --children children; a client on a stored database caches them through a listen, \
+            closes, reopens its database (listeners see the cache, fromCache == true) and goes online: seconds until \
+            the value listener reports fromCache == false, and the bytes the server sent, counted by a TCP proxy in \
+            this process between client and server (HTTP heads, chunk framing and event data).
+            """
+    )
+
+    @Option(help: "Runs per measurement; the median is reported.") var runs = 3
+    /// 20,000 by default, not the issue's 100,000: ferry-server copies the written location's
+    /// parent map per write, so draining 100,000 writes under one parent takes ~2.5 minutes.
+    @Option(help: "Pending writes drained with batches (the issue's figure is 100000; it takes minutes, see README).") var writes = 20_000
+    @Option(help: "Parent locations the drained writes are spread over (posts/gK/pN); 1: all under posts.") var parents = 1
+    @Option(help: "Pending writes drained with one request per write.") var singleWrites = 5_000
+    @Option(help: "Streaming listeners in the fan-out.") var listeners = 100
+    @Option(help: "Writes in the fan-out's loaded phase.") var fanoutWrites = 2_000
+    @Option(help: "Writes in the fan-out's unloaded latency phase.") var pings = 200
+    @Option(help: "Children of the location a client resyncs.") var children = 100_000
+    @Option(help: "Only these workloads (drain, single, fanout, resync), comma-separated.") var only: String?
+    @Option(help: "Where stores are written (a fresh directory inside it, removed afterwards).")
+    var directory = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
+
+    static let firebaseWritesPerSecond = 1_000.0
+    static let drainGoal = 50_000.0
+    static let fanoutGoal = 100_000.0
+
+    var quiet: Logger { Logger(label: "bench", factory: { _ in SwiftLogNoOpLogHandler() }) }
+
+    func options(batches: Bool) -> SyncOptions {
+        var o = SyncOptions()
+        o.usesBatches = batches
+        o.retryDelay = .milliseconds(20)
+        o.maxRetryDelay = .milliseconds(500)
+        o.logger = quiet
+        return o
+    }
+
+    func wants(_ w: String) -> Bool { only.map { $0.split(separator: ",").contains(Substring(w)) } ?? true }
+
+    func run() async throws {
+        let root = directory + "/ferry-bench-sync-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { remove(root) }
+        let server = try ServerChild(data: root + "/server")
+        defer { server.stop() }
+        print("ferry-bench sync: ferry-server pid \(server.process.processIdentifier) on 127.0.0.1:\(server.port), \(ProcessInfo.processInfo.activeProcessorCount) cores, runs \(runs) (medians, [min–max])")
+
+        if wants("drain") {
+            var secs: [Double] = []
+            for r in 0..<runs { secs.append(try await drain(server, root, run: r, count: writes, batches: true)) }
+            let rate = Double(writes) / median(secs)
+            print(String(format: "drain, batches:            %@ writes/s  [%@–%@]  (%d writes under %d parent(s), %.2f s)  goal ≥ 50k: %.2f×, Firebase's 1,000/s: %.0f×",
+                         human(rate) as NSString, human(Double(writes) / secs.max()!) as NSString, human(Double(writes) / secs.min()!) as NSString,
+                         writes, parents, median(secs), rate / Self.drainGoal, rate / Self.firebaseWritesPerSecond))
+        }
+        if wants("single") {
+            var secs: [Double] = []
+            for r in 0..<runs { secs.append(try await drain(server, root, run: r, count: singleWrites, batches: false)) }
+            let rate = Double(singleWrites) / median(secs)
+            print(String(format: "drain, one request/write:  %@ writes/s  [%@–%@]  (%d writes, %.2f s; 100k would take %.1f s)  Firebase's 1,000/s: %.1f×",
+                         human(rate) as NSString, human(Double(singleWrites) / secs.max()!) as NSString, human(Double(singleWrites) / secs.min()!) as NSString,
+                         singleWrites, median(secs), 100_000 / rate, rate / Self.firebaseWritesPerSecond))
+        }
+        if wants("fanout") {
+            var results: [FanOut] = []
+            for r in 0..<runs { results.append(try await fanOut(server, run: r)) }
+            let rates = results.map(\.eventsPerSecond).sorted()
+            let m = results.sorted { $0.eventsPerSecond < $1.eventsPerSecond }[results.count / 2]
+            print(String(format: "fan-out, %d raw SSE listeners, 1 SyncClient writer: %@ events/s  [%@–%@]  (%d writes → %d events, %.2f s)  goal ≥ 100k: %.2f×",
+                         listeners, human(m.eventsPerSecond) as NSString, human(rates.first!) as NSString, human(rates.last!) as NSString,
+                         fanoutWrites, m.events, m.seconds, m.eventsPerSecond / Self.fanoutGoal))
+            print(String(format: "  latency write → listener, under that load: p50 %.1f ms, p99 %.1f ms; unloaded (%d writes one at a time): p50 %.2f ms, p99 %.2f ms",
+                         median(results.map(\.loadedP50)), median(results.map(\.loadedP99)), pings,
+                         median(results.map(\.unloadedP50)), median(results.map(\.unloadedP99))))
+        }
+        if wants("resync") {
+            var results: [Resync] = []
+            for r in 0..<runs { results.append(try await resync(server, root, run: r)) }
+            let m = results.sorted { $0.seconds < $1.seconds }[results.count / 2]
+            let secs = results.map(\.seconds).sorted()
+            print(String(format: "resync of %d cached children: %.2f s until fromCache == false  [%.2f–%.2f]; server sent %@ (counting proxy), the data is %@ of JSON",
+                         children, m.seconds, secs.first!, secs.last!, humanBytes(m.bytes) as NSString, humanBytes(m.dataBytes) as NSString))
+            print(String(format: "  first load of the same (empty cache): %.2f s, %@ sent",
+                         median(results.map(\.firstLoadSeconds)), humanBytes(m.firstLoadBytes) as NSString))
+        }
+    }
+
+    func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
+
+    // MARK: Drain
+
+    /// Seconds from goOnline() until the server acknowledged the last of `count` pending writes.
+    func drain(_ server: ServerChild, _ root: String, run: Int, count: Int, batches: Bool) async throws -> Double {
+        let path = root + "/drain-\(batches)-\(run)"
+        var o = DatabaseOptions()
+        o.logger = quiet
+        let db = try Database.open(at: path, options: o)
+        let posts = try db.reference("posts")
+        var last: WriteReceipt?
+        for i in 0..<count {
+            let parent = parents > 1 ? try posts.child("g\(i % parents)") : posts
+            last = try parent.child("p\(i)").setValueNow(["title": .string("post number \(i)"), "likes": .int(Int64(i % 100)), "n": .int(Int64(i))])
+        }
+        try await db.sync()
+        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=drain\(batches ? "b" : "s")\(run)", options: options(batches: batches))
+        let start = ContinuousClock.now
+        await sync.goOnline()
+        try await last!.serverAcknowledgement()
+        let d = ContinuousClock.now - start
+        guard db.acknowledgedThrough >= last!.writeID!, db.pendingWriteCount == 0 else {
+            throw BenchNetError("drain: the cursor is at \(db.acknowledgedThrough), the last write is \(last!.writeID!)")
+        }
+        await sync.close()
+        try await db.close()
+        remove(path)
+        return seconds(d)
+    }
+
+    // MARK: Fan-out
+
+    struct FanOut {
+        var events: Int
+        var seconds: Double
+        var eventsPerSecond: Double
+        var loadedP50, loadedP99, unloadedP50, unloadedP99: Double
+    }
+
+    func fanOut(_ server: ServerChild, run: Int) async throws -> FanOut {
+        let ns = "fan\(run)"
+        _ = try rawRequest(server.port, "PUT", "/fan/v.json?ns=\(ns)", body: Array("{\"n\":-1}".utf8))
+        let raw = try RawListeners(count: listeners, port: server.port, target: "/fan/v.json?ns=\(ns)")
+        defer { raw.stop() }
+        guard await waitFor(seconds: 30, { raw.ready.load(ordering: .acquiring) >= listeners }) else {
+            throw BenchNetError("fan-out: only \(raw.ready.load(ordering: .acquiring)) of \(listeners) listeners got their first event")
+        }
+        var o = DatabaseOptions()
+        o.logger = quiet
+        let db = Database.inMemory(options: o)
+        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=\(ns)", options: options(batches: true))
+        await sync.goOnline()
+        let v = try db.reference("fan/v")
+        // Loaded: every write at once.
+        raw.record(true)
+        let t0 = monotonicNanos()
+        for i in 0..<fanoutWrites {
+            try v.setValueNow(["n": .int(Int64(i)), "t": .int(monotonicNanos())])
+        }
+        let expected = fanoutWrites * listeners
+        guard await waitFor(seconds: 300, { raw.received.load(ordering: .acquiring) >= expected }) else {
+            throw BenchNetError("fan-out: \(raw.received.load(ordering: .acquiring)) of \(expected) events arrived")
+        }
+        let elapsed = Double(raw.lastArrivalNanos - t0) / 1e9
+        var loaded = raw.takeLatencies().sorted()
+        // Unloaded: one write at a time, each waiting until every listener has it.
+        for i in 0..<pings {
+            let base = raw.received.load(ordering: .acquiring)
+            try v.setValueNow(["n": .int(Int64(fanoutWrites + i)), "t": .int(monotonicNanos())])
+            guard await waitFor(seconds: 30, { raw.received.load(ordering: .acquiring) >= base + listeners }) else {
+                throw BenchNetError("fan-out: ping \(i) did not reach every listener")
+            }
+        }
+        raw.record(false)
+        let unloaded = raw.takeLatencies().sorted()
+        await sync.close()
+        try await db.close()
+        if loaded.isEmpty { loaded = [0] }
+        func pct(_ xs: [Int64], _ q: Double) -> Double { xs.isEmpty ? 0 : Double(xs[min(xs.count - 1, Int(Double(xs.count) * q))]) / 1e6 }
+        return FanOut(events: expected, seconds: elapsed, eventsPerSecond: Double(expected) / elapsed,
+                      loadedP50: pct(loaded, 0.5), loadedP99: pct(loaded, 0.99), unloadedP50: pct(unloaded, 0.5), unloadedP99: pct(unloaded, 0.99))
+    }
+
+    // MARK: Resync
+
+    struct Resync {
+        var seconds: Double
+        var bytes: Int
+        var dataBytes: Int
+        var firstLoadSeconds: Double
+        var firstLoadBytes: Int
+    }
+
+    /// The latest value event of a listener: (fromCache, children).
+    final class Latest: Sendable {
+        let state = Mutex<(fromCache: Bool, children: Int, events: Int)?>(nil)
+        func note(_ s: DataSnapshot) { state.withLock { $0 = (s.metadata.fromCache, s.childrenCount, ($0?.events ?? 0) + 1) } }
+        func isLive(_ children: Int) -> Bool { state.withLock { $0.map { !$0.fromCache && $0.children == children } ?? false } }
+        func isCached(_ children: Int) -> Bool { state.withLock { $0.map { $0.fromCache && $0.children == children } ?? false } }
+    }
+
+    func resync(_ server: ServerChild, _ root: String, run: Int) async throws -> Resync {
+        let ns = "resync\(run)"
+        var json = "{"
+        json.reserveCapacity(children * 48)
+        for i in 0..<children {
+            if i > 0 { json += "," }
+            json += "\"c\(i)\":{\"n\":\(i),\"title\":\"child number \(i)\"}"
+        }
+        json += "}"
+        let seeded = try rawRequest(server.port, "PUT", "/items.json?ns=\(ns)&print=silent", body: Array(json.utf8))
+        guard (200..<300).contains(seeded.status) else { throw BenchNetError("resync: seeding answered \(seeded.status) \(seeded.body.prefix(200))") }
+        let proxy = try CountingProxy(to: server.port)
+        defer { proxy.stop() }
+        let url = "http://127.0.0.1:\(proxy.port)?ns=\(ns)"
+        let path = root + "/resync-\(run)"
+        var o = DatabaseOptions()
+        o.logger = quiet
+
+        // First load: an empty cache.
+        var db = try Database.open(at: path, options: o)
+        var latest = Latest()
+        var handle = try db.reference("items").observe(.value, includeMetadataChanges: true) { [latest] in latest.note($0) }
+        var sync = try SyncClient(database: db, url: url, options: options(batches: true))
+        var start = ContinuousClock.now
+        await sync.goOnline()
+        guard await waitFor(seconds: 300, { [latest] in latest.isLive(children) }) else { throw BenchNetError("resync: the first load never completed") }
+        let firstLoad = seconds(ContinuousClock.now - start)
+        let firstBytes = proxy.serverBytes
+        try db.reference("items").removeObserver(withHandle: handle)
+        await sync.close()
+        try await db.close()
+
+        // Reconnect: the cache holds every child.
+        db = try Database.open(at: path, options: o)
+        latest = Latest()
+        handle = try db.reference("items").observe(.value, includeMetadataChanges: true) { [latest] in latest.note($0) }
+        guard await waitFor(seconds: 60, { [latest] in latest.isCached(children) }) else {
+            throw BenchNetError("resync: the reopened cache does not show the \(children) children (\(String(describing: latest.state.withLock { $0 })))")
+        }
+        sync = try SyncClient(database: db, url: url, options: options(batches: true))
+        proxy.reset()
+        start = ContinuousClock.now
+        await sync.goOnline()
+        guard await waitFor(seconds: 300, { [latest] in latest.isLive(children) }) else { throw BenchNetError("resync: the listener never became current") }
+        let resync = seconds(ContinuousClock.now - start)
+        let bytes = proxy.serverBytes
+        try db.reference("items").removeObserver(withHandle: handle)
+        await sync.close()
+        try await db.close()
+        remove(path)
+        return Resync(seconds: resync, bytes: bytes, dataBytes: json.utf8.count, firstLoadSeconds: firstLoad, firstLoadBytes: firstBytes)
+    }
+
+    // MARK: Helpers
+
+    func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+
+    /// Polls `condition` every 100 µs up to `seconds`; whether it held.
+    func waitFor(seconds: Double, _ condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while ContinuousClock.now < deadline {
+            if condition() { return true }
+            try? await Task.sleep(for: .microseconds(100))
+        }
+        return condition()
+    }
+}
