@@ -59,10 +59,16 @@ final class ServerChild: @unchecked Sendable {
         throw BenchNetError("ferry-server did not start (no \"listening on\" line)")
     }
 
-    /// SIGTERM, then waits for the exit.
+    /// SIGTERM, then waits for the exit; SIGKILL after 10 s (a SIGTERM that arrives while the
+    /// server installs its handlers is lost).
     func stop() {
         guard process.isRunning else { return }
         kill(process.processIdentifier, SIGTERM)
+        for _ in 0..<1000 where process.isRunning { usleep(10_000) }
+        if process.isRunning {
+            FileHandle.standardError.write(Data("ferry-bench: ferry-server ignored SIGTERM for 10 s; killed\n".utf8))
+            kill(process.processIdentifier, SIGKILL)
+        }
         process.waitUntilExit()
     }
 
