@@ -60,12 +60,8 @@ struct FerryServerCommand: ParsableCommand {
         config.maxConnections = max(1, maxConnections)
         config.maxStreamBufferBytes = max(1, maxStreamBuffer)
         let server = FerryServer(configuration: config)
-        let bound: Int
-        do { bound = try server.start() } catch {
-            FileHandle.standardError.write(Data("ferry-server: \(error)\n".utf8))
-            throw ExitCode(1)
-        }
-        FileHandle.standardOutput.write(Data("listening on \(host):\(bound)\n".utf8))
+        // The signal handlers are in place before "listening on" is printed: a SIGTERM sent as
+        // soon as the line is seen is never lost (one sent between SIG_IGN and a handler was).
         var sources: [any DispatchSourceSignal] = []
         for sig in [SIGTERM, SIGINT] {
             signal(sig, SIG_IGN)
@@ -79,6 +75,12 @@ struct FerryServerCommand: ParsableCommand {
             source.resume()
             sources.append(source)
         }
+        let bound: Int
+        do { bound = try server.start() } catch {
+            FileHandle.standardError.write(Data("ferry-server: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        FileHandle.standardOutput.write(Data("listening on \(host):\(bound)\n".utf8))
         withExtendedLifetime(sources) { dispatchMain() }
     }
 }
