@@ -132,10 +132,10 @@ final class LastReadKeeper: ChannelInboundHandler, RemovableChannelHandler {
 struct StreamOutput: Sendable {
     let handler: NIOLoopBound<HTTPServerHandler>
 
-    /// Queues an event for the connection.
-    func send(_ event: StreamEvent) {
+    /// Queues events for the connection (written together, one flush).
+    func send(_ events: [StreamEvent]) {
         let h = handler
-        h.eventLoop.execute { h.value.streamSend(event) }
+        h.eventLoop.execute { h.value.streamSend(events) }
     }
 
     /// Ends the stream (the terminating chunk) and closes the connection.
@@ -466,7 +466,7 @@ final class HTTPServerHandler: ChannelDuplexHandler {
 
     /// Writes one event; a client that does not read has its stream closed once more than the
     /// configured bytes wait unsent, so a slow stream cannot grow the server's memory without bound.
-    func streamSend(_ event: StreamEvent) {
+    func streamSend(_ events: [StreamEvent]) {
         guard let context, !inactive else { return }
         switch state {
         case .handling: startStream(context)
@@ -478,7 +478,8 @@ final class HTTPServerHandler: ChannelDuplexHandler {
             close(context)
             return
         }
-        let buffer = context.channel.allocator.buffer(string: event.encoded)
+        var buffer = context.channel.allocator.buffer(capacity: 256 * events.count)
+        for event in events { buffer.writeString(event.encoded) }
         let n = buffer.readableBytes
         streamBytesUnsent += n
         let promise = context.eventLoop.makePromise(of: Void.self)
@@ -521,7 +522,7 @@ final class HTTPServerHandler: ChannelDuplexHandler {
                 return
             }
             keepAlive.deadline = nil
-            streamSend(.keepAlive)  // arms the next one
+            streamSend([.keepAlive])  // arms the next one
         }
     }
 

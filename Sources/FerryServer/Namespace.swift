@@ -88,10 +88,36 @@ final class StreamSink: Sendable {
         self.output = output
     }
 
-    func send(_ e: StreamEvent) { output.send(e) }
+    /// Events held back while a group's events are collected (see ``hold()``).
+    private let held = Mutex<[StreamEvent]?>(nil)
+
+    func send(_ e: StreamEvent) {
+        let queued = held.withLock { h -> Bool in
+            guard h != nil else { return false }
+            h!.append(e)
+            return true
+        }
+        if !queued { output.send([e]) }
+    }
+
+    /// Collects the events sent from now until ``release()``, to write them in one go (one
+    /// task on the connection's loop and one flush, not one per event).
+    func hold() { held.withLock { $0 = [] } }
+
+    /// Sends the events held since ``hold()``.
+    func release() {
+        let events = held.withLock { h -> [StreamEvent] in
+            defer { h = nil }
+            return h ?? []
+        }
+        if !events.isEmpty { output.send(events) }
+    }
 
     /// Ends the stream; the connection closes once what was sent before is written.
-    func close() { output.end() }
+    func close() {
+        release()
+        output.end()
+    }
 
     /// The stream's view of `tree`: the value at its location, or its query's result.
     func view(_ tree: Value) -> Value {
@@ -224,11 +250,17 @@ final class Namespace: Sendable {
             return
         }
         state.withLock { s in
-            s.committed = s.working
+            // The same changes, in place, on the committed tree (assigning the working tree
+            // would share its objects, and the next group's first write would copy them all).
+            for change in changes {
+                for part in change.parts { ValueTree.set(&s.committed, (change.keys + part.keys)[...], to: part.new) }
+            }
+            for (_, sink) in s.streams { sink.hold() }
             for change in changes {
                 for (_, sink) in s.streams { Namespace.events(for: change, to: sink) }
             }
             Namespace.queryEvents(s.streams.values, changes: changes, tree: s.committed)
+            for (_, sink) in s.streams { sink.release() }
             if rulesChanged {
                 for (id, sink) in s.streams where !Namespace.mayRead(sink.caller, sink.keys, s.rules) {
                     sink.send(.cancel)
