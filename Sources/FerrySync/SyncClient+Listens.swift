@@ -25,42 +25,55 @@ extension SyncClient {
     /// Holds one listen until cancelled, reconnecting with backoff. A reconnect's first `put`
     /// is the whole value: applied as a put, listeners see only what changed.
     private func runListen(_ request: ListenRequest) async {
+        nextGeneration += 1
+        let generation = nextGeneration
         var failures = 0
         while !Task.isCancelled {
+            let outcome: StreamOutcome
             do {
-                let outcome = try await stream(request)
-                switch outcome {
-                case .refused(let message):
-                    if Task.isCancelled { return }
-                    logger.warning("\(address) refused the listen at \(request): \(message); asked again after a new token or goOnline()")
-                    refusedListens[request] = message
-                    listens[request] = nil
-                    return
-                case .ended:
-                    failures = 1  // the server closed the stream: reconnect soon
-                case .tokenRevoked:
-                    failures += 1
-                    _ = await refreshToken(after: token)
-                }
-            } catch is CancellationError {
-                return
-            } catch let e as DatabaseError {
-                logger.error("the listen at \(request) stops: \(e)")
-                return
+                outcome = try await stream(request, generation)
             } catch {
+                await endLive(request, generation)
+                if error is CancellationError || Task.isCancelled { return }
+                if let e = error as? DatabaseError {
+                    logger.error("the listen at \(request) stops: \(e)")
+                    return
+                }
                 failures += 1
-                if Task.isCancelled { return }
                 if (error as? SyncError)?.code != .badAnswer { setConnected(false) }  // the connection was lost
                 logger.info("the listen at \(request) was interrupted (\(error)); reconnecting")
+                do { try await Self.backoff(failures, options) } catch { return }
+                continue
+            }
+            await endLive(request, generation)
+            switch outcome {
+            case .refused(let message):
+                if Task.isCancelled { return }
+                logger.warning("\(address) refused the listen at \(request): \(message); asked again after a new token or goOnline()")
+                refusedListens[request] = message
+                listens[request] = nil
+                return
+            case .ended:
+                failures = 1  // the server closed the stream: reconnect soon
+            case .tokenRevoked:
+                failures += 1
+                _ = await refreshToken(after: token)
             }
             do { try await Self.backoff(max(failures, 1), options) } catch { return }
         }
     }
 
+    /// The listen's stream ended: if it was live, its snapshots say `fromCache` again.
+    private func endLive(_ request: ListenRequest, _ generation: Int) async {
+        guard liveListens[request] == generation else { return }  // (not a newer task's)
+        liveListens[request] = nil
+        try? await database.applyListenEnded(at: request.path, tag: request.tag)
+    }
+
     enum StreamOutcome { case ended, refused(String), tokenRevoked }
 
     /// One streaming request: applies its events until it ends.
-    private func stream(_ listen: ListenRequest) async throws -> StreamOutcome {
+    private func stream(_ listen: ListenRequest, _ generation: Int) async throws -> StreamOutcome {
         let t = try await currentToken()
         let request = transport.request(.GET, listen.path, parameters: listen.parameters,
                                         headers: [("Accept", "text/event-stream")], token: t)
@@ -84,7 +97,7 @@ extension SyncClient {
         let silence = Silence()
         let limit = options.streamSilenceLimit
         return try await withThrowingTaskGroup(of: StreamOutcome.self) { group in
-            group.addTask { try await self.consume(response.body, listen, silence) }
+            group.addTask { try await self.consume(response.body, listen, generation, silence) }
             // A server that stops sending (not even its keep-alives) is a lost connection.
             group.addTask {
                 while true {
@@ -98,8 +111,7 @@ extension SyncClient {
     }
 
     /// Applies a stream's events until it ends.
-    private func consume(_ body: HTTPClientResponse.Body, _ listen: ListenRequest, _ silence: Silence) async throws -> StreamOutcome {
-        defer { liveListens.remove(listen) }
+    private func consume(_ body: HTTPClientResponse.Body, _ listen: ListenRequest, _ generation: Int, _ silence: Silence) async throws -> StreamOutcome {
         var parser = StreamEventParser()
         var complete = false
         do {
@@ -118,7 +130,7 @@ extension SyncClient {
                         if event.name == "put" {
                             // The first put is the whole value: the listen is complete with it.
                             try await database.applyServerPut(at: at, data, tag: listen.tag, completingListenAt: complete ? nil : listen.path)
-                            if !complete { liveListens.insert(listen) }
+                            if !complete { liveListens[listen] = generation }
                             complete = true
                         } else {
                             guard case .object(let children) = data else { throw SyncError(.badAnswer, "a patch whose data is not an object") }
@@ -171,7 +183,7 @@ extension SyncClient {
             return out
         }
         func listened(_ p: String) -> Bool {
-            liveListens.contains { $0.parameters.isEmpty && p.split(separator: "/").starts(with: $0.path.split(separator: "/")) }
+            liveListens.keys.contains { $0.parameters.isEmpty && p.split(separator: "/").starts(with: $0.path.split(separator: "/")) }
         }
         guard !liveListens.isEmpty else { return }
         var waiting = Set(paths.filter(listened).map { prefixes($0).last! })

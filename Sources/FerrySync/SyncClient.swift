@@ -88,7 +88,9 @@ public actor SyncClient {
     var eventSerial = 0
     var recentTouches: [(serial: Int, path: String)] = []
     /// Listens whose stream is open and complete (their views follow the server).
-    var liveListens: Set<ListenRequest> = []
+    var liveListens: [ListenRequest: Int] = [:]
+    /// Numbers the listen tasks (a listen's live mark belongs to the task that set it).
+    var nextGeneration = 0
     /// Writes up to this id go alone (the server refused a batch holding them as a whole).
     var alonePast: Int64 = -1
     /// Lowered when the server refuses a batch as too large (413).

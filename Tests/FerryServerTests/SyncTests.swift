@@ -723,5 +723,26 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         try await a.close()
         server.stop()
     }
+
+    @Test func listenersSayFromCacheAgainWhenTheClientGoesOfflineAndNotWhenItIsBack() async throws {
+        let dir = try TemporaryDirectory("sync-fromcache")
+        let server = try ServerProcess(data: dir.sub("server"))
+        #expect(try TestHTTP.request(server.port, "PUT", "/room.json?ns=t", json: #"{"topic": "sync"}"#).status == 200)
+        let a = try await Client(dir.sub("a"), port: server.port)
+        let room = try a.db.reference("room")
+        let last = Mutex<DataSnapshot?>(nil)
+        let handle = room.observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
+        await a.sync.goOnline()
+        #expect(await eventually { last.withLock { $0?.metadata.fromCache } == false })
+        await a.sync.goOffline()
+        #expect(await eventually { last.withLock { $0?.metadata.fromCache } == true })
+        #expect(last.withLock { $0?.value } == ["topic": "sync"])  // the data stays
+        #expect(try await room.getData().metadata.fromCache)
+        await a.sync.goOnline()
+        #expect(await eventually { last.withLock { $0?.metadata.fromCache } == false })
+        room.removeObserver(withHandle: handle)
+        try await a.close()
+        #expect(server.terminate() == 0)
+    }
 }
 

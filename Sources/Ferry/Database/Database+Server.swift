@@ -101,6 +101,21 @@
         _ = try await perform { e in (nil, e.listenComplete(p, tag: tag)) }
     }
 
+    /// The server listen at `path` (or the tagged query) was lost (the connection dropped,
+    /// the client went offline): its data stays, but snapshots say `fromCache` again until a
+    /// listen completes there anew. Listeners that asked for metadata changes are told.
+    public func applyListenEnded(at path: String, tag: Int? = nil) async throws {
+        let p = try Path(validating: path)
+        _ = try await perform { e in
+            if let tag {
+                if let query = e.syncTree.query(forTag: tag) { e.liveQueries.remove(query) }
+            } else {
+                e.livePaths.remove(p)
+            }
+            return (nil, [])
+        }
+    }
+
     /// The tag the database gave a filtered query's listen (nil for a query that loads all data).
     public func tag(for query: DatabaseQuery) -> Int? {
         engine.withLock { $0.syncTree.tag(for: query.spec) }
