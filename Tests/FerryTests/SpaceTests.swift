@@ -135,6 +135,23 @@ import Testing
         try await reopened.close()
     }
 
+    /// While the oldest pending write blocks every segment, writes over the limit do not try to
+    /// evict again and again; once it is answered, eviction goes on in the same session.
+    @Test func evictionResumesOnceTheOldestPendingWriteIsAnsweredInTheSameSession() async throws {
+        let dir = try TemporaryDirectory()
+        let o = Self.options()
+        let db = try Database.open(at: dir.path, options: o)
+        let first = try await db.reference("mine/first").setValue(Self.blob(-1))
+        for i in 0..<900 { try await db.applyServerPut(at: "bulk/b\(i)", Self.blob(i)) }
+        #expect(db.statistics.bytesOnDisk > Int64(Self.limit) + Int64(o.effectiveSegmentSize))
+        #expect(try await db.reference("bulk/b0").getData().value == Self.blob(0))  // nothing could go
+        try await db.acknowledgeWrites(through: first.writeID!)
+        for i in 0..<50 { try await db.applyServerPut(at: "more/m\(i)", Self.blob(5_000 + i)) }
+        #expect(db.statistics.bytesOnDisk <= Int64(Self.limit) + Int64(o.effectiveSegmentSize))
+        #expect(await Self.isNotCached { _ = try await db.reference("bulk/b0").getData() })
+        try await db.close()
+    }
+
     /// A listener added after its data was evicted fires nothing stale: no value until the
     /// server sends the data again.
     @Test func aListenerOnEvictedDataFiresNoValueUntilTheServerSendsItAgain() async throws {

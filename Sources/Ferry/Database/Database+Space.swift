@@ -131,6 +131,10 @@ final class SpaceState: Sendable {
         var lastCompaction: MaintenanceRun?
         var lastEviction: MaintenanceRun?
         var evictionScheduled = false
+        /// The oldest pending write's id when an eviction last found no segment it could
+        /// drop (every one holds that write or a later one): until it is answered, nothing
+        /// becomes evictable, and writes over the limit need not try again.
+        var futileFrontier: Int64?
         var checkpointScheduled = false
         /// A memory-only store: bytes of server data received since its last eviction.
         var memoryBytes = 0
@@ -213,7 +217,7 @@ extension Database {
         }
         let bytes = bytesOnDisk(log)
         let segment = Int64(options.effectiveSegmentSize)
-        guard bytes > limit - 2 * segment else { return }
+        guard bytes > limit - 2 * segment, !evictionIsFutile() else { return }
         if bytes > limit {
             do {
                 _ = try await maintenance.run { try await evictNow(log) }
@@ -229,8 +233,16 @@ extension Database {
     func settleSpaceNow() {
         checkpointIfDue()
         guard let limit = options.cacheSizeBytes.limit.map(Int64.init), let log,
-              bytesOnDisk(log) > limit - 2 * Int64(options.effectiveSegmentSize) else { return }
+              bytesOnDisk(log) > limit - 2 * Int64(options.effectiveSegmentSize), !evictionIsFutile() else { return }
         scheduleEviction(log)
+    }
+
+    /// Whether the last eviction found nothing to drop and the oldest pending write is still
+    /// the same (measured: trying again on every write over the limit cost a bulk load of
+    /// pending writes 15–37% of its speed).
+    private func evictionIsFutile() -> Bool {
+        guard let futile = space.state.withLock({ $0.futileFrontier }) else { return false }
+        return engine.withLock { $0.writeTree.pending.firstID } == futile
     }
 
     private func logEvictionFailure(_ error: any Error) {
@@ -300,7 +312,12 @@ extension Database {
                 cutoff = segment.nextLSN.rawValue
                 victims += 1
             }
-            guard let cutoff else { return nil }
+            guard let cutoff else {
+                let oldest = engine.withLock { $0.writeTree.pending.firstID }
+                space.state.withLock { $0.futileFrontier = oldest }
+                return nil
+            }
+            space.state.withLock { $0.futileFrontier = nil }
             CrashPoint.hit("eviction.start")
             let kept = engine.withLock { $0.keptPaths }
             var restated = try restateServerEntries(below: cutoff, log, keeping: { Engine.isKept($0, by: kept) })
