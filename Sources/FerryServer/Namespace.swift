@@ -146,7 +146,7 @@ final class Namespace: Sendable {
         var clients: [String: Value]
         var rules: Rules
         var queue: [WriteJob] = []
-        var streams: [Int: StreamSink] = [:]
+        var streams = StreamIndex()
         var nextStream = 0
         var failure: String?
         var closing = false
@@ -244,7 +244,7 @@ final class Namespace: Sendable {
             state.withLock { s in
                 s.failure = "the store failed: \(failed)"
                 for (_, sink) in s.streams { sink.close() }
-                s.streams = [:]
+                s.streams.removeAll()
             }
             for (job, _) in done { job.complete(.rejected(503, "the store failed; the write may not have been applied")) }
             return
@@ -255,12 +255,16 @@ final class Namespace: Sendable {
             for change in changes {
                 for part in change.parts { ValueTree.set(&s.committed, (change.keys + part.keys)[...], to: part.new) }
             }
-            for (_, sink) in s.streams { sink.hold() }
+            // Only the streams at, above or below a written location.
+            var touched: [ObjectIdentifier: StreamSink] = [:]
             for change in changes {
-                for (_, sink) in s.streams { Namespace.events(for: change, to: sink) }
+                for sink in s.streams.related(to: change.keys) {
+                    if touched.updateValue(sink, forKey: ObjectIdentifier(sink)) == nil { sink.hold() }
+                    Namespace.events(for: change, to: sink)
+                }
             }
-            Namespace.queryEvents(s.streams.values, changes: changes, tree: s.committed)
-            for (_, sink) in s.streams { sink.release() }
+            Namespace.queryEvents(touched.values, changes: changes, tree: s.committed)
+            for (_, sink) in touched { sink.release() }
             if rulesChanged {
                 for (id, sink) in s.streams where !Namespace.mayRead(sink.caller, sink.keys, s.rules) {
                     sink.send(.cancel)
@@ -502,7 +506,7 @@ final class Namespace: Sendable {
         state.withLock { s in
             s.closing = true
             for (_, sink) in s.streams { sink.close() }
-            s.streams = [:]
+            s.streams.removeAll()
         }
         while !state.withLock({ $0.queue.isEmpty && $0.writerIdle }) {
             try? await Task.sleep(for: .milliseconds(5))
