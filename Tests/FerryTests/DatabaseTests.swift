@@ -98,6 +98,8 @@ import Testing
         let deep = (0..<33).map { "k\($0)" }.joined(separator: "/")
         #expect(throws: DatabaseError.self) { _ = try db.reference(deep) }
         #expect(try db.reference("/a//b/").path == Path(keys: ["a", "b"]))
+        // Keys are the text between slashes, whatever their script or size in UTF-8.
+        #expect(try db.reference("users/日本語/😀 é/e\u{301}").path == Path(keys: ["users", "日本語", "😀 é", "e\u{301}"]))
     }
 
     @Test func nanAndMisplacedPrioritiesAreRefused() async throws {

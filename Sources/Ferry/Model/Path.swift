@@ -17,7 +17,13 @@ public struct Path: Hashable, Sendable, Comparable, CustomStringConvertible, Exp
     /// A path from a string like `"a/b/c"` (leading, trailing and repeated slashes ignored),
     /// without validation. Use ``init(validating:)`` for user input.
     init(_ string: String) {
-        keys = string.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        // Split on the byte "/" (as Firebase splits on the character code): no grapheme
+        // breaking, which made parsing a path a tenth of a write's cost.
+        var string = string
+        keys = string.withUTF8 { bytes in
+            bytes.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true)
+                .map { String(decoding: UnsafeBufferPointer(rebasing: $0), as: UTF8.self) }
+        }
     }
 
     public init(stringLiteral value: String) { self.init(value) }
