@@ -25,7 +25,7 @@ public struct ServerConfiguration: Sendable {
     /// The largest request body accepted (Firebase's REST limit: 16 MB).
     public var maxBody = 16 * 1024 * 1024
     /// The most writes one batch may hold.
-    public var maxBatchWrites = 500
+    public var maxBatchWrites = 5_000
     /// A client that sends nothing for this long while a request is unfinished is disconnected.
     public var requestTimeoutSeconds = 30
     /// Silence on a stream after which a `keep-alive` event is sent.
