@@ -25,23 +25,38 @@ extension SyncClient {
                 // A write leaves the device only once durable here: a write the server applied
                 // must never come back after a crash under another write's id.
                 try await database.sync()
-                writes = try database.outgoingWrites(after: database.acknowledgedThrough,
+                writes = try database.outgoingWrites(after: max(database.acknowledgedThrough, recording?.through ?? -1),
                                                      limit: caps.batch ? min(options.maxBatchWrites, caps.maxWrites, batchWriteLimit) : 1,
                                                      maxBytes: min(options.maxBatchBytes, caps.maxBytes))
-                if writes.isEmpty { return true }
-                if caps.batch && writes.count > 1 && writes[0].id > alonePast {
-                    try await sendBatch(writes)
-                } else {
-                    try await sendAlone(writes[0], idempotent: caps.idempotent)
+                if writes.isEmpty {
+                    try await finishRecording()
+                    return true
                 }
+                let answered: Answered
+                if caps.batch && writes.count > 1 && writes[0].id > alonePast {
+                    answered = try await sendBatch(writes)
+                } else {
+                    answered = try await sendAlone(writes[0])
+                }
+                CrashPoint.hit("sync.answered")
+                try await finishRecording()
+                recordedThrough = database.acknowledgedThrough  // durable: synced before this request
+                recordInFlight = true
+                recording = (answered.through, Task { try await self.record(answered) })
                 failures = 0
             } catch is CancellationError {
+                try? await finishRecording()
                 return false
             } catch let e as DatabaseError {
+                try? await finishRecording()
                 if e.code == .closed { logger.info("sync stops sending: the database is closed") } else { logger.error("sync stops sending: \(e)") }
                 return false
             } catch let e as SyncError {
                 failures += 1
+                do { try await finishRecording() } catch {
+                    logger.error("sync stops sending: \(error)")
+                    return false
+                }
                 if e.code == .unauthenticated {
                     logger.warning("\(address) refused the token (\(e.message)); sending waits for a new one")
                     if await refreshToken(after: token) { failures = 1 }  // (still a pause: a provider may keep giving bad ones)
@@ -63,11 +78,40 @@ extension SyncClient {
                 do { try await Self.backoff(failures, options) } catch { return false }
             } catch {
                 failures += 1
+                do { try await finishRecording() } catch {
+                    logger.error("sync stops sending: \(error)")
+                    return false
+                }
                 logger.warning("sending to \(address) failed (\(error)); retrying")
                 do { try await Self.backoff(failures, options) } catch { return false }
             }
         }
+        try? await finishRecording()
         return false
+    }
+
+    /// Waits for the answer being recorded (the previous request's), if any.
+    private func finishRecording() async throws {
+        guard let r = recording else { return }
+        recording = nil
+        defer { recordInFlight = false }
+        try await r.task.value
+    }
+
+    /// A server's answer to writes sent: through which write it answered, its rejections,
+    /// and what the stream events must have shown before it is recorded.
+    struct Answered: Sendable {
+        var through: Int64
+        var rejections: [WriteRejection]
+        var paths: [String]
+        var sentSerial: Int
+    }
+
+    /// Records an answer: after the stream events it caused (see ``awaitStreamEvents``), the
+    /// rejections and the cursor, durably.
+    private func record(_ a: Answered) async throws {
+        await awaitStreamEvents(for: a.paths, sentAfter: a.sentSerial)
+        try await database.acknowledgeWrites(through: a.through, rejecting: a.rejections)
     }
 
     /// The locations a write sets.
@@ -79,11 +123,11 @@ extension SyncClient {
     /// The idempotency headers of a write.
     private func identity(_ id: Int64) -> [(String, String)] {
         [(WireHeader.write, WriteIdentity(store: database.storeIdentifier, id: id).header),
-         (WireHeader.acked, String(database.acknowledgedThrough))]
+         (WireHeader.acked, String(recordedCursor))]
     }
 
     /// One write as one REST request: set → PUT (null → DELETE), update → PATCH.
-    private func sendAlone(_ w: OutgoingWrite, idempotent: Bool) async throws {
+    private func sendAlone(_ w: OutgoingWrite) async throws -> Answered {
         let headers = identity(w.id)
         let sentSerial = eventSerial
         let answer: Answer
@@ -95,19 +139,16 @@ extension SyncClient {
         case .update:
             answer = try await send(.PATCH, w.path, parameters: ["print": "silent"], headers: headers, body: w.data.jsonBytes)
         }
-        CrashPoint.hit("sync.answered")
-        var rejections: [WriteRejection] = []
         if !answer.isSuccess {
             logger.warning("\(address) refused write \(w.id) at \(w.path): \(answer.status) \(answer.errorMessage)")
-            rejections.append(WriteRejection(writeID: w.id, status: answer.status, message: answer.errorMessage))
-        } else {
-            await awaitStreamEvents(for: Self.writtenPaths(w), sentAfter: sentSerial)
+            return Answered(through: w.id, rejections: [WriteRejection(writeID: w.id, status: answer.status, message: answer.errorMessage)],
+                            paths: [], sentSerial: sentSerial)
         }
-        try await database.acknowledgeWrites(through: w.id, rejecting: rejections)
+        return Answered(through: w.id, rejections: [], paths: Self.writtenPaths(w), sentSerial: sentSerial)
     }
 
     /// Many writes in one request (`POST /.ferry/batch.json`), answered per write.
-    private func sendBatch(_ writes: [OutgoingWrite]) async throws {
+    private func sendBatch(_ writes: [OutgoingWrite]) async throws -> Answered {
         var list: [Value] = []
         list.reserveCapacity(writes.count)
         for w in writes {
@@ -115,14 +156,13 @@ extension SyncClient {
                                  "path": .string(w.path), "data": w.data]))
         }
         let body: Value = .object(["client": .string(database.storeIdentifier),
-                                   "acked": .int(database.acknowledgedThrough), "writes": .array(list)])
+                                   "acked": .int(recordedCursor), "writes": .array(list)])
         let sentSerial = eventSerial
         let answer = try await send(.POST, "/.ferry/batch", body: body.jsonBytes)
         guard answer.status == 200, case .object(let o)? = answer.value, case .array(let results)? = o["results"] else {
             // The request as a whole was refused: none of its writes was applied.
             throw SyncError(.badAnswer, "the batch was answered \(answer.status): \(answer.errorMessage)", status: answer.status)
         }
-        CrashPoint.hit("sync.answered")
         var through: Int64?
         var rejections: [WriteRejection] = []
         var expected = writes.makeIterator()
@@ -140,7 +180,14 @@ extension SyncClient {
         }
         guard let through else { throw SyncError(.unavailable, "the server processed none of the batch's writes") }
         let rejected = Set(rejections.map(\.writeID))
-        await awaitStreamEvents(for: writes.filter { $0.id <= through && !rejected.contains($0.id) }.flatMap(Self.writtenPaths), sentAfter: sentSerial)
-        try await database.acknowledgeWrites(through: through, rejecting: rejections)
+        return Answered(through: through, rejections: rejections,
+                        paths: writes.filter { $0.id <= through && !rejected.contains($0.id) }.flatMap(Self.writtenPaths),
+                        sentSerial: sentSerial)
+    }
+
+    /// The cursor the server may rely on (`X-Ferry-Acked`): answers recorded durably — not
+    /// one still being recorded, whose rejections the server must keep until it is.
+    private var recordedCursor: Int64 {
+        recordInFlight ? recordedThrough : database.acknowledgedThrough
     }
 }

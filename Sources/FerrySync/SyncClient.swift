@@ -91,6 +91,14 @@ public actor SyncClient {
     var liveListens: [ListenRequest: Int] = [:]
     /// Numbers the listen tasks (a listen's live mark belongs to the task that set it).
     var nextGeneration = 0
+    /// An answer is being recorded while the next request goes out; `recordedThrough` is the
+    /// cursor durable before it (what `X-Ferry-Acked` may say meanwhile).
+    var recordInFlight = false
+    var recordedThrough: Int64 = 0
+    /// The previous answer, being recorded while the next request is built and sent (one
+    /// request in flight at a time, answers recorded in order): the writes it answered, and
+    /// the task recording it.
+    var recording: (through: Int64, task: Task<Void, any Error>)?
     /// Writes up to this id go alone (the server refused a batch holding them as a whole).
     var alonePast: Int64 = -1
     /// Lowered when the server refuses a batch as too large (413).
