@@ -182,9 +182,7 @@ extension SyncClient {
             }
             return out
         }
-        func listened(_ p: String) -> Bool {
-            liveListens.keys.contains { $0.parameters.isEmpty && p.split(separator: "/").starts(with: $0.path.split(separator: "/")) }
-        }
+        func listened(_ p: String) -> Bool { Self.covers(liveListens.keys, p) }
         guard !liveListens.isEmpty else { return }
         var waiting = Set(paths.filter(listened).map { prefixes($0).last! })
         guard !waiting.isEmpty else { return }

@@ -33,9 +33,12 @@ extension SyncClient {
     }
 
     /// Whether a listen for all the data at or above `path` is held.
-    func isListened(_ path: String) -> Bool {
+    func isListened(_ path: String) -> Bool { Self.covers(listens.keys, path) }
+
+    /// Whether one of `listens` is for all the data at or above `path`.
+    static func covers(_ listens: some Sequence<ListenRequest>, _ path: String) -> Bool {
         let keys = path.split(separator: "/")
-        return listens.keys.contains { $0.parameters.isEmpty && keys.starts(with: $0.path.split(separator: "/")) }
+        return listens.contains { $0.parameters.isEmpty && keys.starts(with: $0.path.split(separator: "/")) }
     }
 
     /// The data of `ref`, as ``getData(_:)``.

@@ -40,9 +40,8 @@ extension SyncClient {
                 }
                 CrashPoint.hit("sync.answered")
                 try await finishRecording()
-                recordedThrough = database.acknowledgedThrough  // durable: synced before this request
-                recordInFlight = true
-                recording = (answered.through, Task { try await self.record(answered) })
+                // (The cursor now is durable: synced before this request was built.)
+                recording = (answered.through, database.acknowledgedThrough, Task { try await self.record(answered) })
                 failures = 0
             } catch is CancellationError {
                 try? await finishRecording()
@@ -93,8 +92,7 @@ extension SyncClient {
     /// Waits for the answer being recorded (the previous request's), if any.
     private func finishRecording() async throws {
         guard let r = recording else { return }
-        recording = nil
-        defer { recordInFlight = false }
+        defer { recording = nil }
         try await r.task.value
     }
 
@@ -188,6 +186,6 @@ extension SyncClient {
     /// The cursor the server may rely on (`X-Ferry-Acked`): answers recorded durably — not
     /// one still being recorded, whose rejections the server must keep until it is.
     private var recordedCursor: Int64 {
-        recordInFlight ? recordedThrough : database.acknowledgedThrough
+        recording?.cursorBefore ?? database.acknowledgedThrough
     }
 }

@@ -19,7 +19,8 @@ public struct SyncOptions: Sendable {
     public var usesBatches = true
     /// The most writes in one batch (the server's own limit applies too).
     public var maxBatchWrites = 5_000
-    /// About the most bytes of JSON in one batch (the server's own limit applies too).
+    /// About the most bytes in one batch, counted as the writes are stored (close to their
+    /// JSON; the server's own limit applies too, and a batch it refuses as too large is split).
     public var maxBatchBytes = 8 << 20
     /// How long a request (other than a stream) may take before it counts as failed.
     public var requestTimeout: Duration = .seconds(30)
@@ -62,10 +63,9 @@ public actor SyncClient {
     /// What the server offers (`GET /.ferry/info.json`); nil until asked.
     struct Capabilities: Sendable {
         var batch: Bool
-        var idempotent: Bool
         var maxWrites: Int
         var maxBytes: Int
-        static let plain = Capabilities(batch: false, idempotent: false, maxWrites: 1, maxBytes: .max)
+        static let plain = Capabilities(batch: false, maxWrites: 1, maxBytes: .max)
     }
     var capabilities: Capabilities?
 
@@ -91,14 +91,10 @@ public actor SyncClient {
     var liveListens: [ListenRequest: Int] = [:]
     /// Numbers the listen tasks (a listen's live mark belongs to the task that set it).
     var nextGeneration = 0
-    /// An answer is being recorded while the next request goes out; `recordedThrough` is the
-    /// cursor durable before it (what `X-Ferry-Acked` may say meanwhile).
-    var recordInFlight = false
-    var recordedThrough: Int64 = 0
     /// The previous answer, being recorded while the next request is built and sent (one
-    /// request in flight at a time, answers recorded in order): the writes it answered, and
-    /// the task recording it.
-    var recording: (through: Int64, task: Task<Void, any Error>)?
+    /// request in flight at a time, answers recorded in order): the writes it answered, the
+    /// cursor durable before it (what `X-Ferry-Acked` may say meanwhile), the task recording it.
+    var recording: (through: Int64, cursorBefore: Int64, task: Task<Void, any Error>)?
     /// Writes up to this id go alone (the server refused a batch holding them as a whole).
     var alonePast: Int64 = -1
     /// Lowered when the server refuses a batch as too large (413).
@@ -306,7 +302,7 @@ public actor SyncClient {
             let answer = try await send(.GET, "/.ferry/info")
             if answer.status == 200, case .object(let o)? = answer.value, o["server"] == "ferry-server" {
                 func int(_ k: String, _ d: Int) -> Int { if case .int(let n)? = o[k] { Int(n) } else { d } }
-                c = Capabilities(batch: o["batch"] == true && options.usesBatches, idempotent: o["idempotent"] == true,
+                c = Capabilities(batch: o["batch"] == true && options.usesBatches,
                                  maxWrites: int("maxBatchWrites", 1), maxBytes: int("maxBatchBytes", 1 << 20))
             } else {
                 logger.info("\(address) offers no extensions: one request per write, without de-duplication")

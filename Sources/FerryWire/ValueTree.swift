@@ -38,29 +38,6 @@ public enum ValueTree {
         return child(c, keys.dropFirst())
     }
 
-    /// `value` (normal) with the location `keys` replaced by `new` (normalized; parents emptied
-    /// by a delete are removed). O(size of `new` + the children of each node on the path).
-    public static func setting(_ value: Value, _ keys: ArraySlice<String>, to new: Value) -> Value {
-        guard let first = keys.first else { return normalized(new) }
-        var o: [String: Value]
-        if case .object(let dict) = value {
-            o = dict
-        } else if case .null = value {
-            o = [:]
-        } else {
-            o = [:]  // a leaf replaced by an object below it
-        }
-        if case .object(let dict) = value, dict[".value"] != nil {
-            o = [:]  // a leaf with a priority: writing below it replaces it
-            if let p = dict[".priority"] { o[".priority"] = p }
-        }
-        let updated = setting(o[first] ?? .null, keys.dropFirst(), to: new)
-        if case .null = updated { o[first] = nil } else { o[first] = updated }
-        // Only this level can have emptied: the siblings were normal already.
-        if o.isEmpty || (o.count == 1 && o[".priority"] != nil) { return .null }
-        return .object(o)
-    }
-
     /// Replaces the location `keys` in `value` (normal) by `new` (normalized; parents emptied
     /// by a delete are removed), in place: where `value`'s objects are not shared, no object on
     /// the path is copied — O(size of `new` + the path's depth), not the siblings' count.

@@ -21,13 +21,15 @@ struct Client {
     let db: Database
     let sync: SyncClient
 
-    init(_ path: String, port: Int, ns: String = "t", token: String? = nil, batches: Bool = true) async throws {
+    /// Short retry delays; `configure` changes the options further.
+    init(_ path: String, port: Int, ns: String = "t", batches: Bool = true,
+         _ configure: (inout SyncOptions) -> Void = { _ in }) async throws {
         db = try Database.open(at: path)
         var options = SyncOptions()
         options.usesBatches = batches
         options.retryDelay = .milliseconds(20)
         options.maxRetryDelay = .milliseconds(200)
-        if let token { options.tokenProvider = { _ in token } }
+        configure(&options)
         sync = try SyncClient(database: db, url: "http://127.0.0.1:\(port)?ns=\(ns)", options: options)
     }
 
@@ -36,6 +38,14 @@ struct Client {
         try await db.close()
     }
 }
+
+/// Replaces the security rules (as the owner); true when the server took them.
+func setRules(_ port: Int, _ rules: String) throws -> Bool {
+    try TestHTTP.request(port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200
+}
+
+/// What `ferry-server` answers to `GET /.ferry/info.json`, for a scripted server to pass as one.
+let ferryServerInfo = #"{"server": "ferry-server", "protocol": 1, "idempotent": true, "batch": true, "maxBatchWrites": 10, "maxBatchBytes": 100000}"#
 
 func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value? {
     try TestHTTP.request(port, "GET", "\(path).json?ns=\(ns)", headers: ["Authorization": "Bearer owner"]).json
@@ -133,7 +143,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let server = try ServerProcess(data: dir.sub("server"))
         // (A rule granted above cannot be taken back below: only "open" is writable.)
         let rules = #"{"rules": {".read": true, "open": {".write": true}, "locked": {".write": false}}}"#
-        #expect(try TestHTTP.request(server.port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200)
+        #expect(try setRules(server.port, rules))
         let a = try await Client(dir.sub("a"), port: server.port)
         let locked = try a.db.reference("locked/x")
         let seen = Mutex<[Value]>([])
@@ -272,33 +282,31 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-token")
         let server = try ServerProcess(data: dir.sub("server"), ["--token", "fresh"])
         let rules = #"{"rules": {".read": "auth != null", ".write": "auth != null"}}"#
-        #expect(try TestHTTP.request(server.port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200)
-        let db = try Database.open(at: dir.sub("a"))
+        #expect(try setRules(server.port, rules))
         let renewed = Mutex(false)
         let refreshes = Mutex(0)
-        var options = SyncOptions()
-        options.retryDelay = .milliseconds(10)
-        options.maxRetryDelay = .milliseconds(50)
-        options.tokenProvider = { force in
-            if force { refreshes.withLock { $0 += 1 } }
-            return renewed.withLock { $0 } ? "fresh" : "expired"
+        let a = try await Client(dir.sub("a"), port: server.port) { options in
+            options.retryDelay = .milliseconds(10)
+            options.maxRetryDelay = .milliseconds(50)
+            options.tokenProvider = { force in
+                if force { refreshes.withLock { $0 += 1 } }
+                return renewed.withLock { $0 } ? "fresh" : "expired"
+            }
         }
-        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=t", options: options)
-        await sync.goOnline()
-        let first = try await db.reference("notes/n1").setValue("one")
+        await a.sync.goOnline()
+        let first = try await a.db.reference("notes/n1").setValue("one")
         // The server refuses the token; the client asks for new ones, and keeps the write.
         #expect(await eventually { refreshes.withLock { $0 } >= 3 })
-        let second = try await db.reference("notes/n2").setValue("two")
-        #expect(db.pendingWriteCount == 2)
-        #expect(try db.rejectedWrites().isEmpty)
+        let second = try await a.db.reference("notes/n2").setValue("two")
+        #expect(a.db.pendingWriteCount == 2)
+        #expect(try a.db.rejectedWrites().isEmpty)
         #expect(try serverValue(server.port, "/notes") == .null)
 
         renewed.withLock { $0 = true }
         try await first.serverAcknowledgement()
         try await second.serverAcknowledgement()
         #expect(try serverValue(server.port, "/notes") == ["n1": "one", "n2": "two"])
-        await sync.close()
-        try await db.close()
+        try await a.close()
         #expect(server.terminate() == 0)
     }
 
@@ -428,7 +436,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let hour: Int64 = 3_600_000
         let server = try ScriptedServer { _ in
             let now = Int64(Date().timeIntervalSince1970 * 1000)
-            return ScriptedServer.http(200, #"{"server": "ferry-server", "protocol": 1, "idempotent": true, "batch": true, "maxBatchWrites": 10, "maxBatchBytes": 100000}"#,
+            return ScriptedServer.http(200, ferryServerInfo,
                                        headers: ["X-Ferry-Server-Time": String(now + hour)])
         }
         let a = try await Client(dir.sub("a"), port: server.port)
@@ -469,7 +477,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-garbage")
         let server = try ScriptedServer { line in
             if line.contains("/.ferry/info") || line.contains("/%2Eferry/info") {
-                return ScriptedServer.http(200, #"{"server": "ferry-server", "protocol": 1, "idempotent": true, "batch": true, "maxBatchWrites": 10, "maxBatchBytes": 100000}"#)
+                return ScriptedServer.http(200, ferryServerInfo)
             }
             return line.count % 2 == 0 ? Array("garbage\r\n\r\n".utf8) : ScriptedServer.http(200, "{not json")
         }
@@ -564,7 +572,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
 
         // A transaction refused by the rules throws with the status.
         let rules = #"{"rules": {".read": true, ".write": false}}"#
-        #expect(try TestHTTP.request(server.port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200)
+        #expect(try setRules(server.port, rules))
         let error = await #expect(throws: SyncError.self) {
             _ = try await a.sync.runTransaction(at: try a.db.reference("counter")) { _ in .commit }
         }
@@ -599,30 +607,25 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-refused")
         let server = try ServerProcess(data: dir.sub("server"), ["--token", "reader"])
         let rules = #"{"rules": {"secret": {".read": "auth != null"}}}"#
-        #expect(try TestHTTP.request(server.port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200)
+        #expect(try setRules(server.port, rules))
         #expect(try TestHTTP.request(server.port, "PUT", "/secret.json?ns=t", headers: ["Authorization": "Bearer owner"], json: #""s3cr3t""#).status == 200)
-        let db = try Database.open(at: dir.sub("a"))
         let signedIn = Mutex(false)
-        var options = SyncOptions()
-        options.tokenProvider = { _ in signedIn.withLock { $0 } ? "reader" : nil }
-        options.retryDelay = .milliseconds(10)
-        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=t", options: options)
-        await sync.goOnline()
-        let secret = try db.reference("secret")
+        let a = try await Client(dir.sub("a"), port: server.port) { $0.tokenProvider = { _ in signedIn.withLock { $0 } ? "reader" : nil } }
+        await a.sync.goOnline()
+        let secret = try a.db.reference("secret")
         let last = Mutex<DataSnapshot?>(nil)
         let handle = secret.observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
-        #expect(await eventually { await sync.refusedListenLocations["/secret"] == "401 Permission denied" })
+        #expect(await eventually { await a.sync.refusedListenLocations["/secret"] == "401 Permission denied" })
         #expect(last.withLock { $0 } == nil)
 
         // Signed in: a write's 401 is not involved here; a new token is asked for by going online again.
         signedIn.withLock { $0 = true }
-        await sync.goOffline()
-        await sync.goOnline()
+        await a.sync.goOffline()
+        await a.sync.goOnline()
         #expect(await eventually { last.withLock { $0?.value } == "s3cr3t" })
-        #expect(await sync.refusedListenLocations.isEmpty)
+        #expect(await a.sync.refusedListenLocations.isEmpty)
         secret.removeObserver(withHandle: handle)
-        await sync.close()
-        try await db.close()
+        try await a.close()
         #expect(server.terminate() == 0)
     }
 
@@ -634,18 +637,13 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
             }
             return ScriptedServer.http(400, #"{"error": "Invalid path"}"#)
         }
-        let db = try Database.open(at: dir.sub("a"))
-        var options = SyncOptions()
-        options.streamSilenceLimit = .milliseconds(300)
-        options.retryDelay = .milliseconds(10)
-        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=t", options: options)
-        await sync.goOnline()
-        let quiet = try db.reference("quiet")
+        let a = try await Client(dir.sub("a"), port: server.port) { $0.streamSilenceLimit = .milliseconds(300) }
+        await a.sync.goOnline()
+        let quiet = try a.db.reference("quiet")
         let handle = quiet.observe(.value) { _ in }
         #expect(await eventually { server.requests.filter { $0.hasPrefix("GET /quiet") }.count >= 3 })
         quiet.removeObserver(withHandle: handle)
-        await sync.close()
-        try await db.close()
+        try await a.close()
         server.stop()
     }
 
@@ -675,15 +673,11 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-revoked")
         let server = try ServerProcess(data: dir.sub("server"), ["--token", "first"])
         let rules = #"{"rules": {".read": "auth != null", ".write": "auth != null"}}"#
-        #expect(try TestHTTP.request(server.port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200)
-        let db = try Database.open(at: dir.sub("a"))
+        #expect(try setRules(server.port, rules))
         let current = Mutex("first")
-        var options = SyncOptions()
-        options.tokenProvider = { _ in current.withLock { $0 } }
-        options.retryDelay = .milliseconds(10)
-        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=t", options: options)
-        await sync.goOnline()
-        let note = try db.reference("note")
+        let a = try await Client(dir.sub("a"), port: server.port) { $0.tokenProvider = { _ in current.withLock { $0 } } }
+        await a.sync.goOnline()
+        let note = try a.db.reference("note")
         let last = Mutex<Value?>(nil)
         let handle = note.observe(.value) { s in last.withLock { $0 = s.value } }
         #expect(try TestHTTP.request(server.port, "PUT", "/note.json?ns=t", headers: ["Authorization": "Bearer owner"], json: #""one""#).status == 200)
@@ -697,8 +691,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         _ = try await note.setValue("three").serverAcknowledgement()
         #expect(try serverValue(server.port, "/note") == "three")
         note.removeObserver(withHandle: handle)
-        await sync.close()
-        try await db.close()
+        try await a.close()
         #expect(server.terminate() == 0)
     }
 
@@ -706,7 +699,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-batch-400")
         let server = try ScriptedServer { line in
             if line.contains("info") {
-                return ScriptedServer.http(200, #"{"server": "ferry-server", "protocol": 1, "idempotent": true, "batch": true, "maxBatchWrites": 10, "maxBatchBytes": 100000}"#)
+                return ScriptedServer.http(200, ferryServerInfo)
             }
             if line.hasPrefix("POST") { return ScriptedServer.http(400, #"{"error": "malformed batch"}"#) }
             return ScriptedServer.http(200, "null")

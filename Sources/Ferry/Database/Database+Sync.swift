@@ -106,7 +106,7 @@ extension QueryParams {
     }
 
     /// Pending writes with ids above `after`, oldest first: at most `limit`, and (beyond the
-    /// first, which may be bigger alone) at most about `maxBytes` of JSON — only durable ones (call ``sync()`` first to
+    /// first, which may be bigger alone) at most about `maxBytes` (as stored, close to JSON) — only durable ones (call ``sync()`` first to
     /// make every write so far durable).
     ///
     /// - Throws: ``DatabaseError/Code/storage`` when a write's record cannot be read.
@@ -141,22 +141,14 @@ extension Engine {
         var out: [OutgoingWrite] = []
         var bytes = 0
         let pending = writeTree.pending
-        var i = 0
-        // Ids increase: skip to the first above `after`.
-        var lo = 0, hi = pending.count
-        while lo < hi {
-            let mid = (lo + hi) / 2
-            if pending.id(at: mid) <= after { lo = mid + 1 } else { hi = mid }
-        }
-        i = lo
+        var i = pending.firstIndex(notBelow: after + 1)
         // Only durable writes leave the device: one the server applied must never come back
         // after a crash under another write's id (ids are LSNs).
         let durable = log.map { Int64($0.durableLSN.rawValue) } ?? .max
         while i < pending.count, out.count < limit {
             let id = pending.id(at: i)
             guard id < durable else { break }
-            let write = try outgoingWrite(id)
-            let size = write.path.utf8.count + 64 + write.data.json.utf8.count
+            let (write, size) = try outgoingWrite(id)
             if !out.isEmpty && bytes + size > maxBytes { break }  // (the first goes alone, whatever its size)
             bytes += size
             out.append(write)
@@ -165,24 +157,18 @@ extension Engine {
         return out
     }
 
-    /// One pending write with its values as the user wrote them (server values unresolved).
-    private func outgoingWrite(_ id: Int64) throws -> OutgoingWrite {
+    /// One pending write with its values as the user wrote them (server values unresolved),
+    /// and about how many bytes it is (as stored: close to its JSON, without writing that).
+    private func outgoingWrite(_ id: Int64) throws -> (OutgoingWrite, size: Int) {
         if let log {
             do {
                 return try log.withRecord(at: LSN(UInt64(id))) { r in
-                    guard let kind = RecordKind(rawValue: r.kind) else { throw ByteReader.damaged("write \(id) has record kind \(r.kind)") }
-                    let s = try RecordCodec.summarize(kind: r.kind, r.payload)
-                    let values = try RecordCodec.unresolvedValues(kind: kind, r.payload)
-                    switch kind {
-                    case .localSet:
-                        return OutgoingWrite(id: id, operation: .set, path: s.path.description, data: values.first?.1.value(export: true) ?? .null)
-                    case .localUpdate:
-                        var o: [String: Value] = [:]
-                        for (p, n) in values { o[p.keys.joined(separator: "/")] = n.value(export: true) }
-                        return OutgoingWrite(id: id, operation: .update, path: s.path.description, data: .object(o))
-                    default:
-                        throw ByteReader.damaged("write \(id) is a \(kind) record")
+                    guard let kind = RecordKind(rawValue: r.kind), kind == .localSet || kind == .localUpdate else {
+                        throw ByteReader.damaged("write \(id) is a record of kind \(r.kind)")
                     }
+                    let path = try RecordCodec.summarize(kind: r.kind, r.payload).path
+                    let values = try RecordCodec.unresolvedValues(kind: kind, r.payload)
+                    return (OutgoingWrite(id: id, path: path, isSet: kind == .localSet, values: values), r.payload.count)
                 }
             } catch {
                 let place = log.location(of: LSN(UInt64(id)))
@@ -192,19 +178,30 @@ extension Engine {
         }
         guard let record = writeTree.write(id) else { throw DatabaseError(.storage, "pending write \(id) is missing") }
         // A memory-only database keeps the values as shown; those with server values also as written.
+        var values: [(Path, Node)] = []
         if let raw = memoryUnresolved[id] {
-            if record.isOverwrite { return OutgoingWrite(id: id, operation: .set, path: record.path.description, data: raw[0].1.value(export: true)) }
-            var o: [String: Value] = [:]
-            for (p, n) in raw { o[p.keys.joined(separator: "/")] = n.value(export: true) }
-            return OutgoingWrite(id: id, operation: .update, path: record.path.description, data: .object(o))
+            values = raw
+        } else {
+            switch record.change {
+            case .overwrite(let node): values = [(.root, node)]
+            case .merge(let m): m.forEachWrite { p, n in values.append((p, n)) }
+            }
         }
-        switch record.change {
-        case .overwrite(let node):
-            return OutgoingWrite(id: id, operation: .set, path: record.path.description, data: node.value(export: true))
-        case .merge(let m):
+        let size = values.reduce(0) { $0 + ValueCodec.sizeBound($1.1) }
+        return (OutgoingWrite(id: id, path: record.path, isSet: record.isOverwrite, values: values), size)
+    }
+}
+
+extension OutgoingWrite {
+    /// A set of the one value (at the root of `path`), or an update of the values at their
+    /// paths relative to `path`.
+    init(id: Int64, path: Path, isSet: Bool, values: [(Path, Node)]) {
+        if isSet {
+            self.init(id: id, operation: .set, path: path.description, data: values.first?.1.value(export: true) ?? .null)
+        } else {
             var o: [String: Value] = [:]
-            m.forEachWrite { p, n in o[p.keys.joined(separator: "/")] = n.value(export: true) }
-            return OutgoingWrite(id: id, operation: .update, path: record.path.description, data: .object(o))
+            for (p, n) in values { o[p.keys.joined(separator: "/")] = n.value(export: true) }
+            self.init(id: id, operation: .update, path: path.description, data: .object(o))
         }
     }
 }

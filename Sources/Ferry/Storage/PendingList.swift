@@ -68,12 +68,19 @@ struct PendingList {
 
     /// The position of the write `id`, by binary search: O(log n).
     func index(of id: Int64) -> Int? {
+        let i = firstIndex(notBelow: id)
+        return i < count && self.id(at: i) == id ? i : nil
+    }
+
+    /// The position of the first write whose id is `id` or above (`count` when none is), by
+    /// binary search: O(log n).
+    func firstIndex(notBelow id: Int64) -> Int {
         var lo = head, hi = storedIDs.count
         while lo < hi {
             let mid = (lo + hi) / 2
             if storedIDs[mid] < id { lo = mid + 1 } else { hi = mid }
         }
-        return lo < storedIDs.count && storedIDs[lo] == id ? lo - head : nil
+        return lo - head
     }
 
     func path(at i: Int) -> Path { PathKey.decode(pathBytes[keyStart(head + i)..<Int(pathEnds[head + i])]) }
