@@ -10,9 +10,6 @@ struct StreamIndex: Sequence {
         var isEmpty: Bool { here.isEmpty && children.isEmpty }
     }
 
-    var count: Int { byID.count }
-    var values: Dictionary<Int, StreamSink>.Values { byID.values }
-
     subscript(id: Int) -> StreamSink? {
         get { byID[id] }
         set {
