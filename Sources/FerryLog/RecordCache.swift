@@ -128,6 +128,13 @@ extension WriteAheadLog {
     private func locateFrame(_ lsn: LSN, in segment: SegmentInfo, cache: RecordCache) throws -> CachedFrame {
         if let cached = cache.frame(containing: lsn) { return cached }
         let cursor = try cache.cursor(for: segment, directory: directory)
+        let frame = try Self.readFrame(containing: lsn, in: segment, cursor: cursor, directory: directory)
+        cache.store(frame, segment: segment.seq)
+        return frame
+    }
+
+    /// Reads and decompresses the data frame of `segment` that holds record `lsn`, through `cursor`.
+    static func readFrame(containing lsn: LSN, in segment: SegmentInfo, cursor: SegmentCursor, directory: StoreDirectory) throws -> CachedFrame {
         var (offset, expected) = segment.seek(to: lsn)
         while offset < segment.size {
             let frameOffset = offset
@@ -149,9 +156,7 @@ extension WriteAheadLog {
                         layout.append(UInt32(r.payload.count))
                     }
                     guard ok else { throw corrupt("the frame's records do not match its header") }
-                    let frame = CachedFrame(firstLSN: h.firstLSN, offset: frameOffset, bytes: Array(raw), layout: layout)
-                    cache.store(frame, segment: segment.seq)
-                    return frame
+                    return CachedFrame(firstLSN: h.firstLSN, offset: frameOffset, bytes: Array(raw), layout: layout)
                 }
                 offset += Int64(h.frameSize)
                 expected = h.nextLSN

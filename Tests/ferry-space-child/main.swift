@@ -12,6 +12,7 @@
 import Glibc
 #endif
 @_spi(Server) import Ferry
+import Foundation
 import Logging
 
 func say(_ line: String) {
@@ -32,6 +33,35 @@ func bulkValue(_ i: Int) -> Value {
 
 
 let args = CommandLine.arguments
+// ferry-space-child read DIR MODE COUNT: opens the database in DIR and reads /posts, which must
+// have COUNT children — MODE "open" reads one child, "stream" walks every child (each decoded),
+// "materialize" builds the whole value. Exits 0 when the count is right (the memory tests
+// compare the peak resident memory it prints: "peak BYTES").
+if args.count == 5, args[1] == "read", let expected = Int(args[4]) {
+    var options = DatabaseOptions(durability: .none)
+    options.checkpointOnClose = false
+    options.logger = Logger(label: "child", factory: { _ in SwiftLogNoOpLogHandler() })
+    do {
+        let db = try Database.open(at: args[2], options: options)
+        let posts = try await db.reference("posts").getData()
+        var n = 0
+        switch args[3] {
+        case "open": n = posts.childSnapshot(forPath: "p\(100_000_000 + expected - 1)").exists ? expected : 0
+        case "stream": try posts.forEachChild { if $0.hasChildren { n += 1 } }
+        default: if case .object(let o) = posts.value { n = o.count }
+        }
+        try await db.close()
+        // The peak of this program's own memory (VmHWM: not wait4's maxrss, which can count
+        // the parent's memory from before the exec).
+        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        let hwm = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }.map { $0.split(separator: " ")[1] } ?? "0"
+        say("peak \(Int(hwm)! * 1024)")
+        exit(n == expected ? 0 : 1)
+    } catch {
+        say("\(error)")
+        exit(3)
+    }
+}
 guard args.count >= 4, args[1] == "run", let iterations = Int(args[3]) else {
     say("usage: ferry-space-child run DIR ITERATIONS")
     exit(2)

@@ -214,12 +214,16 @@ struct LimitedFilter: NodeFilter {
     }
 
     /// The first `limit` in-range children of `node` in the query's direction, in that order.
-    func selectWindow(of node: Node) -> [NamedNode] {
+    func selectWindow(of node: Node) -> [NamedNode] { selectWindow { node.forEachChild($0) } }
+
+    /// The first `limit` in-range children among those `children` gives, in the query's
+    /// direction (any order in, each child once).
+    func selectWindow(_ children: ((String, Node) -> Void) -> Void) -> [NamedNode] {
         // A max-heap by direction order: its top is the last child still in the window.
         var heap: [NamedNode] = []
         heap.reserveCapacity(min(limit, 1 << 16))
         func after(_ a: NamedNode, _ b: NamedNode) -> Bool { index.compare(a, b, reverse: reverse) > 0 }
-        node.forEachChild { key, child in
+        children { key, child in
             let item = NamedNode(name: key, node: child)
             guard withinDirectionalStart(item) && withinDirectionalEnd(item) else { return }
             if heap.count < limit {

@@ -228,8 +228,10 @@ final class WriteTree {
     func hasCompleteWrite(at path: Path) -> Bool { overlay.isComplete(at: path) }
 
     /// The visible writes at and below `path`, as a compound write rooted there.
-    func childCompoundWrite(at path: Path) -> CompoundWrite {
-        if let node = completeNode(at: path) { return CompoundWrite(tree: ImmutableTree(node)) }
+    func childCompoundWrite(at path: Path) -> CompoundWrite { Self.childCompoundWrite(overlay, at: path) }
+
+    static func childCompoundWrite(_ overlay: LayeredIndex, at path: Path) -> CompoundWrite {
+        if let node = overlay.completeNode(at: path) { return CompoundWrite(tree: ImmutableTree(node)) }
         var result = CompoundWrite.empty
         for (relative, e) in overlay.entries(below: path) { result = result.addingWrite(overlay.value(e), at: relative) }
         return result
@@ -248,16 +250,7 @@ final class WriteTree {
     func calcCompleteEventCache(_ path: Path, completeServerCache: Node?, excluding: Set<Int64>? = nil,
                                 includeHidden: Bool = false) -> Node? {
         if excluding == nil && (!includeHidden || hidden.isEmpty) {
-            if let shadowing = completeNode(at: path) { return shadowing }
-            let below = overlay.entries(below: path)
-            if below.isEmpty { return completeServerCache }
-            // No write at `path`: without complete server data there, nothing is complete.
-            guard let server = completeServerCache else { return nil }
-            if let node = overlay.layered(below, onto: server) { return node }
-            let subMerge = childCompoundWrite(at: path)
-            if subMerge.isEmpty { return completeServerCache }
-            if completeServerCache == nil && !subMerge.hasCompleteWrite(at: .root) { return nil }
-            return subMerge.apply(to: completeServerCache ?? .empty)
+            return Self.visibleNode(at: path, overlay: overlay) { completeServerCache }
         }
         let merge = childCompoundWrite(at: path)
         if !includeHidden && merge.isEmpty { return completeServerCache }
@@ -269,6 +262,20 @@ final class WriteTree {
         }
         let layered = Self.layer(related.compactMap { record(at: $0) }, root: path) { _ in true }
         return layered.apply(to: completeServerCache ?? .empty)
+    }
+
+    /// What a reader sees at `path` with the visible writes of `overlay` over the server data
+    /// `server` gives (nil when that is not complete there), or nil when that is not complete.
+    /// Also run on frozen copies of the indexes, for snapshots read outside the lock.
+    static func visibleNode(at path: Path, overlay: LayeredIndex, server: () -> Node?) -> Node? {
+        if let shadowing = overlay.completeNode(at: path) { return shadowing }
+        let below = overlay.entries(below: path)
+        if below.isEmpty { return server() }
+        // No write at `path`: without complete server data there, nothing is complete.
+        guard let serverNode = server() else { return nil }
+        if let node = overlay.layered(below, onto: serverNode) { return node }
+        let subMerge = childCompoundWrite(overlay, at: path)
+        return subMerge.isEmpty ? serverNode : subMerge.apply(to: serverNode)
     }
 
     /// The children at `path` known completely: from writes, or server children with writes on top.

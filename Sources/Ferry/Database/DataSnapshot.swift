@@ -16,19 +16,47 @@ public struct SnapshotMetadata: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// The data at a location (or of a query) at one moment. Immutable.
+///
+/// A snapshot of a big location read from the cache (``DatabaseQuery/getData()``) does not
+/// build its data up front: it keeps a frozen view of the store's indexes and decodes a child
+/// when it is asked for. ``childrenCount``, ``hasChild(_:)``, ``childSnapshot(forPath:)`` and
+/// ``exists`` read only what they need; ``forEachChild(_:)`` and ``childStream`` walk the
+/// children in order holding one at a time; ``value`` builds the whole value. Such a snapshot
+/// keeps the log's segment files it may read open while it lives (space that compaction or
+/// eviction frees comes back when it goes).
 public struct DataSnapshot: Sendable, CustomStringConvertible {
+    enum Content: Sendable {
+        case node(Node)
+        case lazy(LazyLocation)
+        /// (Only on the way out of the lock: frozen data a lazy location is made from.)
+        case frozen(FrozenData)
+    }
+
     /// Where the data is.
     public let ref: DatabaseReference
-    let node: Node
+    let content: Content
     let index: QueryIndex
     /// Whether the data comes from the cache and whether local writes touch it.
     public let metadata: SnapshotMetadata
 
     init(ref: DatabaseReference, node: Node, index: QueryIndex = .priority, metadata: SnapshotMetadata) {
+        self.init(ref: ref, content: .node(node), index: index, metadata: metadata)
+    }
+
+    init(ref: DatabaseReference, content: Content, index: QueryIndex = .priority, metadata: SnapshotMetadata) {
         self.ref = ref
-        self.node = node
+        self.content = content
         self.index = index
         self.metadata = metadata
+    }
+
+    /// The whole node (decoding everything, for a lazily read snapshot).
+    var node: Node {
+        switch content {
+        case .node(let n): n
+        case .lazy(let l): l.node
+        case .frozen: .empty
+        }
     }
 
     /// The last key of the location; nil for the root.
@@ -38,28 +66,102 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     /// The value with priorities (`.priority`, `{".value", ".priority"}`) and never arrays.
     public var exportValue: Value { node.value(export: true) }
     /// The priority: null, a number or a string.
-    public var priority: Value { node.priority.value() }
+    public var priority: Value {
+        if case .lazy(let l) = content, l.plan != nil { return .null }  // (a location read lazily has none)
+        return node.priority.value()
+    }
     /// Whether there is data (not null).
-    public var exists: Bool { !node.isEmpty }
+    public var exists: Bool {
+        switch content {
+        case .node(let n): !n.isEmpty
+        case .lazy(let l): l.exists
+        case .frozen: false
+        }
+    }
     /// How many children the data here has.
-    public var childrenCount: Int { node.numChildren }
+    public var childrenCount: Int {
+        switch content {
+        case .node(let n): n.numChildren
+        case .lazy(let l): l.childrenCount
+        case .frozen: 0
+        }
+    }
     /// Whether the data here has any children.
-    public var hasChildren: Bool { node.numChildren > 0 }
+    public var hasChildren: Bool {
+        switch content {
+        case .node(let n): n.numChildren > 0
+        case .lazy(let l): l.plan != nil ? l.exists : l.node.numChildren > 0
+        case .frozen: false
+        }
+    }
 
     /// Whether there is data at `path` (relative, `/`-separated) below here.
-    public func hasChild(_ path: String) -> Bool { !node.getChild(Path(path)).isEmpty }
+    public func hasChild(_ path: String) -> Bool { !descendant(Path(path)).isEmpty }
+
+    private func descendant(_ p: Path) -> Node {
+        switch content {
+        case .node(let n): n.getChild(p)
+        case .lazy(let l): l.descendant(p)
+        case .frozen: .empty
+        }
+    }
 
     /// The data at a relative path (a snapshot of null when there is none).
     public func childSnapshot(forPath path: String) -> DataSnapshot {
         let p = Path(path)
-        return DataSnapshot(ref: ref.childUnchecked(p), node: node.getChild(p), metadata: metadata)
+        if case .lazy(let l) = content, l.plan != nil, !p.isEmpty, !p.keys.contains(".priority") {
+            guard let child = LazyLocation.make(l.data, at: l.path.child(p)) else {
+                return DataSnapshot(ref: ref.childUnchecked(p), node: .empty, metadata: metadata)
+            }
+            return DataSnapshot(ref: ref.childUnchecked(p), content: .lazy(child), metadata: metadata)
+        }
+        return DataSnapshot(ref: ref.childUnchecked(p), node: descendant(p), metadata: metadata)
     }
 
-    /// The children, in the query's order (key order for a plain location).
+    /// The children, in the query's order (key order for a plain location). For a lazily read
+    /// snapshot, each child is decoded when it is first read.
     public var children: [DataSnapshot] {
-        IndexedNode(node, index: index).ordered.map {
-            DataSnapshot(ref: ref.childUnchecked(Path(keys: [$0.name])), node: $0.node, metadata: metadata)
+        switch content {
+        case .node(let n):
+            return IndexedNode(n, index: index).ordered.map {
+                DataSnapshot(ref: ref.childUnchecked(Path(keys: [$0.name])), node: $0.node, metadata: metadata)
+            }
+        case .frozen:
+            return []
+        case .lazy(let l):
+            guard l.plan != nil else { return DataSnapshot(ref: ref, node: l.node, index: index, metadata: metadata).children }
+            let keys = l.indexOrder(index) ?? l.keys
+            return keys.map { k in
+                let p = Path(keys: [k])
+                return DataSnapshot(ref: ref.childUnchecked(p), content: .lazy(.deferred(l.data, at: l.path.child(p))), metadata: metadata)
+            }
         }
+    }
+
+    /// Calls `body` with each child in the query's order (key order for a plain location),
+    /// decoding one child at a time: the memory a walk over a million children needs is what
+    /// `body` keeps. Ordering by priority reads each child's first stored byte first; ordering
+    /// by value or by a child's value decodes every child once to sort them, keeping only
+    /// their keys and the values ordered by.
+    ///
+    /// - Throws: what `body` throws; ``DatabaseError`` (``DatabaseError/Code/storage``) when a
+    ///   stored value cannot be read (the database stops, as it does when its own read fails).
+    public func forEachChild(_ body: (DataSnapshot) throws -> Void) throws {
+        guard case .lazy(let l) = content, l.plan != nil else {
+            for child in children { try body(child) }
+            return
+        }
+        func give(_ key: String, _ node: Node) throws {
+            if let e = l.data.reader.error { throw e }
+            try body(DataSnapshot(ref: ref.childUnchecked(Path(keys: [key])), node: node, metadata: metadata))
+        }
+        if let order = l.indexOrder(index) {
+            for key in order { try give(key, l.child(key)) }
+        } else {
+            var cursor = ChildCursor(l, decode: true)
+            while let (key, node) = cursor.next() { try give(key, node ?? .empty) }
+        }
+        if let e = l.data.reader.error { throw e }
     }
 
     /// Decodes the value into a `Decodable` type (through JSON).
@@ -67,7 +169,10 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
         try ValueCoding.decode(type, from: value)
     }
 
-    public var description: String { "DataSnapshot(\(ref.path) = \(value))" }
+    public var description: String {
+        if case .lazy(let l) = content, l.plan != nil { return "DataSnapshot(\(ref.path), \(childrenCount) children)" }
+        return "DataSnapshot(\(ref.path) = \(value))"
+    }
 }
 
 /// One event from an `AsyncSequence` of a query's events.

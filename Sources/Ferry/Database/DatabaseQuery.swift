@@ -307,25 +307,48 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The complete data for this query from an active view or the stored cache, or nil.
+    ///
+    /// A big location with no view is not read under the lock: the lock is held only to
+    /// freeze the indexes (``FrozenData``), and the snapshot reads its children from them, and
+    /// from the log's files, as it is used.
     func cachedSnapshot() throws -> DataSnapshot? {
         let query = spec
-        let result = try database.engine.withLock { e -> (Node, SnapshotMetadata)? in
+        let database = database
+        let onFailure: @Sendable (DatabaseError) -> Void = { e in database.engine.withLock { $0.failReading(e) } }
+        let result = try database.engine.withLock { e -> (DataSnapshot.Content, SnapshotMetadata)? in
             try e.checkUsable()
             if let view = e.syncTree.view(for: query), view.eventCache.isFullyInitialized {
-                return (view.eventCache.node, e.metadata(for: query))
+                return (.node(view.eventCache.node), e.metadata(for: query))
+            }
+            if e.isBig(query.path), let frozen = e.freeze(onFailure: onFailure) {
+                return (.frozen(frozen), e.metadata(for: query))
             }
             guard let node = e.visibleNode(at: query.path) else { return nil }
-            if query.loadsAllData { return (node, e.metadata(for: query)) }
+            if query.loadsAllData { return (.node(node), e.metadata(for: query)) }
             let filtered = query.params.nodeFilter.updateFullNode(IndexedNode(.empty, index: query.index), IndexedNode(node, index: query.index), accumulator: nil)
-            return (filtered.node, e.metadata(for: query))
+            return (.node(filtered.node), e.metadata(for: query))
         }
         // A stored value that could not be read shows as missing: that is an error, not data.
         if let failure = database.engine.withLock({ $0.failure }) {
             database.endObserversIfStopped()
             throw failure
         }
-        guard let (node, metadata) = result else { return nil }
-        return DataSnapshot(ref: ref, node: node, index: params.index, metadata: metadata)
+        guard let (content, metadata) = result else { return nil }
+        switch content {
+        case .node(let node):
+            return DataSnapshot(ref: ref, node: node, index: params.index, metadata: metadata)
+        case .lazy(let location):
+            return DataSnapshot(ref: ref, content: .lazy(location), index: params.index, metadata: metadata)
+        case .frozen(let frozen):
+            guard let location = LazyLocation.make(frozen, at: query.path) else { return nil }
+            if query.loadsAllData {
+                if let failure = frozen.reader.error { throw failure }
+                return DataSnapshot(ref: ref, content: .lazy(location), index: params.index, metadata: metadata)
+            }
+            let filtered = location.filtered(by: query.params)
+            if let failure = frozen.reader.error { throw failure }
+            return DataSnapshot(ref: ref, node: filtered, index: params.index, metadata: metadata)
+        }
     }
 }
 

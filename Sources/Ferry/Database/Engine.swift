@@ -260,6 +260,35 @@ final class Engine: StoredValues, ServerCacheSource {
         writeTree.calcCompleteEventCache(path, completeServerCache: server.completeNode(at: path))
     }
 
+    /// Whether the data at `path` is big enough to be read lazily (see ``LazyLocation``).
+    func isBig(_ path: Path) -> Bool {
+        let key = PathKey.encode(path), limit = LazyLocation.lazyThreshold
+        return writeTree.overlay.index.count(strictlyBelow: key, limit: limit) + server.index.count(strictlyBelow: key, limit: limit) >= limit
+    }
+
+    /// The data as it is now, for reading outside the lock (see ``FrozenData``); nil when the
+    /// log cannot give a read snapshot (its files cannot be opened: then read under the lock).
+    func freeze(onFailure: @escaping @Sendable (DatabaseError) -> Void) -> FrozenData? {
+        let kept = recent
+        var files: LogReadSnapshot?
+        if let log {
+            do {
+                files = try log.readSnapshot()
+            } catch {
+                logger.warning("reading outside the lock is not possible: \(error)")
+                return nil
+            }
+        }
+        let reader = FrozenReader(recent: kept, log: files, store: log?.path, onFailure: onFailure)
+        return FrozenData(overlay: writeTree.overlay, server: server, reader: reader)
+    }
+
+    /// A snapshot's read of a stored value failed: the database stops, as when its own does.
+    func failReading(_ e: DatabaseError) {
+        logger.error("\(e)")
+        if failure == nil { failure = e }
+    }
+
     /// The server's clock as far as known: the local clock plus the last known offset.
     var serverTime: Int64 { wallClockMillis() + serverTimeOffset }
 

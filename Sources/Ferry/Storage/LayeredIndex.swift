@@ -70,6 +70,21 @@ final class LayeredIndex {
     /// How many marker entries there are (compaction carries them forward).
     private(set) var markerCount = 0
 
+    init() {}
+
+    /// A copy of the index as it is now, reading stored values through `reader` (which the
+    /// caller keeps alive). Cheap: the chunks are shared until either copy changes.
+    func frozen(reader: any ValueReader) -> LayeredIndex {
+        let copy = LayeredIndex()
+        copy.index = index
+        copy.inline = inline
+        copy.nextSlot = nextSlot
+        copy.depthCounts = depthCounts
+        copy.markerCount = markerCount
+        copy.reader = reader
+        return copy
+    }
+
     var isEmpty: Bool { index.isEmpty }
     var count: Int { index.count }
 

@@ -392,6 +392,59 @@ struct PathIndex<Entry> {
         }
     }
 
+    /// A place in the index, for walking it a step at a time (valid while the index does
+    /// not change: walks run on frozen copies).
+    struct Position {
+        fileprivate var chunk: Int
+        fileprivate var slot: Int
+    }
+
+    /// The place of the first key not before `key`.
+    func position(atOrAfter key: [UInt8]) -> Position {
+        guard !chunks.isEmpty else { return Position(chunk: 0, slot: 0) }
+        return key.withUnsafeBytes { k in
+            let ci = chunkIndex(k)
+            let (i, _) = chunks[ci].search(k)
+            return normalized(Position(chunk: ci, slot: i))
+        }
+    }
+
+    private func normalized(_ p: Position) -> Position {
+        var p = p
+        while p.chunk < chunks.count && p.slot >= chunks[p.chunk].count {
+            p.chunk += 1
+            p.slot = 0
+        }
+        return p
+    }
+
+    func isEnd(_ p: Position) -> Bool { p.chunk >= chunks.count }
+    func advanced(_ p: Position) -> Position { normalized(Position(chunk: p.chunk, slot: p.slot + 1)) }
+    /// The key at `p` (not the end), into `out`.
+    func key(at p: Position, into out: inout [UInt8]) { chunks[p.chunk].key(p.slot, into: &out) }
+    func entry(at p: Position) -> Entry { chunks[p.chunk].entries[p.slot] }
+
+    /// How many keys start with `prefix` and are longer than it, counting up to `limit`.
+    func count(strictlyBelow prefix: [UInt8], limit: Int) -> Int {
+        guard !chunks.isEmpty else { return 0 }
+        return prefix.withUnsafeBytes { p in
+            var ci = chunkIndex(p)
+            var (i, exact) = chunks[ci].search(p)
+            if exact { i += 1 }
+            var n = 0
+            while ci < chunks.count && n < limit {
+                while i < chunks[ci].count && n < limit {
+                    guard chunks[ci].hasPrefix(i, p) else { return n }
+                    n += 1
+                    i += 1
+                }
+                ci += 1
+                i = 0
+            }
+            return n
+        }
+    }
+
     /// Whether any key starts with `prefix`.
     func hasKey(withPrefix prefix: [UInt8]) -> Bool {
         guard !chunks.isEmpty else { return false }

@@ -1,0 +1,527 @@
+import FerryLog
+import Synchronization
+import Dispatch
+
+/// Reads the stored values of a frozen state (see ``FrozenData``) outside the engine's lock:
+/// records the log had not written when the state was frozen from a copy of their payloads,
+/// the others through a ``LogReadSnapshot`` (its own files and frame cache).
+final class FrozenReader: ValueReader, @unchecked Sendable {
+    private let recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])]
+    private let log: LogReadSnapshot?
+    private let store: String?
+    /// Told of a record that could not be read (the database then stops, as when its own
+    /// read fails).
+    private let onFailure: @Sendable (DatabaseError) -> Void
+    private let failure = Mutex<DatabaseError?>(nil)
+
+    init(recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])], log: LogReadSnapshot?, store: String?,
+         onFailure: @escaping @Sendable (DatabaseError) -> Void) {
+        self.recent = recent
+        self.log = log
+        self.store = store
+        self.onFailure = onFailure
+    }
+
+    /// The first read that failed, if any.
+    var error: DatabaseError? { failure.withLock { $0 } }
+
+    /// Calls `body` with the encoded value `ref` names.
+    func withValue<R>(_ ref: ValueRef, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
+        func slice(_ payload: UnsafeRawBufferPointer) throws -> R {
+            let start = Int(ref.offset), end = start + Int(ref.length)
+            guard end <= payload.count else { throw ByteReader.damaged("a value reference past the record's end") }
+            return try body(UnsafeRawBufferPointer(rebasing: payload[start..<end]))
+        }
+        var lo = 0, hi = recent.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if recent[mid].lsn < ref.lsn { lo = mid + 1 } else { hi = mid }
+        }
+        if lo < recent.count, recent[lo].lsn == ref.lsn { return try recent[lo].payload.withUnsafeBytes { try slice($0) } }
+        guard let log else { throw DatabaseError(.storage, "record \(ref.lsn) is not available") }
+        return try log.withRecord(at: LSN(ref.lsn)) { try slice($0.payload) }
+    }
+
+    func node(_ ref: ValueRef) -> Node {
+        do {
+            return try withValue(ref) { try ValueCodec.decode($0) }
+        } catch {
+            report(error, ref.lsn)
+            return .empty
+        }
+    }
+
+    /// Whether the stored value `ref` names carries a priority, read from its first byte.
+    func hasPriority(_ ref: ValueRef) -> Bool {
+        do {
+            return try withValue(ref) { $0.first == ValueCodec.Tag.withPriority.rawValue }
+        } catch {
+            report(error, ref.lsn)
+            return false
+        }
+    }
+
+    private func report(_ error: any Error, _ lsn: UInt64) {
+        let e = error as? DatabaseError
+            ?? DatabaseError(.storage, "reading record \(lsn) failed: \(error)", underlying: error as? LogError, lsn: lsn, store: store)
+        let first = failure.withLock { f -> Bool in
+            if f != nil { return false }
+            f = e
+            return true
+        }
+        if first { onFailure(e) }
+    }
+}
+
+/// The database's data as it was at one moment — frozen copies of the server cache's and the
+/// pending writes' indexes (their chunks shared with the live ones until those change) and a
+/// reader of the values they name — so that snapshots can be read, a child at a time, outside
+/// the engine's lock while the database goes on changing.
+final class FrozenData: @unchecked Sendable {
+    let overlay: LayeredIndex
+    let server: LayeredIndex
+    let reader: FrozenReader
+
+    init(overlay: LayeredIndex, server: LayeredIndex, reader: FrozenReader) {
+        self.overlay = overlay.frozen(reader: reader)
+        self.server = server.frozen(reader: reader)
+        self.reader = reader
+    }
+
+    /// What a reader sees at `path` (``Engine/visibleNode(at:)`` on the frozen state).
+    func visibleNode(at path: Path) -> Node? {
+        WriteTree.visibleNode(at: path, overlay: overlay) { server.completeNode(at: path) }
+    }
+}
+
+/// How the children of a location are found in a frozen state without building its node: the
+/// value above the location's entries (`base`) and the indexes whose entries below the
+/// location lie over it, lowest first.
+struct ChildPlan {
+    var base: Node
+    var layers: [LayeredIndex]
+    /// Whether every child key's byte order is its key order (no integer keys, no characters
+    /// where UTF-8 and UTF-16 orders differ), so that children can be walked off the indexes.
+    var plainKeys: Bool
+}
+
+/// The data at one location of a frozen state, read on demand: a big location's children are
+/// found from the indexes and decoded one at a time as they are asked for; a small one (or a
+/// child handed out by ``DataSnapshot/children``) is decoded whole the first time it is read.
+final class LazyLocation: @unchecked Sendable {
+    let data: FrozenData
+    let path: Path
+    let pathKey: [UInt8]
+    /// How to walk the children without building the node; nil when the node is read whole.
+    let plan: ChildPlan?
+    /// The node, once read whole (never for a location with a plan: that would keep all of it).
+    private let whole = Mutex<Node?>(nil)
+    private let counted = Mutex<Int?>(nil)
+
+    /// Entries below a location from which its snapshot is read lazily.
+    static let lazyThreshold = 512
+
+    /// The data at `path`, or nil when it is not complete. Small data is read at once.
+    static func make(_ data: FrozenData, at path: Path) -> LazyLocation? {
+        let key = PathKey.encode(path)
+        if let plan = Self.plan(data, path, key) { return LazyLocation(data: data, path: path, key: key, plan: plan) }
+        guard let node = data.visibleNode(at: path) else { return nil }
+        let location = LazyLocation(data: data, path: path, key: key, plan: nil)
+        location.whole.withLock { $0 = node }
+        return location
+    }
+
+    /// The data at `path`, known to be complete (a child of a complete location), read when
+    /// first asked for.
+    static func deferred(_ data: FrozenData, at path: Path) -> LazyLocation {
+        LazyLocation(data: data, path: path, key: PathKey.encode(path), plan: nil)
+    }
+
+    private init(data: FrozenData, path: Path, key: [UInt8], plan: ChildPlan?) {
+        self.data = data
+        self.path = path
+        self.pathKey = key
+        self.plan = plan
+    }
+
+    /// The plan for reading `path`'s children lazily, or nil when its data is small, not
+    /// complete, or of a shape read whole (a leaf below entries, a priority on the location).
+    private static func plan(_ data: FrozenData, _ path: Path, _ key: [UInt8]) -> ChildPlan? {
+        let o = data.overlay, s = data.server
+        let below = o.index.count(strictlyBelow: key, limit: lazyThreshold) + s.index.count(strictlyBelow: key, limit: lazyThreshold)
+        guard below >= lazyThreshold else { return nil }
+        let layers: [LayeredIndex]
+        let chain: (path: Path, entry: LayeredEntry)
+        if let c = o.deepestChainEntry(path) {
+            layers = [o]
+            chain = c
+        } else if let c = s.deepestChainEntry(path) {
+            layers = o.index.hasKey(strictlyBelow: key) ? [s, o] : [s]
+            chain = c
+        } else {
+            return nil
+        }
+        let base = layers[0].value(chain.entry).getChild(chain.path.relative(to: path))
+        if base.isLeaf || !base.priority.isEmpty { return nil }
+        let priorityKey = key + Array(".priority".utf8) + [0]
+        if layers.contains(where: { $0.index.get(priorityKey) != nil }) { return nil }
+        var plain = true
+        base.forEachChild { k, _ in if plain && !isPlain(k) { plain = false } }
+        var buffer: [UInt8] = []
+        for layer in layers where plain {
+            var p = layer.index.position(atOrAfter: key)
+            while plain && !layer.index.isEnd(p) {
+                layer.index.key(at: p, into: &buffer)
+                if buffer == key {
+                    p = layer.index.advanced(p)
+                    continue
+                }
+                guard buffer.starts(with: key) else { break }
+                let end = buffer[key.count...].firstIndex(of: 0)!
+                if !isPlain(buffer[key.count..<end]) { plain = false }
+                p = layer.index.advanced(p)
+            }
+        }
+        return ChildPlan(base: base, layers: layers, plainKeys: plain)
+    }
+
+    /// Whether a key's bytes sort as the key does (see ``ChildPlan/plainKeys``).
+    static func isPlain(_ key: String) -> Bool {
+        KeyOrder.integerValue(key) == nil && !key.utf8.contains { $0 >= 0xEE }
+    }
+
+    static func isPlain(_ bytes: ArraySlice<UInt8>) -> Bool {
+        if let first = bytes.first, first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9")) {
+            if bytes.withUnsafeBufferPointer({ KeyOrder.integerValue(utf8: $0) }) != nil { return false }
+        }
+        return !bytes.contains { $0 >= 0xEE }
+    }
+
+    /// The whole node. For a location with a plan this decodes everything below it, each time
+    /// (it is not kept: a snapshot of a big location stays small).
+    var node: Node {
+        if plan != nil { return data.visibleNode(at: path) ?? .empty }
+        if let n = whole.withLock({ $0 }) { return n }
+        let n = data.visibleNode(at: path) ?? .empty
+        whole.withLock { $0 = n }
+        return n
+    }
+
+    /// The child `key`'s node.
+    func child(_ key: String) -> Node {
+        guard plan != nil else { return node.getImmediateChild(key) }
+        if key == ".priority" { return .empty }  // a location read by plan has none (see plan)
+        return data.visibleNode(at: path.child(key)) ?? .empty
+    }
+
+    /// The node at `relative` below the location.
+    func descendant(_ relative: Path) -> Node {
+        guard let first = relative.front, plan != nil else { return node.getChild(relative) }
+        return child(first).getChild(relative.popFront)
+    }
+
+    /// How many children there are (counted once, decoding only children with several entries).
+    var childrenCount: Int {
+        guard plan != nil else { return node.numChildren }
+        if let n = counted.withLock({ $0 }) { return n }
+        var cursor = ChildCursor(self, decode: false)
+        var n = 0
+        while cursor.next() != nil { n += 1 }
+        counted.withLock { $0 = n }
+        return n
+    }
+
+    var exists: Bool {
+        guard plan != nil else { return !node.isEmpty }
+        var cursor = ChildCursor(self, decode: false)
+        return cursor.next() != nil
+    }
+
+    /// The children's keys in `index`'s order, or nil when that is key order (then
+    /// ``ChildCursor`` walks them in order). Reads each child's indexed value once: a
+    /// priority from the first byte of its stored value, a child value by decoding it.
+    func indexOrder(_ index: QueryIndex) -> [String]? {
+        if index == .key { return nil }
+        let byPriority = index == .priority
+        var cursor = ChildCursor(self, decode: !byPriority, priorities: byPriority)
+        var keys: [String] = []
+        var values: [Node] = []
+        var needsSort = !byPriority
+        while let (k, n) = cursor.next() {
+            keys.append(k)
+            var v = index.indexedValue(n ?? .empty)
+            if case .children = v { v = Self.anObject }  // objects all sort alike
+            if byPriority && !v.isEmpty { needsSort = true }
+            values.append(v)
+        }
+        guard needsSort else { return nil }
+        var order = Array(values.indices)
+        order.sort { i, j in
+            let c = Node.compare(values[i], values[j])
+            return c != 0 ? c < 0 : i < j
+        }
+        return order.map { keys[$0] }
+    }
+
+    /// The data a ranged or limited query shows here: the children it keeps are chosen
+    /// walking them a child at a time (a limit keeps a heap of its window, O(n log k)), and
+    /// only those are built into the node the query's filter then runs over.
+    func filtered(by params: QueryParams) -> Node {
+        let filter = params.nodeFilter
+        let empty = IndexedNode(.empty, index: params.index)
+        guard plan != nil else { return filter.updateFullNode(empty, IndexedNode(node, index: params.index), accumulator: nil).node }
+        func walk(_ body: (String, Node) -> Void) {
+            var cursor = ChildCursor(self, decode: true)
+            while let (k, n) = cursor.next() { body(k, n ?? .empty) }
+        }
+        var kept: [NamedNode] = []
+        if let limited = filter as? LimitedFilter {
+            kept = limited.selectWindow(walk)
+        } else if let ranged = filter as? RangedFilter {
+            walk { k, n in if ranged.matches(k, n) { kept.append(NamedNode(name: k, node: n)) } }
+        } else {
+            walk { k, n in kept.append(NamedNode(name: k, node: n)) }
+        }
+        let subset = Node.empty.updatingImmediateChildren(kept.map { ($0.name, $0.node) })
+        return filter.updateFullNode(empty, IndexedNode(subset, index: params.index), accumulator: nil).node
+    }
+
+    /// The children's keys in key order.
+    var keys: [String] {
+        var cursor = ChildCursor(self, decode: false)
+        var keys: [String] = []
+        while let (k, _) = cursor.next() { keys.append(k) }
+        return keys
+    }
+
+    private static let anObject = Node.children(ChildMap(sorted: [NamedNode(name: "o", node: .leaf(.bool(true), priority: .empty))]), priority: .empty)
+}
+
+/// Walks a lazily read location's children in key order: the indexes' entries below it in
+/// byte order (which is key order for plain keys; otherwise the keys are gathered and sorted
+/// first), a child decoded from its one entry when that is all it has, and through the whole
+/// layering (``FrozenData/visibleNode(at:)``) when more lies there. Empty children are skipped.
+struct ChildCursor {
+    let location: LazyLocation
+    /// Decode every child (else only those whose emptiness or priority needs it).
+    let decode: Bool
+    /// Give each child's priority (its node, or a node carrying that priority).
+    let priorities: Bool
+    private var positions: [PathIndex<LayeredEntry>.Position] = []
+    private var baseChildren: [NamedNode] = []
+    private var baseNext = 0
+    /// For keys that are not plain: every key, in key order.
+    private var sortedKeys: [String]?
+    private var nextSorted = 0
+    private var buffer: [UInt8] = []
+
+    init(_ location: LazyLocation, decode: Bool, priorities: Bool = false) {
+        self.location = location
+        self.decode = decode
+        self.priorities = priorities
+        guard let plan = location.plan else {
+            baseChildren = location.node.childMap.entries
+            return
+        }
+        baseChildren = plan.base.childMap.entries
+        if plan.plainKeys {
+            positions = plan.layers.map { $0.index.position(atOrAfter: location.pathKey) }
+        } else {
+            var keys = Set(baseChildren.map(\.name))
+            let key = location.pathKey
+            for layer in plan.layers {
+                layer.index.forEach(withPrefix: key) { k, _ in
+                    guard k.count > key.count else { return }
+                    let rest = k[key.count...]
+                    let end = rest.firstIndex(of: 0)!
+                    keys.insert(String(decoding: rest[rest.startIndex..<end], as: UTF8.self))
+                }
+            }
+            sortedKeys = keys.sorted { KeyOrder.compare($0, $1) < 0 }
+        }
+    }
+
+    /// The next child: its key, and its node when decoded (nil means not empty, not decoded).
+    mutating func next() -> (String, Node?)? {
+        guard let plan = location.plan else {
+            guard baseNext < baseChildren.count else { return nil }
+            defer { baseNext += 1 }
+            return (baseChildren[baseNext].name, baseChildren[baseNext].node)
+        }
+        if let sortedKeys {
+            while nextSorted < sortedKeys.count {
+                let k = sortedKeys[nextSorted]
+                nextSorted += 1
+                let node = location.child(k)
+                if !node.isEmpty { return (k, node) }
+            }
+            return nil
+        }
+        let pk = location.pathKey
+        while true {
+            // The smallest child key among the layers' next entries and the base's next child.
+            var smallest: [UInt8]?
+            for (i, layer) in plan.layers.enumerated() {
+                var p = positions[i]
+                while !layer.index.isEnd(p) {
+                    layer.index.key(at: p, into: &buffer)
+                    if buffer == pk { p = layer.index.advanced(p); continue }  // the location's own entry
+                    break
+                }
+                positions[i] = p
+                guard !layer.index.isEnd(p), buffer.count > pk.count, buffer.starts(with: pk) else { continue }
+                let end = buffer[pk.count...].firstIndex(of: 0)!
+                let child = Array(buffer[pk.count..<end])
+                if smallest == nil || compareBytes(child, smallest!) < 0 { smallest = child }
+            }
+            let baseName = baseNext < baseChildren.count ? Array(baseChildren[baseNext].name.utf8) : nil
+            if let b = baseName, smallest == nil || compareBytes(b, smallest!) <= 0 { smallest = b }
+            guard let childBytes = smallest else { return nil }
+            var fromBase: Node?
+            if let b = baseName, b == childBytes {
+                fromBase = baseChildren[baseNext].node
+                baseNext += 1
+            }
+            // The child's entries: how many, and the one when it is alone and at the child itself.
+            let childKey = pk + childBytes + [0]
+            var count = 0
+            var single: (layer: LayeredIndex, entry: LayeredEntry)?
+            for (i, layer) in plan.layers.enumerated() {
+                var p = positions[i]
+                while !layer.index.isEnd(p) {
+                    layer.index.key(at: p, into: &buffer)
+                    guard buffer.starts(with: childKey) else { break }
+                    count += 1
+                    if buffer.count == childKey.count { single = (layer, layer.index.entry(at: p)) }
+                    p = layer.index.advanced(p)
+                }
+                positions[i] = p
+            }
+            let name = String(decoding: childBytes, as: UTF8.self)
+            if count == 0, let fromBase { return (name, fromBase) }
+            if count == 1, fromBase == nil, let (layer, entry) = single {
+                if entry.isEmpty { continue }
+                if decode { return (name, layer.value(entry)) }
+                if priorities {
+                    if entry.isInline { return (name, layer.value(entry)) }
+                    if location.data.reader.hasPriority(entry.ref) { return (name, layer.value(entry)) }
+                }
+                return (name, nil)
+            }
+            let node = location.data.visibleNode(at: location.path.child(name)) ?? .empty
+            if node.isEmpty { continue }
+            return (name, node)
+        }
+    }
+
+    private func compareBytes(_ a: [UInt8], _ b: [UInt8]) -> Int {
+        a.lexicographicallyPrecedes(b) ? -1 : (a == b ? 0 : 1)
+    }
+}
+
+/// The children of a snapshot as an asynchronous sequence (``DataSnapshot/childStream``).
+public struct ChildStream: AsyncSequence, Sendable {
+    public typealias Element = DataSnapshot
+    let snapshot: DataSnapshot
+    let batchSize: Int
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(source: ChildSource(snapshot, batchSize: batchSize))
+    }
+
+    /// Iterates a ``ChildStream``.
+    public struct Iterator: AsyncIteratorProtocol {
+        let source: ChildSource
+        private var batch: [DataSnapshot] = []
+        private var next = 0
+
+        init(source: ChildSource) { self.source = source }
+
+        /// The next child, nil after the last.
+        ///
+        /// - Throws: ``DatabaseError`` (``DatabaseError/Code/storage``) when a stored value
+        ///   cannot be read; `CancellationError` when the task is cancelled.
+        public mutating func next() async throws -> DataSnapshot? {
+            if next == batch.count {
+                try Task.checkCancellation()
+                batch = try await source.nextBatch()
+                next = 0
+                if batch.isEmpty { return nil }
+            }
+            defer { next += 1 }
+            return batch[next]
+        }
+    }
+}
+
+/// Where a ``ChildStream`` takes its children from: a batch at a time, read on a thread of
+/// its own queue (not Swift's cooperative pool, which must not wait on disk reads).
+final class ChildSource: @unchecked Sendable {
+    private enum Walk {
+        case materialized([DataSnapshot], Int)
+        case keyOrder(ChildCursor)
+        case sorted([String], Int)
+        case done
+    }
+
+    private let snapshot: DataSnapshot
+    private let batchSize: Int
+    private let state: Mutex<Walk?> = Mutex(nil)
+    private static let queue = DispatchQueue(label: "ferry.child-stream", attributes: .concurrent)
+
+    init(_ snapshot: DataSnapshot, batchSize: Int) {
+        self.snapshot = snapshot
+        self.batchSize = max(1, batchSize)
+    }
+
+    func nextBatch() async throws -> [DataSnapshot] {
+        if case .lazy(let l) = snapshot.content, l.plan != nil {
+            return try await withCheckedThrowingContinuation { c in
+                Self.queue.async { c.resume(with: Result { try self.take() }) }
+            }
+        }
+        return try take()
+    }
+
+    private func take() throws -> [DataSnapshot] {
+        try state.withLock { walk in
+            if walk == nil { walk = start() }
+            var out: [DataSnapshot] = []
+            out.reserveCapacity(batchSize)
+            let ref = snapshot.ref, metadata = snapshot.metadata
+            func child(_ key: String, _ node: Node) -> DataSnapshot {
+                DataSnapshot(ref: ref.childUnchecked(Path(keys: [key])), node: node, metadata: metadata)
+            }
+            switch walk! {
+            case .materialized(let all, var i):
+                while out.count < batchSize && i < all.count { out.append(all[i]); i += 1 }
+                walk = .materialized(all, i)
+            case .keyOrder(var cursor):
+                while out.count < batchSize, let (k, n) = cursor.next() { out.append(child(k, n ?? .empty)) }
+                walk = out.count < batchSize ? .done : .keyOrder(cursor)
+            case .sorted(let keys, var i):
+                guard case .lazy(let l) = snapshot.content else { break }
+                while out.count < batchSize && i < keys.count { out.append(child(keys[i], l.child(keys[i]))); i += 1 }
+                walk = .sorted(keys, i)
+            case .done:
+                break
+            }
+            if case .lazy(let l) = snapshot.content, let e = l.data.reader.error { throw e }
+            return out
+        }
+    }
+
+    private func start() -> Walk {
+        guard case .lazy(let l) = snapshot.content, l.plan != nil else { return .materialized(snapshot.children, 0) }
+        if let order = l.indexOrder(snapshot.index) { return .sorted(order, 0) }
+        return .keyOrder(ChildCursor(l, decode: true))
+    }
+}
+
+extension DataSnapshot {
+    /// The children in the query's order, as an asynchronous sequence that reads `batchSize`
+    /// children at a time on a thread outside Swift's cooperative pool; memory is the batch
+    /// and what the caller keeps (see ``forEachChild(_:)`` for the orders that read every
+    /// child once first).
+    public func childStream(batchSize: Int = 256) -> ChildStream { ChildStream(snapshot: self, batchSize: batchSize) }
+}

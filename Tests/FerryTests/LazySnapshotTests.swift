@@ -1,0 +1,244 @@
+import Foundation
+import FerryTestSupport
+import Testing
+
+@testable @_spi(Server) import Ferry
+
+/// Snapshots of big locations read from the cache are read lazily (children decoded as they
+/// are asked for, outside the engine's lock): they must show exactly what the materialized
+/// node shows.
+@Suite struct LazySnapshotTests {
+    /// A random key: mostly push-id-like, sometimes an integer (which sorts first), a key with
+    /// characters whose UTF-8 and UTF-16 orders differ, or punctuation that sorts before digits.
+    static func key(_ g: inout SplitMix, _ n: Int, plain: Bool = false) -> String {
+        switch Int.random(in: plain ? 3..<20 : 0..<20, using: &g) {
+        case 0: return String(Int.random(in: 0..<40, using: &g))
+        case 1: return "\u{E000}k\(Int.random(in: 0..<5, using: &g))"
+        case 2: return "😀\(Int.random(in: 0..<5, using: &g))"
+        case 3: return "!\(Int.random(in: 0..<5, using: &g))"
+        default: return "k" + String(Int.random(in: 0..<n, using: &g))
+        }
+    }
+
+    static func leaf(_ g: inout SplitMix) -> Value {
+        switch Int.random(in: 0..<5, using: &g) {
+        case 0: return .bool(Bool.random(using: &g))
+        case 1: return .int(Int64.random(in: -5...5, using: &g))
+        case 2: return .double(Double(Int.random(in: -20...20, using: &g)) / 4)
+        case 3: return .string(["a", "b", "zz", "é", ""].randomElement(using: &g)!)
+        default: return .string("s\(Int.random(in: 0..<9, using: &g))")
+        }
+    }
+
+    static func priority(_ g: inout SplitMix) -> Value {
+        switch Int.random(in: 0..<3, using: &g) {
+        case 0: return .int(Int64.random(in: 0...3, using: &g))
+        case 1: return .string(["p", "q"].randomElement(using: &g)!)
+        default: return .double(1.5)
+        }
+    }
+
+    /// A random value: leaves, objects (some with priorities), arrays, nulls.
+    static func value(_ g: inout SplitMix, depth: Int = 0) -> Value {
+        let r = Int.random(in: 0..<10, using: &g)
+        if depth >= 2 || r < 4 {
+            let v = leaf(&g)
+            if Int.random(in: 0..<8, using: &g) == 0 { return .object([".value": v, ".priority": priority(&g)]) }
+            return v
+        }
+        if r == 4 { return .null }
+        if r == 5 { return .array((0..<Int.random(in: 1...3, using: &g)).map { _ in value(&g, depth: depth + 1) }) }
+        var o: [String: Value] = [:]
+        for _ in 0..<Int.random(in: 1...3, using: &g) { o[["x", "y", "likes", "1"].randomElement(using: &g)!] = value(&g, depth: depth + 1) }
+        if Int.random(in: 0..<6, using: &g) == 0 { o[".priority"] = priority(&g) }
+        return .object(o)
+    }
+
+    /// Builds a random store under /data: server data, then pending writes over it (sets,
+    /// updates, removals, priorities, leaves turned objects, server puts below), with a
+    /// reopen half-way through sometimes (values then come from the log's files).
+    static func build(seed: UInt64, in dir: TemporaryDirectory) async throws -> Database {
+        var g = SplitMix(seed: seed)
+        var options = quietOptions(.none)
+        options.segmentSize = 32 << 10
+        // Every other seed has only keys whose byte order is their key order (walked off the
+        // indexes directly); the others mix in integers and characters where orders differ.
+        let plain = seed % 2 == 1
+        func key(_ g: inout SplitMix, _ n: Int) -> String { Self.key(&g, n, plain: plain) }
+        var db = try Database.open(at: dir.path, options: options)
+        let n = 700
+        var initial: [String: Value] = [:]
+        for _ in 0..<Int.random(in: 0..<300, using: &g) { initial[key(&g, n)] = value(&g) }
+        try await db.applyServerPut(at: "data", .object(initial))
+        let steps = 900
+        for step in 0..<steps {
+            let k = key(&g, n)
+            let data = try db.reference("data")
+            switch Int.random(in: 0..<12, using: &g) {
+            case 0: _ = try await data.child(k).setValue(.null)
+            case 1: _ = try await data.child(k).setPriority(priority(&g))
+            case 2: _ = try await data.child(k).child(["x", "y", "z"].randomElement(using: &g)!).setValue(value(&g))
+            case 3:
+                let other = key(&g, n)
+                _ = try await data.updateChildValues(other == k ? [k: value(&g)] : [k: value(&g), other + "/x": leaf(&g)])
+            case 4: try await db.applyServerPut(at: "data/" + k, value(&g))
+            case 5: _ = try await data.child(k).setValue(leaf(&g))  // a leaf a later write below turns into an object
+            default: _ = try await data.child(k).setValue(value(&g))
+            }
+            if step == steps / 2 && seed % 2 == 0 {
+                try await db.close()
+                db = try Database.open(at: dir.path, options: options)
+            }
+        }
+        return db
+    }
+
+    static func materialized(_ db: Database, _ path: String) throws -> Node {
+        try #require(db.engine.withLock { $0.visibleNode(at: Path(path)) })
+    }
+
+    /// Compares everything a snapshot shows (recursing into some children) with the node.
+    static func expectSame(_ lazy: DataSnapshot, _ node: Node, index: QueryIndex, _ g: inout SplitMix, _ where: String) throws {
+        let eager = DataSnapshot(ref: lazy.ref, node: node, index: index, metadata: lazy.metadata)
+        #expect(lazy.exists == eager.exists, "\(`where`): exists")
+        #expect(lazy.childrenCount == eager.childrenCount, "\(`where`): childrenCount")
+        #expect(lazy.hasChildren == eager.hasChildren, "\(`where`): hasChildren")
+        #expect(lazy.priority == eager.priority, "\(`where`): priority")
+        #expect(lazy.value == eager.value, "\(`where`): value")
+        #expect(lazy.exportValue == eager.exportValue, "\(`where`): exportValue")
+        let lazyChildren = lazy.children, eagerChildren = eager.children
+        #expect(lazyChildren.map(\.key) == eagerChildren.map(\.key), "\(`where`): children's order")
+        for (a, b) in zip(lazyChildren, eagerChildren) where Int.random(in: 0..<4, using: &g) == 0 {
+            #expect(a.exportValue == b.exportValue, "\(`where`): child \(b.key!)")
+        }
+        var walked: [(String, Value)] = []
+        try lazy.forEachChild { walked.append(($0.key!, $0.exportValue)) }
+        #expect(walked.map(\.0) == eagerChildren.map { $0.key! }, "\(`where`): forEachChild's order")
+        #expect(walked.map(\.1) == eagerChildren.map(\.exportValue), "\(`where`): forEachChild's values")
+        for _ in 0..<40 {
+            var path = [key(&g, 700)]
+            if Bool.random(using: &g) { path.append(["x", "y", "z", "1", ".priority"].randomElement(using: &g)!) }
+            let p = path.joined(separator: "/")
+            #expect(lazy.hasChild(p) == eager.hasChild(p), "\(`where`): hasChild(\(p))")
+            #expect(lazy.childSnapshot(forPath: p).exportValue == eager.childSnapshot(forPath: p).exportValue, "\(`where`): childSnapshot(\(p))")
+        }
+    }
+
+    static func isLazy(_ s: DataSnapshot) -> Bool {
+        if case .lazy(let l) = s.content { return l.plan != nil }
+        return false
+    }
+
+    @Test(arguments: Array(UInt64(1)...UInt64(12)))
+    func aLazySnapshotShowsWhatTheMaterializedNodeShows(seed: UInt64) async throws {
+        let dir = try TemporaryDirectory()
+        let db = try await Self.build(seed: seed, in: dir)
+        var g = SplitMix(seed: seed &* 31)
+        let node = try Self.materialized(db, "data")
+        let snapshot = try await db.reference("data").getData()
+        #expect(Self.isLazy(snapshot), "a location with hundreds of entries below it is read lazily")
+        if seed % 2 == 1, case .lazy(let l) = snapshot.content { #expect(l.plan?.plainKeys == true) }
+        try Self.expectSame(snapshot, node, index: .priority, &g, "seed \(seed)")
+        // Every index type orders the same children the same way.
+        let data = try db.reference("data")
+        let queries: [(DatabaseQuery, QueryIndex)] = [
+            (try data.queryOrderedByKey(), .key), (try data.queryOrderedByValue(), .value),
+            (try data.queryOrderedByPriority(), .priority), (try data.queryOrdered(byChild: "x"), .child(Path("x"))),
+        ]
+        for (query, index) in queries {
+            let s = try await query.getData()
+            try Self.expectSame(s, node, index: index, &g, "seed \(seed), \(index)")
+            var streamed: [String] = []
+            for try await child in s.childStream(batchSize: 7) { streamed.append(child.key!) }
+            #expect(streamed == IndexedNode(node, index: index).ordered.map(\.name), "seed \(seed), \(index): childStream's order")
+        }
+        // Ranged and limited queries choose their children walking the cache a child at a time.
+        let filtered: [DatabaseQuery] = [
+            try data.queryOrdered(byChild: "x").queryLimited(toLast: 5),
+            try data.queryOrdered(byChild: "likes").queryLimited(toFirst: 9),
+            try data.queryOrderedByKey().queryStarting(atValue: "k3").queryLimited(toFirst: 7),
+            try data.queryOrderedByValue().queryEnding(atValue: 2),
+            try data.queryOrderedByPriority().queryLimited(toFirst: 3),
+            try data.queryOrdered(byChild: "x").queryStarting(atValue: 0).queryEnding(atValue: 3),
+            try data.queryOrdered(byChild: "x").queryStarting(afterValue: "a", childKey: "k5").queryLimited(toLast: 4),
+        ]
+        for query in filtered {
+            let index = query.params.index
+            let expected = query.params.nodeFilter.updateFullNode(IndexedNode(.empty, index: index), IndexedNode(node, index: index), accumulator: nil).node
+            let s = try await query.getData()
+            #expect(!Self.isLazy(s))
+            #expect(s.exportValue == DataSnapshot(ref: s.ref, node: expected, metadata: s.metadata).exportValue, "seed \(seed), \(query.params)")
+            #expect(s.children.map(\.key) == IndexedNode(expected, index: index).ordered.map(\.name), "seed \(seed), \(query.params): order")
+        }
+        try await db.close()
+    }
+
+    @Test func aLazySnapshotKeepsShowingItsMomentWhileTheDatabaseChangesAndCompacts() async throws {
+        let dir = try TemporaryDirectory()
+        var options = quietOptions(.none)
+        options.segmentSize = 16 << 10
+        let db = try Database.open(at: dir.path, options: options)
+        try await db.applyServerPut(at: "posts", [:])
+        for i in 0..<2_000 { _ = try await db.reference("posts/p\(10_000 + i)").setValue(["n": .int(Int64(i)), "text": .string("post \(i)")]) }
+        let snapshot = try await db.reference("posts").getData()
+        #expect(Self.isLazy(snapshot))
+        // Everything changes after it: the writes are answered (acknowledged), rewritten, the
+        // log compacted (its old segments deleted), the database closed.
+        var last: Int64 = 0
+        for i in 0..<2_000 { last = try await db.reference("posts/p\(10_000 + i)").setValue(["n": .int(-1)]).writeID ?? 0 }
+        try await db.acknowledgeWrites(through: last)
+        _ = try await db.compact()
+        #expect(try await db.reference("posts/p10000/n").getData().value == .int(-1))
+        try await db.close()
+        var n = 0
+        try snapshot.forEachChild { child in
+            #expect(child.childSnapshot(forPath: "n").value == .int(Int64(n)))
+            #expect(child.childSnapshot(forPath: "text").value == .string("post \(n)"))
+            n += 1
+        }
+        #expect(n == 2_000)
+        #expect(snapshot.childrenCount == 2_000)
+        #expect(snapshot.childSnapshot(forPath: "p11999/n").value == .int(1_999))
+    }
+
+    @Test func aSmallLocationIsReadAtOnce() async throws {
+        let db = try Database.open(at: try TemporaryDirectory().path, options: quietOptions(.none))
+        try await db.applyServerPut(at: "posts", ["a": 1, "b": 2])
+        let s = try await db.reference("posts").getData()
+        #expect(!Self.isLazy(s))
+        #expect(s.value == ["a": 1, "b": 2])
+        try await db.close()
+    }
+}
+
+/// Walking the children of a big location holds one child at a time: measured as the peak
+/// resident memory of a child process that opens the store and reads it.
+@Suite struct LazySnapshotMemoryTests {
+    @Test func streamingChildrenNeedsTheMemoryOfTheOpenNotOfTheData() async throws {
+        let dir = try TemporaryDirectory()
+        let count = 150_000
+        var options = quietOptions(.none)
+        options.segmentSize = 4 << 20
+        let db = try Database.open(at: dir.path, options: options)
+        try await db.applyServerPut(at: "posts", [:])
+        let filler = String(repeating: "lorem ipsum dolor sit amet ", count: 6)
+        for i in 0..<count {
+            _ = try db.reference("posts/p\(100_000_000 + i)").setValueNow(["likes": .int(Int64(i % 997)), "text": .string("\(i) \(filler)"), "by": .string("u\(i % 50)")])
+        }
+        try await db.close()  // (with a checkpoint)
+        let child = Locations.executable("ferry-space-child")
+        func peak(_ mode: String) throws -> Int {
+            let result = try run(child, ["read", dir.path, mode, String(count)])
+            #expect(result.status == 0, "\(mode) read every child: \(result.stdout)")
+            let line = result.stdout.split(separator: "\n").first { $0.hasPrefix("peak ") }
+            return try #require(line.flatMap { Int($0.dropFirst(5)) })
+        }
+        let opened = try peak("open"), streamed = try peak("stream"), materialized = try peak("materialize")
+        let mib = { (b: Int) in String(format: "%.1f MiB", Double(b) / 1_048_576) }
+        print("peak RSS: open \(mib(opened)), stream \(mib(streamed)), materialize \(mib(materialized))")
+        // A walk adds a frame cache and a child at a time: a few MiB, not the data's size.
+        #expect(streamed < opened + 24 << 20, "streaming \(mib(streamed)) against the open's \(mib(opened))")
+        // The measurement can tell: building the whole value takes far more.
+        #expect(materialized > streamed + 64 << 20, "materializing \(mib(materialized)) against streaming \(mib(streamed))")
+    }
+}
