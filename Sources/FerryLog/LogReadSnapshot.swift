@@ -28,6 +28,8 @@ public final class LogReadSnapshot: Sendable {
     /// including) the first not yet written then.
     public let range: Range<LSN>
     private let segments: [SegmentInfo]
+    /// Each segment's next LSN, for finding a record's segment without copying segment infos.
+    private let nextLSNs: [LSN]
     private let directory: StoreDirectory
     private let state: Mutex<State>
     private static let maxFrames = 4
@@ -40,6 +42,7 @@ public final class LogReadSnapshot: Sendable {
             cursors.append(SegmentCursor(name: s.name, reader: FrameReader(file: file, system: directory.system, limit: s.size)))
         }
         self.segments = segments.filter { $0.nextLSN > $0.firstLSN && $0.size > 0 }
+        self.nextLSNs = self.segments.map(\.nextLSN)
         self.range = first..<max(first, written)
         self.directory = directory
         self.state = Mutex(State(cursors: cursors))
@@ -53,21 +56,20 @@ public final class LogReadSnapshot: Sendable {
         guard range.contains(lsn) else {
             throw LogError(.recordsUnavailable, "record \(lsn) is not in the snapshot (\(range.lowerBound)..<\(range.upperBound))", file: directory.path)
         }
-        var lo = 0, hi = segments.count
-        while lo < hi {
-            let mid = (lo + hi) / 2
-            if segments[mid].nextLSN <= lsn { lo = mid + 1 } else { hi = mid }
-        }
-        guard lo < segments.count, segments[lo].firstLSN <= lsn else {
-            throw LogError(.recordsUnavailable, "no segment holds record \(lsn)", file: directory.path)
-        }
-        let segment = segments[lo]
         let frame = try state.withLock { s -> CachedFrame in
+            // Frames first: a walk in LSN order finds most records in the last one read.
             if let i = s.frames.lastIndex(where: { $0.firstLSN <= lsn && lsn.rawValue < $0.firstLSN.rawValue + UInt64($0.count) }) {
                 return s.frames[i]
             }
-            guard let cursor = s.cursors[lo] else { throw LogError(.recordsUnavailable, "no segment holds record \(lsn)", file: directory.path) }
-            let f = try WriteAheadLog.readFrame(containing: lsn, in: segment, cursor: cursor, directory: directory)
+            var lo = 0, hi = nextLSNs.count
+            while lo < hi {
+                let mid = (lo + hi) / 2
+                if nextLSNs[mid] <= lsn { lo = mid + 1 } else { hi = mid }
+            }
+            guard lo < segments.count, segments[lo].firstLSN <= lsn, let cursor = s.cursors[lo] else {
+                throw LogError(.recordsUnavailable, "no segment holds record \(lsn)", file: directory.path)
+            }
+            let f = try WriteAheadLog.readFrame(containing: lsn, in: segments[lo], cursor: cursor, directory: directory)
             s.frames.append(f)
             if s.frames.count > Self.maxFrames { s.frames.removeFirst() }
             return f

@@ -169,17 +169,14 @@ final class LazyLocation: @unchecked Sendable {
         base.forEachChild { k, _ in if plain && !isPlain(k) { plain = false } }
         var buffer: [UInt8] = []
         for layer in layers where plain {
-            var p = layer.index.position(atOrAfter: key)
-            while plain && !layer.index.isEnd(p) {
-                layer.index.key(at: p, into: &buffer)
-                if buffer == key {
-                    p = layer.index.advanced(p)
-                    continue
+            var w = PathIndex.Walker(layer.index, atOrAfter: key)
+            while plain && key.withUnsafeBytes({ w.hasPrefix($0) }) {
+                w.key(into: &buffer)
+                if buffer.count > key.count {
+                    let end = buffer[key.count...].firstIndex(of: 0)!
+                    if !isPlain(buffer[key.count..<end]) { plain = false }
                 }
-                guard buffer.starts(with: key) else { break }
-                let end = buffer[key.count...].firstIndex(of: 0)!
-                if !isPlain(buffer[key.count..<end]) { plain = false }
-                p = layer.index.advanced(p)
+                w.advance()
             }
         }
         return ChildPlan(base: base, layers: layers, plainKeys: plain)
@@ -243,18 +240,22 @@ final class LazyLocation: @unchecked Sendable {
     func indexOrder(_ index: QueryIndex) -> [String]? {
         if index == .key { return nil }
         let byPriority = index == .priority
+        if byPriority {
+            // Usually no child has a priority: then key order it is, and nothing was kept.
+            var cursor = ChildCursor(self, decode: false, priorities: true)
+            var any = false
+            while !any, let (_, n) = cursor.next() { any = !(n?.priority.isEmpty ?? true) }
+            if !any { return nil }
+        }
         var cursor = ChildCursor(self, decode: !byPriority, priorities: byPriority)
         var keys: [String] = []
         var values: [Node] = []
-        var needsSort = !byPriority
         while let (k, n) = cursor.next() {
             keys.append(k)
             var v = index.indexedValue(n ?? .empty)
             if case .children = v { v = Self.anObject }  // objects all sort alike
-            if byPriority && !v.isEmpty { needsSort = true }
             values.append(v)
         }
-        guard needsSort else { return nil }
         var order = Array(values.indices)
         order.sort { i, j in
             let c = Node.compare(values[i], values[j])
@@ -307,25 +308,38 @@ struct ChildCursor {
     let decode: Bool
     /// Give each child's priority (its node, or a node carrying that priority).
     let priorities: Bool
-    private var positions: [PathIndex<LayeredEntry>.Position] = []
+    private let reader: FrozenReader
+    private let layers: [LayeredIndex]
+    private var walkers: [PathIndex<LayeredEntry>.Walker] = []
+    private let pathKey: [UInt8]
     private var baseChildren: [NamedNode] = []
     private var baseNext = 0
-    /// For keys that are not plain: every key, in key order.
+    /// For keys that are not plain, or a location read whole: every key, in key order.
     private var sortedKeys: [String]?
     private var nextSorted = 0
     private var buffer: [UInt8] = []
+    private var smallest: [UInt8] = []
+    private var childKey: [UInt8] = []
 
     init(_ location: LazyLocation, decode: Bool, priorities: Bool = false) {
         self.location = location
         self.decode = decode
         self.priorities = priorities
+        reader = location.data.reader
+        pathKey = location.pathKey
         guard let plan = location.plan else {
+            layers = []
             baseChildren = location.node.childMap.entries
             return
         }
+        layers = plan.layers
         baseChildren = plan.base.childMap.entries
         if plan.plainKeys {
-            positions = plan.layers.map { $0.index.position(atOrAfter: location.pathKey) }
+            walkers = plan.layers.map { layer in
+                var w = PathIndex.Walker(layer.index, atOrAfter: location.pathKey)
+                if !w.isAtEnd && w.keyCount == location.pathKey.count { w.advance() }  // the location's own entry
+                return w
+            }
         } else {
             var keys = Set(baseChildren.map(\.name))
             let key = location.pathKey
@@ -343,7 +357,7 @@ struct ChildCursor {
 
     /// The next child: its key, and its node when decoded (nil means not empty, not decoded).
     mutating func next() -> (String, Node?)? {
-        guard let plan = location.plan else {
+        guard location.plan != nil else {
             guard baseNext < baseChildren.count else { return nil }
             defer { baseNext += 1 }
             return (baseChildren[baseNext].name, baseChildren[baseNext].node)
@@ -357,55 +371,54 @@ struct ChildCursor {
             }
             return nil
         }
-        let pk = location.pathKey
         while true {
             // The smallest child key among the layers' next entries and the base's next child.
-            var smallest: [UInt8]?
-            for (i, layer) in plan.layers.enumerated() {
-                var p = positions[i]
-                while !layer.index.isEnd(p) {
-                    layer.index.key(at: p, into: &buffer)
-                    if buffer == pk { p = layer.index.advanced(p); continue }  // the location's own entry
-                    break
+            var found = false
+            for i in walkers.indices {
+                guard pathKey.withUnsafeBytes({ walkers[i].hasPrefix($0) }) else { continue }
+                walkers[i].key(into: &buffer)
+                let end = buffer[pathKey.count...].firstIndex(of: 0)!
+                let child = buffer[pathKey.count..<end]
+                if !found || child.lexicographicallyPrecedes(smallest) {
+                    smallest.removeAll(keepingCapacity: true)
+                    smallest.append(contentsOf: child)
+                    found = true
                 }
-                positions[i] = p
-                guard !layer.index.isEnd(p), buffer.count > pk.count, buffer.starts(with: pk) else { continue }
-                let end = buffer[pk.count...].firstIndex(of: 0)!
-                let child = Array(buffer[pk.count..<end])
-                if smallest == nil || compareBytes(child, smallest!) < 0 { smallest = child }
             }
-            let baseName = baseNext < baseChildren.count ? Array(baseChildren[baseNext].name.utf8) : nil
-            if let b = baseName, smallest == nil || compareBytes(b, smallest!) <= 0 { smallest = b }
-            guard let childBytes = smallest else { return nil }
             var fromBase: Node?
-            if let b = baseName, b == childBytes {
-                fromBase = baseChildren[baseNext].node
-                baseNext += 1
-            }
-            // The child's entries: how many, and the one when it is alone and at the child itself.
-            let childKey = pk + childBytes + [0]
-            var count = 0
-            var single: (layer: LayeredIndex, entry: LayeredEntry)?
-            for (i, layer) in plan.layers.enumerated() {
-                var p = positions[i]
-                while !layer.index.isEnd(p) {
-                    layer.index.key(at: p, into: &buffer)
-                    guard buffer.starts(with: childKey) else { break }
-                    count += 1
-                    if buffer.count == childKey.count { single = (layer, layer.index.entry(at: p)) }
-                    p = layer.index.advanced(p)
+            if baseNext < baseChildren.count {
+                let name = baseChildren[baseNext].name.utf8
+                if !found || !smallest.lexicographicallyPrecedes(name) {
+                    if !found || name.elementsEqual(smallest) == false {
+                        smallest.removeAll(keepingCapacity: true)
+                        smallest.append(contentsOf: name)
+                        found = true
+                    }
+                    fromBase = baseChildren[baseNext].node
+                    baseNext += 1
                 }
-                positions[i] = p
             }
-            let name = String(decoding: childBytes, as: UTF8.self)
+            guard found else { return nil }
+            // The child's entries: how many, and the one when it is alone and at the child itself.
+            childKey.removeAll(keepingCapacity: true)
+            childKey.append(contentsOf: pathKey)
+            childKey.append(contentsOf: smallest)
+            childKey.append(0)
+            var count = 0
+            var single: (layer: Int, entry: LayeredEntry)?
+            for i in walkers.indices {
+                while childKey.withUnsafeBytes({ walkers[i].hasPrefix($0) }) {
+                    count += 1
+                    if walkers[i].keyCount == childKey.count { single = (i, walkers[i].entry) }
+                    walkers[i].advance()
+                }
+            }
+            let name = String(decoding: smallest, as: UTF8.self)
             if count == 0, let fromBase { return (name, fromBase) }
             if count == 1, fromBase == nil, let (layer, entry) = single {
                 if entry.isEmpty { continue }
-                if decode { return (name, layer.value(entry)) }
-                if priorities {
-                    if entry.isInline { return (name, layer.value(entry)) }
-                    if location.data.reader.hasPriority(entry.ref) { return (name, layer.value(entry)) }
-                }
+                if decode { return (name, value(entry, layer)) }
+                if priorities && (entry.isInline || reader.hasPriority(entry.ref)) { return (name, value(entry, layer)) }
                 return (name, nil)
             }
             let node = location.data.visibleNode(at: location.path.child(name)) ?? .empty
@@ -414,8 +427,9 @@ struct ChildCursor {
         }
     }
 
-    private func compareBytes(_ a: [UInt8], _ b: [UInt8]) -> Int {
-        a.lexicographicallyPrecedes(b) ? -1 : (a == b ? 0 : 1)
+    private func value(_ entry: LayeredEntry, _ layer: Int) -> Node {
+        if entry.isInline { return layers[layer].value(entry) }
+        return entry.ref.length == 0 ? .empty : reader.node(entry.ref)
     }
 }
 

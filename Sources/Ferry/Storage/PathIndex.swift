@@ -392,15 +392,14 @@ struct PathIndex<Entry> {
         }
     }
 
-    /// A place in the index, for walking it a step at a time (valid while the index does
-    /// not change: walks run on frozen copies).
-    struct Position {
-        fileprivate var chunk: Int
-        fileprivate var slot: Int
+    /// A place in the index (where a ``Walker`` starts).
+    private struct Position {
+        var chunk: Int
+        var slot: Int
     }
 
     /// The place of the first key not before `key`.
-    func position(atOrAfter key: [UInt8]) -> Position {
+    private func position(atOrAfter key: [UInt8]) -> Position {
         guard !chunks.isEmpty else { return Position(chunk: 0, slot: 0) }
         return key.withUnsafeBytes { k in
             let ci = chunkIndex(k)
@@ -418,11 +417,48 @@ struct PathIndex<Entry> {
         return p
     }
 
-    func isEnd(_ p: Position) -> Bool { p.chunk >= chunks.count }
-    func advanced(_ p: Position) -> Position { normalized(Position(chunk: p.chunk, slot: p.slot + 1)) }
-    /// The key at `p` (not the end), into `out`.
-    func key(at p: Position, into out: inout [UInt8]) { chunks[p.chunk].key(p.slot, into: &out) }
-    func entry(at p: Position) -> Entry { chunks[p.chunk].entries[p.slot] }
+
+    /// Walks the index from a key on, a step at a time, holding the chunks itself (so that a
+    /// step costs no reference counting: reading the index through a class's property would
+    /// copy it at every step).
+    struct Walker {
+        private let chunks: [Chunk]
+        private var chunk = 0
+        private var slot = 0
+
+        init(_ index: PathIndex, atOrAfter key: [UInt8]) {
+            chunks = index.chunks
+            let p = index.position(atOrAfter: key)
+            chunk = p.chunk
+            slot = p.slot
+        }
+
+        var isAtEnd: Bool { chunk >= chunks.count }
+        /// The key here (not at the end), into `out`.
+        func key(into out: inout [UInt8]) {
+            let c = chunk, i = slot
+            chunks.withUnsafeBufferPointer { all in
+                let ch = all[c]
+                let start = i == 0 ? 0 : Int(ch.ends[i - 1]), end = Int(ch.ends[i])
+                out.removeAll(keepingCapacity: true)
+                ch.prefix.withUnsafeBufferPointer { out.append(contentsOf: $0) }
+                ch.suffixes.withUnsafeBufferPointer { out.append(contentsOf: UnsafeBufferPointer(rebasing: $0[start..<end])) }
+            }
+        }
+        var entry: Entry { chunks[chunk].entries[slot] }
+        /// The length of the key here.
+        var keyCount: Int { chunks[chunk].prefix.count + chunks[chunk].suffixRange(slot).count }
+        /// Whether the key here starts with `prefix` (false at the end).
+        func hasPrefix(_ prefix: UnsafeRawBufferPointer) -> Bool { !isAtEnd && chunks[chunk].hasPrefix(slot, prefix) }
+
+        mutating func advance() {
+            slot += 1
+            while chunk < chunks.count && slot >= chunks[chunk].count {
+                chunk += 1
+                slot = 0
+            }
+        }
+    }
 
     /// How many keys start with `prefix` and are longer than it, counting up to `limit`.
     func count(strictlyBelow prefix: [UInt8], limit: Int) -> Int {
