@@ -65,6 +65,15 @@ struct CompareBench: AsyncParsableCommand {
                             results["reopen", default: [:]]["ferry-replay", default: []].append(replay)
                         }
                     }
+                    if workload == "bulk" && wants("limited") && engine == "ferry" {
+                        // With a child-value index on likes, built and checkpointed in an earlier
+                        // session (not timed), as an app that declares it would have (after the
+                        // reopen runs, which this checkpoint would otherwise serve).
+                        _ = try child("limited-prepare", "ferry-indexed", dir)
+                        var indexed = try child("limited", "ferry-indexed", dir)
+                        indexed.payloadBytes = results["bulk"]![engine]!.last!.payloadBytes
+                        results["limited", default: [:]]["ferry-indexed", default: []].append(indexed)
+                    }
                     remove(dir)
                 }
             }
@@ -72,7 +81,7 @@ struct CompareBench: AsyncParsableCommand {
 
         var report = Report(json: common.json)
         for workload in Self.workloads where wants(workload) {
-            for engine in Self.engines + ["ferry-replay"] {
+            for engine in Self.engines + ["ferry-replay", "ferry-indexed"] {
                 guard let runs = results[workload]?[engine] else { continue }
                 report.add(measurement(workload, engine, runs))
             }
@@ -101,7 +110,11 @@ struct CompareBench: AsyncParsableCommand {
         }
         if workload == "reopen" || workload == "limited" { notes.append(String(format: "%.3f s", m.median)) }
         if workload == "limited", let top = runs.last?.note { notes.append("top: \(top)") }
+        if workload == "limited", let q = runs.compactMap(\.querySeconds).sorted().dropFirst(runs.count / 2).first {
+            notes.append(String(format: "(open %.3f s + query %.4f s)", m.median - q, q))
+        }
         if engine == "ferry-replay" { notes.append("no checkpoint") }
+        if engine == "ferry-indexed" { notes.append("child-value index") }
         m.note = notes.joined(separator: " ")
         return m
     }
@@ -145,8 +158,9 @@ struct Summary {
             atLeast("bulk", "leveldb", 2), atLeast("bulk", "sqlite", 3), atLeast("bulk", "raw", 0.7),
             time("ferry", 0.5, "with a checkpoint, Ferry's"), time("ferry-replay", 1, "without, Ferry's"),
         ]
-        if let limited = find("limited", "ferry") {
-            out.append(Goal(workload: "limited", text: "first event of a top-10 query after a reopen ≤ 0.1 s",
+        if let limited = find("limited", "ferry-indexed") ?? find("limited", "ferry") {
+            out.append(Goal(workload: "limited", text: "first event of a top-10 query after a reopen ≤ 0.1 s"
+                                + (limited.engine == "ferry-indexed" ? " (with an index on likes)" : ""),
                             value: limited.median, met: limited.median <= 0.1, unit: " s"))
         }
         let f = find("overwrite", "ferry")?.bytesAfterCompaction, l = find("overwrite", "leveldb")?.bytesAfterCompaction
@@ -175,6 +189,11 @@ struct Summary {
             if let now = find(w, "ferry-now") {
                 var cells = [w + ", not awaiting each write (`setValueNow`)", human(now.opsPerSecond), "", "", ""]
                 for e in ["leveldb", "sqlite", "raw"] { cells.append(ratio(w, e, ferry: "ferry-now").map { String(format: "%.2f×", $0) } ?? "–") }
+                lines.append("| " + cells.joined(separator: " | ") + " |")
+            }
+            if w == "limited", let indexed = find(w, "ferry-indexed") {
+                var cells = ["limited, with a child-value index on likes", human(indexed.opsPerSecond), "", "", ""]
+                for e in ["leveldb", "sqlite", "raw"] { cells.append(ratio(w, e, ferry: "ferry-indexed").map { String(format: "%.2f×", $0) } ?? "–") }
                 lines.append("| " + cells.joined(separator: " | ") + " |")
             }
             if w == "reopen", let replay = find(w, "ferry-replay") {

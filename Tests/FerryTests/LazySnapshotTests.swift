@@ -57,10 +57,11 @@ import Testing
     /// Builds a random store under /data: server data, then pending writes over it (sets,
     /// updates, removals, priorities, leaves turned objects, server puts below), with a
     /// reopen half-way through sometimes (values then come from the log's files).
-    static func build(seed: UInt64, in dir: TemporaryDirectory) async throws -> Database {
+    static func build(seed: UInt64, in dir: TemporaryDirectory, indexes: [ChildIndex] = []) async throws -> Database {
         var g = SplitMix(seed: seed)
         var options = quietOptions(.none)
         options.segmentSize = 32 << 10
+        options.indexes = indexes
         // Every other seed has only keys whose byte order is their key order (walked off the
         // indexes directly); the others mix in integers and characters where orders differ.
         let plain = seed % 2 == 1

@@ -8,14 +8,14 @@ import FerryLog
 enum Checkpoint {
     static let prefix = "checkpoint-"
     static let magic = Array("FERRYCKP".utf8)
-    /// The version written. Versions 2 (no sync cursor, no rejected writes) and 3 (no pins)
-    /// are still read.
-    static let version: UInt16 = 4
+    /// The version written. Versions 2 (no sync cursor, no rejected writes), 3 (no pins) and
+    /// 4 (no child-value indexes) are still read.
+    static let version: UInt16 = 5
     /// Blocks are cut once they pass this many bytes.
     static let blockTarget = 256 << 10
 
     enum Section: UInt8 {
-        case server = 1, pending = 2, overlay = 3, rejected = 4, pins = 5
+        case server = 1, pending = 2, overlay = 3, rejected = 4, pins = 5, childIndexes = 6
     }
 
     static func fileName(_ lsn: UInt64) -> String {
@@ -80,6 +80,12 @@ struct CheckpointImage {
     let rejected: [(id: Int64, lsn: UInt64)]
     /// `keepSynced` pins, as path keys in key order.
     let pins: [[UInt8]]
+    /// The child-value indexes that are up to date: location and child as path keys, and the
+    /// sort keys in order.
+    let childIndexes: [(location: [UInt8], child: [UInt8], keys: PathIndex<UInt8>)]
+
+    /// Entries of the child-value index section: a start per index, and its keys.
+    var childIndexEntries: Int { childIndexes.reduce(0) { $0 + 1 + $1.keys.count } }
 
     /// Streams the checkpoint into `out`, a block at a time.
     func write(storeID: StoreID, nextLSN: UInt64, to out: SideFileBlockWriter) throws {
@@ -96,6 +102,7 @@ struct CheckpointImage {
         w.signed(ackedThrough)
         w.varint(UInt64(rejected.count))
         w.varint(UInt64(pins.count))
+        w.varint(UInt64(childIndexEntries))
         try w.bytes.withUnsafeBytes { try out.write($0) }
         w.bytes.removeAll(keepingCapacity: true)
 
@@ -149,14 +156,32 @@ struct CheckpointImage {
             key.withUnsafeBytes { keys.write($0, into: &w) }
         }
         try flush()
+        for index in childIndexes {
+            try startBlockIfNeeded(.childIndexes)
+            w.u8(0)
+            w.varint(UInt64(index.location.count))
+            w.bytes.append(contentsOf: index.location)
+            w.varint(UInt64(index.child.count))
+            w.bytes.append(contentsOf: index.child)
+            w.varint(UInt64(index.keys.count))
+            keys.previous.removeAll(keepingCapacity: true)  // (each index's keys rise from its start)
+            try index.keys.forEach(withPrefix: []) { key, _ in
+                try startBlockIfNeeded(.childIndexes)
+                w.u8(1)
+                keys.write(key, into: &w)
+            }
+        }
+        try flush()
     }
 }
 
 extension Engine {
     var checkpointImage: CheckpointImage {
-        CheckpointImage(server: server.index, pending: writeTree.pending, overlay: writeTree.overlay.index,
-                        ackedThrough: ackedThrough, rejected: rejected.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
-                        pins: pins.map { PathKey.encode($0) }.sorted { a, b in a.lexicographicallyPrecedes(b) })
+        for index in childIndexes { index.refresh() }
+        return CheckpointImage(server: server.index, pending: writeTree.pending, overlay: writeTree.overlay.index,
+                               ackedThrough: ackedThrough, rejected: rejected.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
+                               pins: pins.map { PathKey.encode($0) }.sorted { a, b in a.lexicographicallyPrecedes(b) },
+                               childIndexes: childIndexes.filter(\.isCurrent).map { ($0.locationKey, PathKey.encode($0.child), $0.sorted) })
     }
 
     /// Loads the newest checkpoint that checks out; returns the LSN replay starts at (the
@@ -193,8 +218,13 @@ struct CheckpointLoader {
     let expectedLSN: UInt64
     let firstLSN: UInt64
     let nextLSN: UInt64
-    var expected: (server: UInt64, pending: UInt64, overlay: UInt64, rejected: UInt64, pins: UInt64)?
-    var counts: (server: UInt64, pending: UInt64, overlay: UInt64, rejected: UInt64, pins: UInt64) = (0, 0, 0, 0, 0)
+    var expected: (server: UInt64, pending: UInt64, overlay: UInt64, rejected: UInt64, pins: UInt64, indexes: UInt64)?
+    var counts: (server: UInt64, pending: UInt64, overlay: UInt64, rejected: UInt64, pins: UInt64, indexes: UInt64) = (0, 0, 0, 0, 0, 0)
+    /// The declared child-value index the section's keys go to (nil: an index no longer
+    /// declared, whose keys are skipped), and how many keys it announced and got.
+    var currentIndex: ChildValueIndex?
+    var indexKeys: (announced: UInt64, read: UInt64) = (0, 0)
+    var restoredIndexes: [(ChildValueIndex, announced: UInt64, read: UInt64)] = []
     var lastSection: UInt8 = 0
     var keys = KeyDelta()
     /// The section's previous key: keys must rise (the indexes are rebuilt by appending).
@@ -248,6 +278,26 @@ struct CheckpointLoader {
                 guard keys.previous.withUnsafeBytes({ PathKey.depth($0) }) != nil else { throw Checkpoint.damaged("a pin is not a path") }
                 engine.pins.insert(PathKey.decode(keys.previous))
                 counts.pins += 1
+            case .childIndexes:
+                counts.indexes += 1
+                if try r.u8() == 0 {
+                    closeIndex()
+                    func pathKey() throws -> [UInt8] {
+                        let n = try r.varintCount()
+                        guard n <= Checkpoint.maxKeyBytes, n <= r.bytes.count - r.offset else { throw Checkpoint.damaged("an index's path does not fit its block") }
+                        defer { r.offset += n }
+                        return Array(r.bytes[r.offset..<(r.offset + n)])
+                    }
+                    let location = try pathKey(), child = try pathKey()
+                    indexKeys = (try r.varint(), 0)
+                    keys.previous.removeAll(keepingCapacity: true)
+                    currentIndex = engine.childIndexes.first { $0.locationKey == location && PathKey.encode($0.child) == child && $0.sorted.isEmpty }
+                } else {
+                    let rises = try keys.read(&r)
+                    guard first || rises else { throw Checkpoint.damaged("index keys out of order") }
+                    indexKeys.read += 1
+                    keys.previous.withUnsafeBytes { currentIndex?.restore($0) }
+                }
             case .rejected:
                 let id = previousID &+ (try r.signed())
                 previousID = id
@@ -293,13 +343,14 @@ struct CheckpointLoader {
         r.offset = 34
         let (server, pending, overlay) = (try r.varint(), try r.varint(), try r.varint())
         let pendingKeyBytes = try r.varint()
-        var ackedThrough: Int64 = 0, rejected: UInt64 = 0, pins: UInt64 = 0
+        var ackedThrough: Int64 = 0, rejected: UInt64 = 0, pins: UInt64 = 0, indexes: UInt64 = 0
         if version >= 3 {
             ackedThrough = try r.signed()
             rejected = try r.varint()
         }
         if version >= 4 { pins = try r.varint() }
-        expected = (server, pending, overlay, rejected, pins)
+        if version >= 5 { indexes = try r.varint() }
+        expected = (server, pending, overlay, rejected, pins, indexes)
         guard r.atEnd else { throw Checkpoint.damaged("trailing bytes in its header") }
         engine.server.removeAll()
         engine.writeTree.beginRestore()
@@ -312,8 +363,19 @@ struct CheckpointLoader {
         engine.writeTree.reservePending(room, keyBytes: bytes)
     }
 
-    /// Checks that every entry the header announced arrived.
-    func finish() throws {
+    private mutating func closeIndex() {
+        if let index = currentIndex { restoredIndexes.append((index, indexKeys.announced, indexKeys.read)) }
+        currentIndex = nil
+    }
+
+    /// Checks that every entry the header announced arrived; the child-value indexes that
+    /// arrived whole are then current.
+    mutating func finish() throws {
+        closeIndex()
         guard let expected, expected == counts else { throw Checkpoint.damaged("entries are missing") }
+        for (index, announced, read) in restoredIndexes {
+            guard announced == read else { throw Checkpoint.damaged("a child-value index is missing keys") }
+            index.finishRestore()
+        }
     }
 }

@@ -28,8 +28,6 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     enum Content: Sendable {
         case node(Node)
         case lazy(LazyLocation)
-        /// (Only on the way out of the lock: frozen data a lazy location is made from.)
-        case frozen(FrozenData)
     }
 
     /// Where the data is.
@@ -55,7 +53,6 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
         switch content {
         case .node(let n): n
         case .lazy(let l): l.node
-        case .frozen: .empty
         }
     }
 
@@ -75,7 +72,6 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
         switch content {
         case .node(let n): !n.isEmpty
         case .lazy(let l): l.exists
-        case .frozen: false
         }
     }
     /// How many children the data here has.
@@ -83,7 +79,6 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
         switch content {
         case .node(let n): n.numChildren
         case .lazy(let l): l.childrenCount
-        case .frozen: 0
         }
     }
     /// Whether the data here has any children.
@@ -91,7 +86,6 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
         switch content {
         case .node(let n): n.numChildren > 0
         case .lazy(let l): l.plan != nil ? l.exists : l.node.numChildren > 0
-        case .frozen: false
         }
     }
 
@@ -102,7 +96,6 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
         switch content {
         case .node(let n): n.getChild(p)
         case .lazy(let l): l.descendant(p)
-        case .frozen: .empty
         }
     }
 
@@ -126,8 +119,6 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
             return IndexedNode(n, index: index).ordered.map {
                 DataSnapshot(ref: ref.childUnchecked(Path(keys: [$0.name])), node: $0.node, metadata: metadata)
             }
-        case .frozen:
-            return []
         case .lazy(let l):
             guard l.plan != nil else { return DataSnapshot(ref: ref, node: l.node, index: index, metadata: metadata).children }
             let keys = l.indexOrder(index) ?? l.keys

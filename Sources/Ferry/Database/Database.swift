@@ -4,6 +4,21 @@ import Logging
 import Synchronization
 
 /// How a ``Database`` stores and delivers.
+/// A child-value index: the children of `location` kept ordered by the value at `child`
+/// below each (see ``DatabaseOptions/indexes``).
+public struct ChildIndex: Sendable, Hashable {
+    /// The location whose children are indexed, as a path ("posts").
+    public var location: String
+    /// The path below each child whose value orders them ("likes", "meta/score").
+    public var child: String
+
+    /// An index of `location`'s children by the value at `child`.
+    public init(location: String, child: String) {
+        self.location = location
+        self.child = child
+    }
+}
+
 public struct DatabaseOptions: Sendable {
     /// When a write's `await` returns: after `fdatasync` (``Durability/fsync``, the default),
     /// or at once with periodic or no syncing. See ``FerryLog/Durability``.
@@ -31,6 +46,15 @@ public struct DatabaseOptions: Sendable {
     public var checkpointPolicy: CheckpointPolicy? = CheckpointPolicy()
     /// Where the database logs recoveries and failures.
     public var logger = Logger(label: "ferry")
+    /// Children kept ordered by a child's value, as the Realtime Database's `.indexOn` rule
+    /// does on a server: a ranged-free limited query ordered by that child at that location —
+    /// `queryOrdered(byChild:).queryLimited(toFirst:/toLast:)` — read from the cache with
+    /// ``DatabaseQuery/getData()`` or ``DatabaseQuery/observeSingleEvent(of:)`` then reads only
+    /// its window instead of every child. The index is derived from the data (kept in step
+    /// with every change, built by a walk of the children when first needed, and kept in
+    /// checkpoints so that an open does not walk them again). Writes below an indexed
+    /// location cost a little more: the changed child's value is read to move its entry.
+    public var indexes: [ChildIndex] = []
     /// The system calls the log makes; tests replace them to inject faults or cut the power.
     @_spi(Testing) public var system: SystemCalls = .live
 
@@ -98,6 +122,7 @@ public final class Database: Sendable {
         }
         let engine = Engine(log: log, logger: options.logger)
         do {
+            try engine.declareIndexes(options.indexes)
             let start = try engine.loadLatestCheckpoint()
             try log.forEachRecord(from: max(LSN(start), log.firstLSN)) { r in
                 do {
@@ -124,7 +149,9 @@ public final class Database: Sendable {
     /// A database that keeps everything in memory and writes nothing to disk (for data that
     /// must not be stored). It behaves like a stored one while the process lives.
     public static func inMemory(options: DatabaseOptions = DatabaseOptions()) -> Database {
-        Database(engine: Engine(log: nil, logger: options.logger), log: nil, path: nil, options: options)
+        let engine = Engine(log: nil, logger: options.logger)
+        try? engine.declareIndexes(options.indexes)  // (checked by a stored open; a bad one is left out here)
+        return Database(engine: engine, log: nil, path: nil, options: options)
     }
 
     /// The root location.

@@ -310,35 +310,68 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     ///
     /// A big location with no view is not read under the lock: the lock is held only to
     /// freeze the indexes (``FrozenData``), and the snapshot reads its children from them, and
-    /// from the log's files, as it is used.
-    func cachedSnapshot() throws -> DataSnapshot? {
+    /// from the log's files, as it is used. A limited query a child-value index orders
+    /// (``DatabaseOptions/indexes``) reads its window alone: its keys from the index, their
+    /// data, under the lock (the index is first built outside it when it must be).
+    func cachedSnapshot(buildingIndex: Bool = true) throws -> DataSnapshot? {
+        enum Found {
+            case node(Node)
+            case frozen(FrozenData)
+            case rebuild(ChildValueIndex, FrozenData)
+        }
         let query = spec
         let database = database
         let onFailure: @Sendable (DatabaseError) -> Void = { e in database.engine.withLock { $0.failReading(e) } }
-        let result = try database.engine.withLock { e -> (DataSnapshot.Content, SnapshotMetadata)? in
+        let result = try database.engine.withLock { e -> (Found, SnapshotMetadata)? in
             try e.checkUsable()
             if let view = e.syncTree.view(for: query), view.eventCache.isFullyInitialized {
                 return (.node(view.eventCache.node), e.metadata(for: query))
+            }
+            let filter = query.params.nodeFilter
+            func filtered(_ node: Node) -> Node {
+                filter.updateFullNode(IndexedNode(.empty, index: query.index), IndexedNode(node, index: query.index), accumulator: nil).node
+            }
+            if let index = e.childIndex(for: query), e.isComplete(query.path) {
+                index.refresh()
+                if index.needsRebuild, buildingIndex, let frozen = e.freeze(onFailure: onFailure) {
+                    index.beginRebuild()
+                    return (.rebuild(index, frozen), e.metadata(for: query))
+                }
+                if !index.needsRebuild && !index.unusable {
+                    // The window's children: the index orders them exactly, the filter builds
+                    // the window from them as from all children.
+                    let keys = index.keys(first: query.params.limit ?? 0, fromEnd: !query.params.isViewFromLeft)
+                    let children = keys.map { ($0, e.visibleNode(at: query.path.child($0)) ?? .empty) }
+                    return (.node(filtered(Node.empty.updatingImmediateChildren(children))), e.metadata(for: query))
+                }
             }
             if e.isBig(query.path), let frozen = e.freeze(onFailure: onFailure) {
                 return (.frozen(frozen), e.metadata(for: query))
             }
             guard let node = e.visibleNode(at: query.path) else { return nil }
             if query.loadsAllData { return (.node(node), e.metadata(for: query)) }
-            let filtered = query.params.nodeFilter.updateFullNode(IndexedNode(.empty, index: query.index), IndexedNode(node, index: query.index), accumulator: nil)
-            return (.node(filtered.node), e.metadata(for: query))
+            return (.node(filtered(node)), e.metadata(for: query))
         }
         // A stored value that could not be read shows as missing: that is an error, not data.
         if let failure = database.engine.withLock({ $0.failure }) {
             database.endObserversIfStopped()
             throw failure
         }
-        guard let (content, metadata) = result else { return nil }
-        switch content {
+        guard let (found, metadata) = result else { return nil }
+        switch found {
         case .node(let node):
             return DataSnapshot(ref: ref, node: node, index: params.index, metadata: metadata)
-        case .lazy(let location):
-            return DataSnapshot(ref: ref, content: .lazy(location), index: params.index, metadata: metadata)
+        case .rebuild(let index, let frozen):
+            let built = ChildValueIndex.build(frozen, location: index.location, child: index.child)
+            if let failure = frozen.reader.error { throw failure }
+            database.engine.withLock { _ in
+                if let built {
+                    _ = index.finishRebuild(built.0, usable: built.usable, frozen: frozen)
+                } else {
+                    index.cancelRebuild()
+                }
+            }
+            return try cachedSnapshot(buildingIndex: false)  // (with the index; or, if the data changed above it meanwhile, without)
         case .frozen(let frozen):
             guard let location = LazyLocation.make(frozen, at: query.path) else { return nil }
             if query.loadsAllData {

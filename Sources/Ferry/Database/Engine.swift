@@ -75,6 +75,8 @@ final class Engine: StoredValues, ServerCacheSource {
     var memoryUnresolved: [Int64: [(Path, Node)]] = [:]
     /// The listens the views need, for the sync layer (see Database+Sync.swift).
     let listens = ListenRegistry()
+    /// The child-value indexes the options declare (see Engine+Indexes.swift).
+    var childIndexes: [ChildValueIndex] = []
     /// Records and payload bytes appended since the last checkpoint (the checkpoint policy).
     var sinceCheckpoint: (records: Int, bytes: Int) = (0, 0)
 

@@ -62,6 +62,8 @@ protocol ValueReader: AnyObject {
 final class LayeredIndex {
     private(set) var index = PathIndex<LayeredEntry>()
     weak var reader: (any ValueReader)?
+    /// Told before entries change (the child-value indexes; a frozen copy has none).
+    var observers: [any LayeredChangeObserver] = []
     /// Nodes of inline entries (a memory-only store's values), by slot.
     private var inline: [UInt64: Node] = [:]
     private var nextSlot: UInt64 = 1
@@ -92,6 +94,11 @@ final class LayeredIndex {
         if entry.isInline { return inline[entry.slot] ?? .empty }
         let ref = entry.ref
         return ref.length == 0 ? .empty : (reader?.node(ref) ?? .empty)
+    }
+
+    private func willChange(_ key: [UInt8]) {
+        if observers.isEmpty { return }
+        key.withUnsafeBytes { k in for o in observers { o.willChange(k) } }
     }
 
     private func makeEntry(_ handle: ValueHandle, empty: Bool, depth: Int) -> LayeredEntry {
@@ -143,8 +150,10 @@ final class LayeredIndex {
                 if node.isLeaf {
                     if keys[j] != ".priority" && !hasNonEmptyEntry(below: location) {
                         let marker = LayeredEntry(ref: .emptyValue, empty: true, depth: location.count)
+                        let markerKey = PathKey.encode(location)
+                        willChange(markerKey)
                         added(marker)
-                        index.replaceSubtree(PathKey.encode(location), marker, removed: dropped)
+                        index.replaceSubtree(markerKey, marker, removed: dropped)
                     }
                     break
                 }
@@ -153,6 +162,7 @@ final class LayeredIndex {
             }
             break
         }
+        willChange(key)
         let entry = makeEntry(handle, empty: empty, depth: path.count)
         added(entry)
         index.replaceSubtree(key, entry, removed: dropped)
@@ -189,12 +199,15 @@ final class LayeredIndex {
 
     /// Removes the entry whose path key is `key`, which has no entry below it.
     func removeEntry(_ key: [UInt8]) {
+        willChange(key)
         index.removeAll(withPrefix: key, dropped)
     }
 
     /// Removes the entry at `path` and everything below it.
     func removeSubtree(_ path: Path) {
-        index.removeAll(withPrefix: PathKey.encode(path), dropped)
+        let key = PathKey.encode(path)
+        willChange(key)
+        index.removeAll(withPrefix: key, dropped)
     }
 
     /// Drops every entry `drop` chooses, leaving the others exactly as they are (entries below
@@ -205,6 +218,7 @@ final class LayeredIndex {
         var n = 0
         index.forEach(withPrefix: []) { k, e in
             if drop(k, e) {
+                for o in observers { o.willChange(k) }
                 dropped(e)
                 n += 1
             } else {
@@ -218,6 +232,7 @@ final class LayeredIndex {
     /// Removes the entry whose path key is `key`, leaving the entries below it as they are.
     func removeEntryOnly(_ key: [UInt8]) {
         guard let target = index.get(key) else { return }
+        willChange(key)
         var below: [([UInt8], LayeredEntry)] = []
         index.forEach(withPrefix: key) { k, e in if k.count > key.count { below.append((Array(k), e)) } }
         index.removeAll(withPrefix: key)
@@ -226,6 +241,7 @@ final class LayeredIndex {
     }
 
     func removeAll() {
+        for o in observers { o.willChangeEverything() }
         index.removeAll()
         inline = [:]
         for d in depthCounts.indices { depthCounts[d] = 0 }

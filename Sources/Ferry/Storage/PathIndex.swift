@@ -460,6 +460,30 @@ struct PathIndex<Entry> {
         }
     }
 
+    /// The first (or last) `n` keys, in the index's order from that end.
+    func keys(_ n: Int, fromEnd: Bool) -> [[UInt8]] {
+        var out: [[UInt8]] = []
+        var key: [UInt8] = []
+        if fromEnd {
+            for chunk in chunks.reversed() {
+                for i in stride(from: chunk.count - 1, through: 0, by: -1) {
+                    if out.count == n { return out }
+                    chunk.key(i, into: &key)
+                    out.append(key)
+                }
+            }
+        } else {
+            for chunk in chunks {
+                for i in 0..<chunk.count {
+                    if out.count == n { return out }
+                    chunk.key(i, into: &key)
+                    out.append(key)
+                }
+            }
+        }
+        return out
+    }
+
     /// How many keys start with `prefix` and are longer than it, counting up to `limit`.
     func count(strictlyBelow prefix: [UInt8], limit: Int) -> Int {
         guard !chunks.isEmpty else { return 0 }

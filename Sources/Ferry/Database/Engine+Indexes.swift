@@ -1,0 +1,43 @@
+extension Engine {
+    /// Sets up the child-value indexes the options declare (before the checkpoint is loaded,
+    /// which may hold them, and before replay, which moves their entries).
+    ///
+    /// - Throws: ``DatabaseError`` (``DatabaseError/Code/invalidData``) naming a location or
+    ///   child that is not a valid path, or an index declared twice.
+    func declareIndexes(_ specs: [ChildIndex]) throws {
+        var seen = Set<ChildIndex>()
+        for spec in specs {
+            guard seen.insert(spec).inserted else {
+                throw DatabaseError(.invalidData, "the index of \(spec.location) by \(spec.child) is declared twice")
+            }
+            let location: Path, child: Path
+            do {
+                location = try Path(validating: spec.location)
+                child = try Path(validating: spec.child)
+            } catch let e as DatabaseError {
+                throw DatabaseError(.invalidData, "the index of \(spec.location) by \(spec.child): \(e.message)")
+            }
+            guard !child.isEmpty, !child.keys.contains(".priority") else {
+                throw DatabaseError(.invalidData, "the index of \(spec.location) by \(spec.child): the child must be a path of keys below each child")
+            }
+            let index = ChildValueIndex(location: location, child: child)
+            index.source = self
+            server.observers.append(index)
+            writeTree.overlay.observers.append(index)
+            childIndexes.append(index)
+        }
+    }
+
+    /// The declared index that orders `query`'s window, when the query can be answered from
+    /// one: ordered by an indexed child at its location, limited, with no range.
+    func childIndex(for query: QuerySpec) -> ChildValueIndex? {
+        guard case .child(let child) = query.index, query.params.limit != nil,
+              !query.params.startSet, !query.params.endSet else { return nil }
+        return childIndexes.first { $0.location == query.path && $0.child == child && !$0.unusable }
+    }
+
+    /// Whether the data at `path` is complete (a reader sees all of it).
+    func isComplete(_ path: Path) -> Bool {
+        writeTree.overlay.isComplete(at: path) || server.isComplete(at: path)
+    }
+}

@@ -1,0 +1,239 @@
+/// Sort keys whose byte order is the Realtime Database's order of children by a value: the
+/// value (Firebase's order of values: null, server values, booleans, numbers, strings, objects)
+/// then the child's key (Firebase's key order: 32-bit integers by value, then strings by
+/// UTF-16). Strings are written as UTF-16 code units, each as three bytes of (unit + 1), ended
+/// by three zero bytes, so that a prefix sorts first.
+enum SortKey {
+    /// Writes the sort key of `value` (the child's indexed value) and `key`; false when the value
+    /// cannot be ordered by bytes exactly (an integer beyond ±2^53, where Firebase's mixed
+    /// integer and double comparisons are not a total order of doubles).
+    static func encode(value: Node, key: String, into out: inout [UInt8]) -> Bool {
+        out.removeAll(keepingCapacity: true)
+        switch value {
+        case .empty: out.append(0)
+        case .leaf(let v, _):
+            switch v {
+            case .deferred, .post: out.append(1)
+            case .bool(let b): out.append(contentsOf: [2, b ? 1 : 0])
+            case .int(let i):
+                guard i.magnitude <= 1 << 53 else { return false }
+                number(Double(i), into: &out)
+            case .double(let d): number(d, into: &out)
+            case .string(let s):
+                out.append(4)
+                units(s, into: &out)
+            }
+        case .children: out.append(5)
+        case .max: out.append(6)
+        }
+        if let n = KeyOrder.integerValue(key) {
+            out.append(0)
+            let biased = UInt32(bitPattern: Int32(n)) ^ 0x8000_0000
+            out.append(contentsOf: [UInt8(biased >> 24), UInt8(biased >> 16 & 0xff), UInt8(biased >> 8 & 0xff), UInt8(biased & 0xff)])
+            out.append(UInt8(key.utf8.count))
+        } else {
+            out.append(1)
+        }
+        units(key, into: &out)
+        return true
+    }
+
+    private static func number(_ d: Double, into out: inout [UInt8]) {
+        out.append(3)
+        let bits = (d == 0 ? 0.0 : d).bitPattern  // -0 and 0 are equal
+        let ordered = bits & (1 << 63) != 0 ? ~bits : bits | (1 << 63)
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(ordered >> UInt64(shift) & 0xff)) }
+    }
+
+    private static func units(_ s: String, into out: inout [UInt8]) {
+        for u in s.utf16 {
+            let v = UInt32(u) + 1
+            out.append(contentsOf: [UInt8(v >> 16), UInt8(v >> 8 & 0xff), UInt8(v & 0xff)])
+        }
+        out.append(contentsOf: [0, 0, 0])
+    }
+
+    /// The child's key in a sort key.
+    static func key(of bytes: some RandomAccessCollection<UInt8>) -> String {
+        var i = bytes.startIndex
+        func skipUnits() {
+            while bytes[i] != 0 || bytes[bytes.index(i, offsetBy: 1)] != 0 || bytes[bytes.index(i, offsetBy: 2)] != 0 {
+                i = bytes.index(i, offsetBy: 3)
+            }
+            i = bytes.index(i, offsetBy: 3)
+        }
+        let tag = bytes[i]
+        i = bytes.index(after: i)
+        switch tag {
+        case 2: i = bytes.index(after: i)
+        case 3: i = bytes.index(i, offsetBy: 8)
+        case 4: skipUnits()
+        default: break
+        }
+        let keyTag = bytes[i]
+        i = bytes.index(i, offsetBy: keyTag == 0 ? 6 : 1)
+        var units: [UInt16] = []
+        while bytes[i] != 0 || bytes[bytes.index(i, offsetBy: 1)] != 0 || bytes[bytes.index(i, offsetBy: 2)] != 0 {
+            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[bytes.index(i, offsetBy: 1)]) << 8 | UInt32(bytes[bytes.index(i, offsetBy: 2)])
+            units.append(UInt16(v - 1))
+            i = bytes.index(i, offsetBy: 3)
+        }
+        return String(decoding: units, as: UTF16.self)
+    }
+}
+
+/// The children of one location in the order of the value at one child path below each
+/// (``DatabaseOptions/indexes``): derived state, kept in step with the data a reader sees.
+///
+/// Every change to the server cache or the pending writes' overlay is reported to it (it
+/// observes both ``LayeredIndex``es): a change below a child marks that child (remembering,
+/// the first time, where the child sat in the index); a change at or above the location
+/// marks the whole index for a rebuild. Marked children are put in their new places before
+/// the index is read (``refresh(_:)``) or checkpointed. A rebuild walks the location's
+/// children on a frozen copy of the data, outside the engine's lock.
+final class ChildValueIndex: LayeredChangeObserver {
+    let location: Path
+    let child: Path
+    let locationKey: [UInt8]
+    /// The sort keys (entries unused).
+    private(set) var sorted = PathIndex<UInt8>()
+    /// Children changed since their place in ``sorted`` was computed: child key → the sort key
+    /// it had there (nil when it was not there).
+    private var marked: [String: [UInt8]?] = [:]
+    /// Whether ``sorted`` must be rebuilt from the data (never built, or changed at or above
+    /// the location).
+    private(set) var needsRebuild = true
+    /// Whether some indexed value cannot be ordered by bytes (see ``SortKey``): not used then.
+    private(set) var unusable = false
+    /// Marks by key seen while a rebuild runs outside the lock (they are applied after it).
+    private var markedDuringRebuild: Set<String>?
+    /// How the current data at a path is read (the engine's visible node).
+    weak var source: Engine?
+    private var buffer: [UInt8] = []
+
+    init(location: Path, child: Path) {
+        self.location = location
+        self.child = child
+        self.locationKey = PathKey.encode(location)
+    }
+
+    var isCurrent: Bool { !needsRebuild && marked.isEmpty && !unusable }
+
+    // MARK: LayeredChangeObserver
+
+    func willChange(_ key: UnsafeRawBufferPointer) {
+        if key.count > locationKey.count {
+            guard locationKey.withUnsafeBytes({ key.starts(with: $0) }) else { return }
+            let rest = UnsafeRawBufferPointer(rebasing: key[locationKey.count...])
+            let end = rest.firstIndex(of: 0) ?? rest.count
+            let name = String(decoding: UnsafeRawBufferPointer(rebasing: rest[..<end]), as: UTF8.self)
+            if markedDuringRebuild != nil { markedDuringRebuild!.insert(name) }
+            if needsRebuild || marked[name] != nil { return }
+            // Past this many, putting them back one at a time under the lock would stall it:
+            // rebuild outside it instead.
+            if marked.count >= Self.markLimit { return willChangeEverything() }
+            marked.updateValue(currentSortKey(name), forKey: name)
+        } else if locationKey.withUnsafeBytes({ $0.starts(with: key) }) {
+            willChangeEverything()
+        }
+    }
+
+    /// Marked children beyond which the index is rebuilt instead.
+    static let markLimit = 4096
+
+    func willChangeEverything() {
+        needsRebuild = true
+        marked = [:]
+        sorted.removeAll()
+        markedDuringRebuild = nil
+    }
+
+    /// The sort key child `name` has in the current data (nil when it has no data).
+    private func currentSortKey(_ name: String) -> [UInt8]? {
+        guard let engine = source else { return nil }
+        let node = engine.visibleNode(at: location.child(name)) ?? .empty
+        return sortKey(name, node)
+    }
+
+    private func sortKey(_ name: String, _ node: Node) -> [UInt8]? {
+        if node.isEmpty { return nil }
+        var out: [UInt8] = []
+        guard SortKey.encode(value: node.getChild(child), key: name, into: &out) else {
+            unusable = true
+            return nil
+        }
+        return out
+    }
+
+    /// Puts every marked child in its place (under the engine's lock).
+    func refresh() {
+        guard !needsRebuild, !marked.isEmpty else { return }
+        for (name, old) in marked {
+            if let old { sorted.removeAll(withPrefix: old) }
+            if let new = currentSortKey(name) { _ = sorted.set(new, 0) }
+        }
+        marked = [:]
+    }
+
+    /// Starts a rebuild (under the lock): later changes are remembered by key.
+    func beginRebuild() {
+        markedDuringRebuild = []
+    }
+
+    /// Gives up a rebuild (the data was not complete).
+    func cancelRebuild() { markedDuringRebuild = nil }
+
+    /// Builds the index from `data` (a frozen copy, outside the lock): the sort keys in order.
+    static func build(_ data: FrozenData, location: Path, child: Path) -> (PathIndex<UInt8>, usable: Bool)? {
+        guard let lazy = LazyLocation.make(data, at: location) else { return nil }
+        var keys: [[UInt8]] = []
+        var usable = true
+        var cursor = ChildCursor(lazy, decode: true)
+        while let (name, node) = cursor.next() {
+            var out: [UInt8] = []
+            if !SortKey.encode(value: (node ?? .empty).getChild(child), key: name, into: &out) { usable = false }
+            keys.append(out)
+        }
+        keys.sort { $0.lexicographicallyPrecedes($1) }
+        var index = PathIndex<UInt8>()
+        for k in keys { _ = k.withUnsafeBytes { index.append($0, 0) } }
+        return (index, usable)
+    }
+
+    /// Installs a rebuilt index (under the lock): children changed while it was built move
+    /// from where the frozen data had them to where the current data has them. False when the
+    /// location itself changed meanwhile (the rebuild is thrown away).
+    func finishRebuild(_ built: PathIndex<UInt8>, usable: Bool, frozen: FrozenData) -> Bool {
+        guard let changed = markedDuringRebuild else { return false }
+        markedDuringRebuild = nil
+        sorted = built
+        needsRebuild = false
+        unusable = !usable
+        for name in changed {
+            let then = frozen.visibleNode(at: location.child(name)) ?? .empty
+            if let old = sortKey(name, then) { sorted.removeAll(withPrefix: old) }
+            if let new = currentSortKey(name) { _ = sorted.set(new, 0) }
+        }
+        return true
+    }
+
+    /// Restores the sort keys a checkpoint kept (in order).
+    func restore(_ key: UnsafeRawBufferPointer) {
+        _ = sorted.append(key, 0)
+    }
+
+    func finishRestore() { needsRebuild = false }
+
+    /// The keys of the first (or last) `n` children in the index's order.
+    func keys(first n: Int, fromEnd: Bool) -> [String] {
+        sorted.keys(n, fromEnd: fromEnd).map { SortKey.key(of: $0) }
+    }
+}
+
+/// Told before a ``LayeredIndex`` changes (see ``ChildValueIndex``).
+protocol LayeredChangeObserver: AnyObject {
+    /// The entry at the path whose key is `key`, or entries below it, are about to change.
+    func willChange(_ key: UnsafeRawBufferPointer)
+    /// Any entry may change.
+    func willChangeEverything()
+}
