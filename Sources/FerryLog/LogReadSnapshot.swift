@@ -14,14 +14,24 @@ import Darwin
 /// deleted segment's space comes back when the last snapshot holding it goes), as a LevelDB
 /// iterator keeps its version's files.
 ///
-/// Reads go through the snapshot's own files and its own small cache of decompressed frames,
+/// Reads go through the snapshot's own descriptors (duplicates of them, for the two segments
+/// read last) and its own small cache of decompressed frames,
 /// so they take none of the log's locks and do not disturb its cache: a long scan of a
 /// snapshot can run beside appends and other reads. Reading records in LSN order decompresses
 /// each frame once.
 public final class LogReadSnapshot: Sendable {
     private struct State {
-        var cursors: [SegmentCursor?]
+        /// Readers of the segments read last (each holds a read buffer: a few, not one per segment).
+        var cursors: [(segment: Int, cursor: SegmentCursor)] = []
         var frames: [CachedFrame] = []
+    }
+
+    /// The segments' descriptors, open for as long as the snapshot lives (a deleted segment
+    /// stays readable through them); readers use duplicates of them.
+    private final class Descriptors: @unchecked Sendable {
+        let fds: [Int32]
+        init(_ fds: [Int32]) { self.fds = fds }
+        deinit { for fd in fds { _ = close(fd) } }
     }
 
     /// The records this snapshot can read: from the oldest kept when it was taken, up to (not
@@ -32,20 +42,42 @@ public final class LogReadSnapshot: Sendable {
     private let nextLSNs: [LSN]
     private let directory: StoreDirectory
     private let state: Mutex<State>
+    private let descriptors: Descriptors
     private static let maxFrames = 4
+    private static let maxCursors = 2
 
     init(segments: [SegmentInfo], first: LSN, written: LSN, directory: StoreDirectory) throws {
-        var cursors: [SegmentCursor?] = []
-        cursors.reserveCapacity(segments.count)
-        for s in segments where s.nextLSN > s.firstLSN && s.size > 0 {
-            let file = try directory.open(s.name, flags: O_RDONLY)
-            cursors.append(SegmentCursor(name: s.name, reader: FrameReader(file: file, system: directory.system, limit: s.size)))
+        let kept = segments.filter { $0.nextLSN > $0.firstLSN && $0.size > 0 }
+        var fds: [Int32] = []
+        fds.reserveCapacity(kept.count)
+        do {
+            for s in kept {
+                let file = try directory.open(s.name, flags: O_RDONLY)
+                fds.append(dup(file.fd))  // (the handle closes its own when it goes)
+                if fds.last! < 0 { throw LogError.io("dup", path: directory.path(s.name), Errno(rawValue: errno)) }
+            }
+        } catch {
+            for fd in fds where fd >= 0 { _ = close(fd) }
+            throw error
         }
-        self.segments = segments.filter { $0.nextLSN > $0.firstLSN && $0.size > 0 }
-        self.nextLSNs = self.segments.map(\.nextLSN)
+        self.descriptors = Descriptors(fds)
+        self.segments = kept
+        self.nextLSNs = kept.map(\.nextLSN)
         self.range = first..<max(first, written)
         self.directory = directory
-        self.state = Mutex(State(cursors: cursors))
+        self.state = Mutex(State())
+    }
+
+    /// A reader of segment `i`, made from a duplicate of its descriptor when none is at hand.
+    private func cursor(_ i: Int, _ s: inout State) throws -> SegmentCursor {
+        if let k = s.cursors.firstIndex(where: { $0.segment == i }) { return s.cursors[k].cursor }
+        let fd = dup(descriptors.fds[i])
+        guard fd >= 0 else { throw LogError.io("dup", path: directory.path(segments[i].name), Errno(rawValue: errno)) }
+        let c = SegmentCursor(name: segments[i].name, reader: FrameReader(file: FileHandle(fd: fd, path: directory.path(segments[i].name)),
+                                                                      system: directory.system, limit: segments[i].size))
+        s.cursors.append((i, c))
+        if s.cursors.count > Self.maxCursors { s.cursors.removeFirst() }
+        return c
     }
 
     /// Calls `body` with record `lsn`, which must lie in ``range``.
@@ -66,10 +98,10 @@ public final class LogReadSnapshot: Sendable {
                 let mid = (lo + hi) / 2
                 if nextLSNs[mid] <= lsn { lo = mid + 1 } else { hi = mid }
             }
-            guard lo < segments.count, segments[lo].firstLSN <= lsn, let cursor = s.cursors[lo] else {
+            guard lo < segments.count, segments[lo].firstLSN <= lsn else {
                 throw LogError(.recordsUnavailable, "no segment holds record \(lsn)", file: directory.path)
             }
-            let f = try WriteAheadLog.readFrame(containing: lsn, in: segments[lo], cursor: cursor, directory: directory)
+            let f = try WriteAheadLog.readFrame(containing: lsn, in: segments[lo], cursor: try cursor(lo, &s), directory: directory)
             s.frames.append(f)
             if s.frames.count > Self.maxFrames { s.frames.removeFirst() }
             return f

@@ -321,7 +321,8 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         }
         let query = spec
         let database = database
-        let onFailure: @Sendable (DatabaseError) -> Void = { e in database.engine.withLock { $0.failReading(e) } }
+        // (Told asynchronously: a frozen read may run under the lock, finishing an index rebuild.)
+        let onFailure: @Sendable (DatabaseError) -> Void = { e in DispatchQueue.global().async { database.engine.withLock { $0.failReading(e) } } }
         let result = try database.engine.withLock { e -> (Found, SnapshotMetadata)? in
             try e.checkUsable()
             if let view = e.syncTree.view(for: query), view.eventCache.isFullyInitialized {
