@@ -31,8 +31,17 @@ public final class LogReadSnapshot: Sendable {
     private final class Descriptors: @unchecked Sendable {
         let fds: [Int32]
         init(_ fds: [Int32]) { self.fds = fds }
-        deinit { for fd in fds { _ = close(fd) } }
+        deinit {
+            for fd in fds { _ = close(fd) }
+            LogReadSnapshot.held.subtract(fds.count, ordering: .relaxed)
+        }
     }
+
+    /// Descriptors all read snapshots of the process may hold: past this, taking a snapshot
+    /// fails (its reader then reads another way) rather than leave the log itself without a
+    /// descriptor for its next segment.
+    public static let descriptorBudget = 256
+    private static let held = Atomic<Int>(0)
 
     /// The records this snapshot can read: from the oldest kept when it was taken, up to (not
     /// including) the first not yet written then.
@@ -48,6 +57,11 @@ public final class LogReadSnapshot: Sendable {
 
     init(segments: [SegmentInfo], first: LSN, written: LSN, directory: StoreDirectory) throws {
         let kept = segments.filter { $0.nextLSN > $0.firstLSN && $0.size > 0 }
+        let total = Self.held.add(kept.count, ordering: .relaxed).newValue
+        guard total <= Self.descriptorBudget else {
+            Self.held.subtract(kept.count, ordering: .relaxed)
+            throw LogError(.invalidArgument, "read snapshots would hold \(total) descriptors, more than \(Self.descriptorBudget)", file: directory.path)
+        }
         var fds: [Int32] = []
         fds.reserveCapacity(kept.count)
         do {
@@ -58,6 +72,7 @@ public final class LogReadSnapshot: Sendable {
             }
         } catch {
             for fd in fds where fd >= 0 { _ = close(fd) }
+            Self.held.subtract(kept.count, ordering: .relaxed)
             throw error
         }
         self.descriptors = Descriptors(fds)

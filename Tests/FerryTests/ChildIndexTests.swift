@@ -104,6 +104,8 @@ import Testing
             try await db.acknowledgeWrites(through: ids[ids.count / 2], rejecting: [WriteRejection(writeID: first, status: 401, message: "no")])
         }
         try await Self.expectIndexedAnswers(db, "seed \(seed), after answers")
+        _ = try await db.compact()
+        try await Self.expectIndexedAnswers(db, "seed \(seed), after compaction")
         // Closing keeps the index in the checkpoint; the open restores it (no walk).
         try await db.close()
         var options = quietOptions(.none)
@@ -122,6 +124,88 @@ import Testing
         db = try Database.open(at: dir.path, options: options)
         #expect(try await db.reference("data/a/likes").getData().value == .int(3))
         try await db.close()
+    }
+
+    static func store(_ dir: TemporaryDirectory) async throws -> Database {
+        var options = quietOptions(.none)
+        options.indexes = [ChildIndex(location: "data", child: "likes")]
+        let db = try Database.open(at: dir.path, options: options)
+        var children: [String: Value] = [:]
+        for i in 0..<600 { children["k\(1000 + i)"] = ["likes": .int(Int64(i % 37))] }
+        try await db.applyServerPut(at: "data", .object(children))
+        return db
+    }
+
+    static func top(_ db: Database, _ n: Int, fromLeft: Bool = true) async throws -> [String] {
+        let q = try db.reference("data").queryOrdered(byChild: "likes")
+        return try await (fromLeft ? q.queryLimited(toFirst: n) : q.queryLimited(toLast: n)).getData().children.map { $0.key! }
+    }
+
+    static func expected(_ db: Database, _ n: Int, fromLeft: Bool = true) throws -> [String] {
+        let node = try LazySnapshotTests.materialized(db, "data")
+        let sorted = IndexedNode(node, index: .child(Path("likes"))).ordered.map(\.name)
+        return fromLeft ? Array(sorted.prefix(n)) : Array(sorted.suffix(n))
+    }
+
+    @Test func integerKeysWithManyLeadingZerosAreIndexedAndKept() async throws {
+        let dir = try TemporaryDirectory()
+        var db = try await Self.store(dir)
+        let long = String(repeating: "0", count: 300) + "1"
+        _ = try await db.reference("data").child(long).setValue(["likes": -1])
+        #expect(try await Self.top(db, 3) == Self.expected(db, 3))
+        #expect(try await Self.top(db, 1) == [long])
+        try await db.close()
+        var options = quietOptions(.none)
+        options.indexes = [ChildIndex(location: "data", child: "likes")]
+        db = try Database.open(at: dir.path, options: options)
+        #expect(db.engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) })
+        #expect(try await Self.top(db, 1) == [long])
+        try await db.close()
+    }
+
+    @Test func aPriorityOnTheIndexedLocationIsNotAChild() async throws {
+        let dir = try TemporaryDirectory()
+        let db = try await Self.store(dir)
+        #expect(try await Self.top(db, 3) == Self.expected(db, 3))
+        _ = try await db.reference("data").setPriority(5)
+        #expect(try await Self.top(db, 3) == Self.expected(db, 3))
+        #expect(try await Self.top(db, 3).count == 3)
+        try await db.close()
+        withExtendedLifetime(dir) {}
+    }
+
+    @Test func aRebuildWhileAnotherRunsReadsWithoutTheIndexAndTheFirstStillLandsRight() async throws {
+        let dir = try TemporaryDirectory()
+        let db = try await Self.store(dir)
+        let index = try #require(db.engine.withLock { $0.childIndexes.first })
+        // A first reader's rebuild, begun by hand on a frozen copy.
+        let frozen = try #require(db.engine.withLock { e -> FrozenData? in
+            index.beginRebuild()
+            return e.freeze { _ in }
+        })
+        _ = try await db.reference("data/k1500/likes").setValue(-100)
+        // A second reader meanwhile answers from a walk, and starts no rebuild of its own.
+        #expect(try await Self.top(db, 1) == ["k1500"])
+        #expect(index.isRebuilding)
+        let built = try #require(ChildValueIndex.build(frozen, location: index.location, child: index.child))
+        #expect(db.engine.withLock { _ in index.finishRebuild(built.0, usable: built.usable, frozen: frozen) })
+        #expect(db.engine.withLock { _ in index.isCurrent })
+        #expect(try await Self.top(db, 1) == ["k1500"], "the change made during the rebuild moved the child")
+        #expect(try await Self.top(db, 5, fromLeft: false) == Self.expected(db, 5, fromLeft: false))
+        try await db.close()
+        withExtendedLifetime(dir) {}
+    }
+
+    @Test func anIndexThatCouldNotOrderAValueIsUsedAgainOnceItIsGone() async throws {
+        let dir = try TemporaryDirectory()
+        let db = try await Self.store(dir)
+        _ = try await db.reference("data/k1001/likes").setValue(.int(1 << 60))
+        #expect(try await Self.top(db, 2, fromLeft: false) == Self.expected(db, 2, fromLeft: false))
+        _ = try await db.reference("data/k1001/likes").setValue(5)
+        #expect(try await Self.top(db, 4) == Self.expected(db, 4))
+        #expect(db.engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) }, "rebuilt and usable again")
+        try await db.close()
+        withExtendedLifetime(dir) {}
     }
 
     @Test func aBadIndexDeclarationIsRefusedWithItsReason() throws {

@@ -35,7 +35,7 @@ func bulkValue(_ i: Int) -> Value {
 let args = CommandLine.arguments
 // ferry-space-child read DIR MODE COUNT: opens the database in DIR and reads /posts, which must
 // have COUNT children — MODE "open" reads one child, "stream" walks every child (each decoded),
-// "materialize" builds the whole value. Exits 0 when the count is right (the memory tests
+// "keep" walks them keeping every child, "materialize" builds the whole value. Exits 0 when the count is right (the memory tests
 // compare the peak resident memory it prints: "peak BYTES").
 if args.count == 5, args[1] == "read", let expected = Int(args[4]) {
     var options = DatabaseOptions(durability: .none)
@@ -48,6 +48,10 @@ if args.count == 5, args[1] == "read", let expected = Int(args[4]) {
         switch args[3] {
         case "open": n = posts.childSnapshot(forPath: "p\(100_000_000 + expected - 1)").exists ? expected : 0
         case "stream": try posts.forEachChild { if $0.hasChildren { n += 1 } }
+        case "keep":
+            var all: [DataSnapshot] = []
+            try posts.forEachChild { all.append($0) }
+            n = all.filter(\.hasChildren).count
         default: if case .object(let o) = posts.value { n = o.count }
         }
         try await db.close()

@@ -296,7 +296,7 @@ struct CheckpointLoader {
                     let rises = try keys.read(&r)
                     guard first || rises else { throw Checkpoint.damaged("index keys out of order") }
                     indexKeys.read += 1
-                    keys.previous.withUnsafeBytes { currentIndex?.restore($0) }
+                    if let index = currentIndex, !index.restore(keys.previous) { throw Checkpoint.damaged("an index key is not a sort key") }
                 }
             case .rejected:
                 let id = previousID &+ (try r.signed())

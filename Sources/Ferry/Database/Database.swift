@@ -3,7 +3,6 @@ import Dispatch
 import Logging
 import Synchronization
 
-/// How a ``Database`` stores and delivers.
 /// A child-value index: the children of `location` kept ordered by the value at `child`
 /// below each (see ``DatabaseOptions/indexes``).
 public struct ChildIndex: Sendable, Hashable {
@@ -19,6 +18,7 @@ public struct ChildIndex: Sendable, Hashable {
     }
 }
 
+/// How a ``Database`` stores and delivers.
 public struct DatabaseOptions: Sendable {
     /// When a write's `await` returns: after `fdatasync` (``Durability/fsync``, the default),
     /// or at once with periodic or no syncing. See ``FerryLog/Durability``.
@@ -137,6 +137,7 @@ public final class Database: Sendable {
                 }
             }
             if let f = engine.failure { throw f }
+            engine.refreshIndexesIfDue()
         } catch {
             // Release the store before throwing, so that a retry (or another process) can open it.
             log.release()
@@ -150,7 +151,11 @@ public final class Database: Sendable {
     /// must not be stored). It behaves like a stored one while the process lives.
     public static func inMemory(options: DatabaseOptions = DatabaseOptions()) -> Database {
         let engine = Engine(log: nil, logger: options.logger)
-        try? engine.declareIndexes(options.indexes)  // (checked by a stored open; a bad one is left out here)
+        do {
+            try engine.declareIndexes(options.indexes)
+        } catch {
+            options.logger.error("memory-only database: \(error); the indexes from there on are not kept")
+        }
         return Database(engine: engine, log: nil, path: nil, options: options)
     }
 
@@ -269,6 +274,7 @@ public final class Database: Sendable {
                 throw failure
             }
             let delivered = e.finish(events)
+            e.refreshIndexesIfDue()
             e.pruneRecent()
             return (id, delivery.enqueue(delivered))
         }

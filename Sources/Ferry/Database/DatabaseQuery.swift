@@ -334,7 +334,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             }
             if let index = e.childIndex(for: query), e.isComplete(query.path) {
                 index.refresh()
-                if index.needsRebuild, buildingIndex, let frozen = e.freeze(onFailure: onFailure) {
+                if index.needsRebuild, buildingIndex, !index.isRebuilding, let frozen = e.freeze(onFailure: onFailure) {
                     index.beginRebuild()
                     return (.rebuild(index, frozen), e.metadata(for: query))
                 }
@@ -364,7 +364,10 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             return DataSnapshot(ref: ref, node: node, index: params.index, metadata: metadata)
         case .rebuild(let index, let frozen):
             let built = ChildValueIndex.build(frozen, location: index.location, child: index.child)
-            if let failure = frozen.reader.error { throw failure }
+            if let failure = frozen.reader.error {
+                database.engine.withLock { _ in index.cancelRebuild() }
+                throw failure
+            }
             database.engine.withLock { _ in
                 if let built {
                     _ = index.finishRebuild(built.0, usable: built.usable, frozen: frozen)

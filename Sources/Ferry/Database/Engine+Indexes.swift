@@ -33,7 +33,13 @@ extension Engine {
     func childIndex(for query: QuerySpec) -> ChildValueIndex? {
         guard case .child(let child) = query.index, query.params.limit != nil,
               !query.params.startSet, !query.params.endSet else { return nil }
-        return childIndexes.first { $0.location == query.path && $0.child == child && !$0.unusable }
+        return childIndexes.first { $0.location == query.path && $0.child == child }
+    }
+
+    /// Puts the children marked in indexes that hold many marks in their places (at the end
+    /// of an operation, when every change of it is made).
+    func refreshIndexesIfDue() {
+        for index in childIndexes where index.refreshIsDue { index.refresh() }
     }
 
     /// Whether the data at `path` is complete (a reader sees all of it).

@@ -277,7 +277,7 @@ final class Engine: StoredValues, ServerCacheSource {
             do {
                 files = try log.readSnapshot()
             } catch {
-                logger.warning("reading outside the lock is not possible: \(error)")
+                logger.debug("reading under the lock: \(error)")
                 return nil
             }
         }

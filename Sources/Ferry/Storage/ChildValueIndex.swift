@@ -30,7 +30,8 @@ enum SortKey {
             out.append(0)
             let biased = UInt32(bitPattern: Int32(n)) ^ 0x8000_0000
             out.append(contentsOf: [UInt8(biased >> 24), UInt8(biased >> 16 & 0xff), UInt8(biased >> 8 & 0xff), UInt8(biased & 0xff)])
-            out.append(UInt8(key.utf8.count))
+            let length = key.utf8.count  // (leading zeros make long integer keys: up to 768 bytes)
+            out.append(contentsOf: [UInt8(length >> 8), UInt8(length & 0xff)])
         } else {
             out.append(1)
         }
@@ -53,32 +54,37 @@ enum SortKey {
         out.append(contentsOf: [0, 0, 0])
     }
 
-    /// The child's key in a sort key.
-    static func key(of bytes: some RandomAccessCollection<UInt8>) -> String {
-        var i = bytes.startIndex
-        func skipUnits() {
-            while bytes[i] != 0 || bytes[bytes.index(i, offsetBy: 1)] != 0 || bytes[bytes.index(i, offsetBy: 2)] != 0 {
-                i = bytes.index(i, offsetBy: 3)
+    /// The child's key in a sort key; nil when the bytes are not a sort key.
+    static func key(of bytes: [UInt8]) -> String? {
+        var i = 0
+        func skipUnits() -> Bool {
+            while i + 3 <= bytes.count {
+                defer { i += 3 }
+                if bytes[i] == 0 && bytes[i + 1] == 0 && bytes[i + 2] == 0 { return true }
             }
-            i = bytes.index(i, offsetBy: 3)
+            return false
         }
+        guard i < bytes.count else { return nil }
         let tag = bytes[i]
-        i = bytes.index(after: i)
+        i += 1
         switch tag {
-        case 2: i = bytes.index(after: i)
-        case 3: i = bytes.index(i, offsetBy: 8)
-        case 4: skipUnits()
-        default: break
+        case 0, 1, 5, 6: break
+        case 2: i += 1
+        case 3: i += 8
+        case 4: guard skipUnits() else { return nil }
+        default: return nil
         }
-        let keyTag = bytes[i]
-        i = bytes.index(i, offsetBy: keyTag == 0 ? 6 : 1)
+        guard i < bytes.count, bytes[i] <= 1 else { return nil }
+        i += bytes[i] == 0 ? 7 : 1
         var units: [UInt16] = []
-        while bytes[i] != 0 || bytes[bytes.index(i, offsetBy: 1)] != 0 || bytes[bytes.index(i, offsetBy: 2)] != 0 {
-            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[bytes.index(i, offsetBy: 1)]) << 8 | UInt32(bytes[bytes.index(i, offsetBy: 2)])
+        while i + 3 <= bytes.count {
+            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+            i += 3
+            if v == 0 { return i == bytes.count ? String(decoding: units, as: UTF16.self) : nil }
+            guard v <= 0x10000 else { return nil }
             units.append(UInt16(v - 1))
-            i = bytes.index(i, offsetBy: 3)
         }
-        return String(decoding: units, as: UTF16.self)
+        return nil
     }
 }
 
@@ -127,22 +133,27 @@ final class ChildValueIndex: LayeredChangeObserver {
             let rest = UnsafeRawBufferPointer(rebasing: key[locationKey.count...])
             let end = rest.firstIndex(of: 0) ?? rest.count
             let name = String(decoding: UnsafeRawBufferPointer(rebasing: rest[..<end]), as: UTF8.self)
+            if name == ".priority" { return }  // the location's own priority: not a child
             if markedDuringRebuild != nil { markedDuringRebuild!.insert(name) }
+            // An index that could not order a value is built again (the value may be gone).
+            if unusable && !needsRebuild { return willChangeEverything() }
             if needsRebuild || marked[name] != nil { return }
-            // Past this many, putting them back one at a time under the lock would stall it:
-            // rebuild outside it instead.
-            if marked.count >= Self.markLimit { return willChangeEverything() }
             marked.updateValue(currentSortKey(name), forKey: name)
         } else if locationKey.withUnsafeBytes({ $0.starts(with: key) }) {
             willChangeEverything()
         }
     }
 
-    /// Marked children beyond which the index is rebuilt instead.
+    /// Marked children beyond which the engine puts them in their places at the end of the
+    /// operation under way (``refreshIsDue``), rather than holding many marks — and one long
+    /// refresh under the lock — for the next read.
     static let markLimit = 4096
+
+    var refreshIsDue: Bool { marked.count >= Self.markLimit }
 
     func willChangeEverything() {
         needsRebuild = true
+        unusable = false
         marked = [:]
         sorted.removeAll()
         markedDuringRebuild = nil
@@ -175,8 +186,13 @@ final class ChildValueIndex: LayeredChangeObserver {
         marked = [:]
     }
 
+    /// Whether a rebuild is under way (only one at a time: a second would lose the first's
+    /// record of the changes made meanwhile).
+    var isRebuilding: Bool { markedDuringRebuild != nil }
+
     /// Starts a rebuild (under the lock): later changes are remembered by key.
     func beginRebuild() {
+        precondition(markedDuringRebuild == nil, "one rebuild at a time")
         markedDuringRebuild = []
     }
 
@@ -217,16 +233,18 @@ final class ChildValueIndex: LayeredChangeObserver {
         return true
     }
 
-    /// Restores the sort keys a checkpoint kept (in order).
-    func restore(_ key: UnsafeRawBufferPointer) {
-        _ = sorted.append(key, 0)
+    /// Restores a sort key a checkpoint kept (in order); false when it is not a sort key.
+    func restore(_ key: [UInt8]) -> Bool {
+        guard SortKey.key(of: key) != nil else { return false }
+        _ = key.withUnsafeBytes { sorted.append($0, 0) }
+        return true
     }
 
     func finishRestore() { needsRebuild = false }
 
     /// The keys of the first (or last) `n` children in the index's order.
     func keys(first n: Int, fromEnd: Bool) -> [String] {
-        sorted.keys(n, fromEnd: fromEnd).map { SortKey.key(of: $0) }
+        sorted.keys(n, fromEnd: fromEnd).compactMap { SortKey.key(of: $0) }
     }
 }
 
