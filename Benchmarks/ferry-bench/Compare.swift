@@ -113,6 +113,9 @@ struct CompareBench: AsyncParsableCommand {
         if workload == "limited", let q = runs.compactMap(\.querySeconds).sorted().dropFirst(runs.count / 2).first {
             notes.append(String(format: "(open %.3f s + query %.4f s)", m.median - q, q))
         }
+        if workload == "reopen", let q = runs.compactMap(\.querySeconds).sorted().dropFirst(runs.count / 2).first {
+            notes.append(String(format: "(open + getData %.3f s, then the walk)", q))
+        }
         if engine == "ferry-replay" { notes.append("no checkpoint") }
         if engine == "ferry-indexed" { notes.append("child-value index") }
         m.note = notes.joined(separator: " ")

@@ -20,7 +20,8 @@ struct RunResult: Codable {
     var peakRSS: Int
     /// For `limited`: the key with the most likes (the engines must agree).
     var note: String?
-    /// For `limited` on Ferry: seconds from the open's return to the first event.
+    /// For `limited` on Ferry: seconds from the open's return to the first event; for
+    /// `reopen`: seconds from the start to `getData()`'s return (before the walk).
     var querySeconds: Double?
 }
 
@@ -122,6 +123,7 @@ struct CompareRun: AsyncParsableCommand {
                 // Every value: the snapshot of /posts is read lazily, and walked a child at a
                 // time, each decoded (memory stays what the open needs).
                 let posts = try await db.reference("posts").getData()
+                result.querySeconds = seconds(start.duration(to: clock.now))  // open + getData
                 var n = 0
                 try posts.forEachChild { if $0.hasChildren { n += 1 } }
                 count = n

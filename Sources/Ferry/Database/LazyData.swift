@@ -100,9 +100,6 @@ final class FrozenData: @unchecked Sendable {
 struct ChildPlan {
     var base: Node
     var layers: [LayeredIndex]
-    /// Whether every child key's byte order is its key order (no integer keys, no characters
-    /// where UTF-8 and UTF-16 orders differ), so that children can be walked off the indexes.
-    var plainKeys: Bool
 }
 
 /// The data at one location of a frozen state, read on demand: a big location's children are
@@ -117,6 +114,7 @@ final class LazyLocation: @unchecked Sendable {
     /// The node, once read whole (never for a location with a plan: that would keep all of it).
     private let whole = Mutex<Node?>(nil)
     private let counted = Mutex<Int?>(nil)
+    private let plain = Mutex<Bool?>(nil)
 
     /// Entries below a location from which its snapshot is read lazily.
     static let lazyThreshold = 512
@@ -165,21 +163,32 @@ final class LazyLocation: @unchecked Sendable {
         if base.isLeaf || !base.priority.isEmpty { return nil }
         let priorityKey = key + Array(".priority".utf8) + [0]
         if layers.contains(where: { $0.index.get(priorityKey) != nil }) { return nil }
-        var plain = true
-        base.forEachChild { k, _ in if plain && !isPlain(k) { plain = false } }
+        return ChildPlan(base: base, layers: layers)
+    }
+
+    /// Whether every child key's byte order is its key order (no integer keys, no characters
+    /// where UTF-8 and UTF-16 orders differ), so that children can be walked off the indexes
+    /// in their order; else their keys are gathered and sorted. Found by a pass over the keys
+    /// (no values read) the first time a walk needs it.
+    var plainKeys: Bool {
+        guard let plan else { return true }
+        if let known = plain.withLock({ $0 }) { return known }
+        var isPlainSoFar = true
+        plan.base.forEachChild { k, _ in if isPlainSoFar && !Self.isPlain(k) { isPlainSoFar = false } }
         var buffer: [UInt8] = []
-        for layer in layers where plain {
-            var w = PathIndex.Walker(layer.index, atOrAfter: key)
-            while plain && key.withUnsafeBytes({ w.hasPrefix($0) }) {
+        for layer in plan.layers where isPlainSoFar {
+            var w = PathIndex.Walker(layer.index, atOrAfter: pathKey)
+            while isPlainSoFar && pathKey.withUnsafeBytes({ w.hasPrefix($0) }) {
                 w.key(into: &buffer)
-                if buffer.count > key.count {
-                    let end = buffer[key.count...].firstIndex(of: 0)!
-                    if !isPlain(buffer[key.count..<end]) { plain = false }
+                if buffer.count > pathKey.count {
+                    let end = buffer[pathKey.count...].firstIndex(of: 0)!
+                    if !Self.isPlain(buffer[pathKey.count..<end]) { isPlainSoFar = false }
                 }
                 w.advance()
             }
         }
-        return ChildPlan(base: base, layers: layers, plainKeys: plain)
+        plain.withLock { $0 = isPlainSoFar }
+        return isPlainSoFar
     }
 
     /// Whether a key's bytes sort as the key does (see ``ChildPlan/plainKeys``).
@@ -334,7 +343,7 @@ struct ChildCursor {
         }
         layers = plan.layers
         baseChildren = plan.base.childMap.entries
-        if plan.plainKeys {
+        if location.plainKeys {
             walkers = plan.layers.map { layer in
                 var w = PathIndex.Walker(layer.index, atOrAfter: location.pathKey)
                 if !w.isAtEnd && w.keyCount == location.pathKey.count { w.advance() }  // the location's own entry
