@@ -202,6 +202,23 @@ import Testing
         #expect(snapshot.childSnapshot(forPath: "p11999/n").value == .int(1_999))
     }
 
+    @Test func aMemoryOnlyDatabaseReadsBigLocationsLazilyToo() async throws {
+        var options = quietOptions(.none)
+        options.indexes = [ChildIndex(location: "posts", child: "n")]
+        let db = Database.inMemory(options: options)
+        try await db.applyServerPut(at: "posts", ["p0": ["n": 0]])
+        for i in 1..<800 { _ = try db.reference("posts/p\(i)").setValueNow(["n": .int(Int64(i % 13)), "t": .string("\(i)")]) }
+        _ = try await db.reference("posts/p5/n").setValue(-1)
+        let node = try Self.materialized(db, "posts")
+        let snapshot = try await db.reference("posts").getData()
+        #expect(Self.isLazy(snapshot))
+        var g = SplitMix(seed: 5)
+        try Self.expectSame(snapshot, node, index: .priority, &g, "memory-only")
+        let top = try await db.reference("posts").queryOrdered(byChild: "n").queryLimited(toFirst: 1).getData()
+        #expect(top.children.map(\.key) == ["p5"])
+        try await db.close()
+    }
+
     @Test func aSmallLocationIsReadAtOnce() async throws {
         let db = try Database.open(at: try TemporaryDirectory().path, options: quietOptions(.none))
         try await db.applyServerPut(at: "posts", ["a": 1, "b": 2])
