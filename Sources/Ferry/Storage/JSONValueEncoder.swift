@@ -3,19 +3,31 @@
 /// children in key order, null children dropped, empty objects null, arrays as objects with integer keys, priorities — with the same
 /// validation. Objects with `.sv` or `.value` (server values, wrapped leaves) are rare and go
 /// through a ``Value``.
+///
+/// The common case costs no allocation per string or key: a string without escapes is copied
+/// from the text to the output in one piece, keys are validated, ranked and compared where
+/// they were written in the output (no `String` is made for them), and an object whose keys
+/// come in key order already is left where it was written. Only an object given out of order
+/// is rearranged, through one buffer reused for every object of the value.
 struct JSONValueEncoder {
     private let text: [UInt8]
     private let input: UnsafeBufferPointer<UInt8>
     private var i = 0
-    var w = ByteWriter(capacity: 256)
+    var w: ByteWriter
     private let base: Path
-    /// Keys from `base` down to the value being encoded, for error messages.
-    private var keys: [String] = []
+    /// Where the keys from `base` down to the value being encoded are in `w` (their bytes),
+    /// for the depth limit and error messages.
+    private var keys: [Range<Int>] = []
     private(set) var hasServerValues = false
     /// The children of the objects being encoded, innermost last.
     private var spans: [Span] = []
-    /// A string's decoded bytes.
+    /// The last string scanned: bytes `stringStart..<stringEnd` of the text, or, when it held
+    /// escapes, its decoded bytes in `scratch`.
+    private var stringStart = 0
+    private var stringEnd = 0
+    private var stringEscaped = false
     private var scratch: [UInt8] = []
+    /// Where an object given out of key order is put in order.
     private var assembly: [UInt8] = []
 
     private struct Span {
@@ -45,15 +57,23 @@ struct JSONValueEncoder {
         self.text = text
         self.input = input
         self.base = base
+        // The encoding is about as long as the text (quotes and punctuation dropped, numbers
+        // shorter, array indices added).
+        w = ByteWriter(capacity: input.count + 16)
     }
 
-    private var location: Path { keys.isEmpty ? base : base.child(Path(keys: keys)) }
+    /// The key whose bytes are at `range` of the output.
+    private func key(at range: Range<Int>) -> String {
+        w.bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[range]), as: UTF8.self) }
+    }
 
-    /// Refuses a child `key` of the value being encoded that would lie deeper than
-    /// ``Path/maxDepth`` below the root.
-    private func checkDepth(below key: String) throws {
+    private var location: Path { keys.isEmpty ? base : base.child(Path(keys: keys.map { key(at: $0) })) }
+
+    /// Refuses a child (its key's bytes at `keyRange` of the output) of the value being
+    /// encoded that would lie deeper than ``Path/maxDepth`` below the root.
+    private func checkDepth(below keyRange: Range<Int>) throws {
         let depth = base.count + keys.count + 1
-        if depth > Path.maxDepth { throw Path.valueTooDeep(at: location.child(key).description, depth: depth) }
+        if depth > Path.maxDepth { throw Path.valueTooDeep(at: location.child(key(at: keyRange)).description, depth: depth) }
     }
 
     private func syntax(_ why: String) -> DatabaseError {
@@ -94,8 +114,8 @@ struct JSONValueEncoder {
         case UInt8(ascii: "\""):
             try string()
             w.u8(ValueCodec.Tag.string.rawValue)
-            w.varint(UInt64(scratch.count))
-            w.bytes.append(contentsOf: scratch)
+            w.varint(UInt64(stringCount))
+            appendString()
         case UInt8(ascii: "["):
             return try array(depth: depth)
         case UInt8(ascii: "{"):
@@ -121,10 +141,15 @@ struct JSONValueEncoder {
                 skipSpace()
                 // Array indices are in key order already (integer keys sort numerically).
                 let childStart = w.count
-                let key = String(index)
-                try checkDepth(below: key)
-                w.string(key)
-                keys.append(key)
+                if index < 10 {
+                    w.u8(1)
+                    w.u8(UInt8(ascii: "0") + UInt8(index))
+                } else {
+                    w.string(String(index))
+                }
+                let keyRange = (childStart + 1)..<w.count
+                try checkDepth(below: keyRange)
+                keys.append(keyRange)
                 if try value(depth: depth + 1) { n += 1 } else { w.bytes.removeLast(w.count - childStart) }
                 keys.removeLast()
                 index += 1
@@ -146,7 +171,6 @@ struct JSONValueEncoder {
     private mutating func object(depth: Int) throws -> Bool {
         let objectStart = i
         i += 1
-        let start = w.count
         let spanBase = spans.count
         defer { spans.removeSubrange(spanBase...) }
         var priority: Value?
@@ -155,49 +179,56 @@ struct JSONValueEncoder {
             i += 1
             return false
         }
+        // The children's tag and a one-byte count, patched at the end.
+        let start = w.count
+        w.u8(ValueCodec.Tag.children.rawValue)
+        let countAt = w.count
+        w.u8(0)
         while true {
             skipSpace()
             guard i < input.count, input[i] == UInt8(ascii: "\"") else { throw syntax("expected a key") }
             try string()
-            let plain = scratch.withUnsafeBufferPointer { ValueEncoder.isPlainKey($0) }
-            var keyText: String?
+            // The key goes to the output at once; it is checked there.
+            let childStart = w.count
+            w.varint(UInt64(stringCount))
+            let keyStart = w.count
+            appendString()
+            let keyRange = keyStart..<w.count
+            let plain = w.bytes.withUnsafeBufferPointer { ValueEncoder.isPlainKey(UnsafeBufferPointer(rebasing: $0[keyRange])) }
+            var isPriority = false
             if !plain {
-                let key = String(decoding: scratch, as: UTF8.self)
+                let key = key(at: keyRange)
                 if key == ".sv" || key == ".value" {
                     // Server values and wrapped leaves: rare, built from a Value.
                     w.bytes.removeLast(w.count - start)
                     return try special(from: objectStart, depth: depth)
                 }
-                if key != ".priority" {
+                if key == ".priority" {
+                    isPriority = true
+                    w.bytes.removeLast(w.count - childStart)
+                } else {
                     do { try Path.validate(key: key) } catch let e as DatabaseError {
                         throw DatabaseError(.invalidData, "at \(location): \(e.message)")
                     }
                 }
-                keyText = key
             }
             skipSpace()
             guard i < input.count, input[i] == UInt8(ascii: ":") else { throw syntax("expected :") }
             i += 1
             skipSpace()
-            if keyText == ".priority" {
+            if isPriority {
                 guard priority == nil else { throw syntax("the key \".priority\" appears twice in an object") }
                 var parser = JSON.Parser(bytes: text)
                 parser.i = i
                 priority = try parser.value(depth: depth + 1)
                 i = parser.i
             } else {
-                let childStart = w.count
-                let keyLength = scratch.count
-                w.varint(UInt64(keyLength))
-                let keyStart = w.count
-                w.bytes.append(contentsOf: scratch)
-                let rank = scratch.withUnsafeBufferPointer { KeyRank($0) }
-                let childKey = keyText ?? String(decoding: scratch, as: UTF8.self)
-                try checkDepth(below: childKey)
-                keys.append(childKey)
+                let rank = w.bytes.withUnsafeBufferPointer { KeyRank(UnsafeBufferPointer(rebasing: $0[keyRange])) }
+                try checkDepth(below: keyRange)
+                keys.append(keyRange)
                 let nonEmpty = try value(depth: depth + 1)
                 keys.removeLast()
-                spans.append(Span(rank: rank, keyStart: keyStart, keyLength: keyLength, start: childStart, end: w.count, empty: !nonEmpty))
+                spans.append(Span(rank: rank, keyStart: keyStart, keyLength: keyRange.count, start: childStart, end: w.count, empty: !nonEmpty))
             }
             skipSpace()
             guard i < input.count else { throw syntax("unterminated object") }
@@ -206,40 +237,62 @@ struct JSONValueEncoder {
             throw syntax("expected , or } in an object")
         }
         let priorityNode = try priority.map { try Node.priorityNode($0, at: location) } ?? .empty
-        let bytes = w.bytes
-        let duplicate: Int? = bytes.withUnsafeBufferPointer { out in
-            func key(_ s: Span) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: out[s.keyStart..<(s.keyStart + s.keyLength)]) }
-            spans[spanBase...].sort { a, b in a.rank.precedes(b.rank) { KeyOrder.utf16Order(key(a), key(b)) < 0 } }
-            // Sorted, a key given twice sits next to itself.
-            for j in spanBase..<max(spanBase, spans.count - 1) {
-                let a = spans[j], b = spans[j + 1]
-                if a.keyLength == b.keyLength && a.rank.bytes == b.rank.bytes && key(a).elementsEqual(key(b)) { return j }
-            }
-            return nil
-        }
-        if let j = duplicate {
-            let s = spans[j]
-            throw syntax("the key \"\(String(decoding: bytes[s.keyStart..<(s.keyStart + s.keyLength)], as: UTF8.self))\" appears twice in an object")
-        }
+        let childrenStart = countAt + 1
+        let spanEnd = spans.count
         var kept = 0
-        for j in spanBase..<spans.count where !spans[j].empty { kept += 1 }
+        var inOrder = true
+        do {
+            // (A second reference to the output while reading it; gone before it is written.)
+            let bytes = w.bytes
+            let duplicate: Int? = bytes.withUnsafeBufferPointer { out in
+                func key(_ s: Span) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: out[s.keyStart..<(s.keyStart + s.keyLength)]) }
+                func precedes(_ a: Span, _ b: Span) -> Bool { a.rank.precedes(b.rank) { KeyOrder.utf16Order(key(a), key(b)) < 0 } }
+                // Keys given in order (strictly: then none is given twice) are left as written.
+                for j in spanBase..<spanEnd {
+                    if spans[j].empty { inOrder = false } else { kept += 1 }
+                    if j > spanBase && inOrder && !precedes(spans[j - 1], spans[j]) { inOrder = false }
+                }
+                if inOrder { return nil }
+                spans[spanBase..<spanEnd].sort(by: precedes)
+                // Sorted, a key given twice sits next to itself.
+                for j in spanBase..<max(spanBase, spanEnd - 1) {
+                    let a = spans[j], b = spans[j + 1]
+                    if a.keyLength == b.keyLength && a.rank.bytes == b.rank.bytes && key(a).elementsEqual(key(b)) { return j }
+                }
+                return nil
+            }
+            if let j = duplicate {
+                let s = spans[j]
+                throw syntax("the key \"\(String(decoding: bytes[s.keyStart..<(s.keyStart + s.keyLength)], as: UTF8.self))\" appears twice in an object")
+            }
+            if !inOrder && kept > 0 {
+                assembly.removeAll(keepingCapacity: true)
+                for j in spanBase..<spanEnd where !spans[j].empty {
+                    assembly.append(contentsOf: bytes[spans[j].start..<spans[j].end])
+                }
+            }
+        }
         guard kept > 0 else {
             w.bytes.removeLast(w.count - start)
             return false
         }
-        assembly.removeAll(keepingCapacity: true)
-        var header = ByteWriter(capacity: 32)
+        if !inOrder {
+            // The kept children, in order, over the ones as written.
+            let ordered = assembly
+            w.bytes.withUnsafeMutableBufferPointer { out in
+                ordered.withUnsafeBufferPointer { src in
+                    UnsafeMutableBufferPointer(rebasing: out[childrenStart..<(childrenStart + src.count)]).update(fromContentsOf: src)
+                }
+            }
+            w.bytes.removeLast(w.count - (childrenStart + ordered.count))
+        }
+        w.patchVarint(kept, at: countAt)
         if !priorityNode.isEmpty {
+            var header = ByteWriter(capacity: 16)
             header.u8(ValueCodec.Tag.withPriority.rawValue)
             ValueCodec.encode(priorityNode, into: &header)
+            w.bytes.insert(contentsOf: header.bytes, at: start)
         }
-        header.u8(ValueCodec.Tag.children.rawValue)
-        header.varint(UInt64(kept))
-        assembly.append(contentsOf: header.bytes)
-        for j in spanBase..<spans.count where !spans[j].empty {
-            assembly.append(contentsOf: bytes[spans[j].start..<spans[j].end])
-        }
-        w.bytes.replaceSubrange(start..<w.count, with: assembly)
         return true
     }
 
@@ -256,10 +309,51 @@ struct JSONValueEncoder {
         return true
     }
 
-    /// Decodes the string at `i` into `scratch`; invalid UTF-8 is an error naming its byte.
+    /// The length of the last string scanned, in UTF-8 bytes.
+    private var stringCount: Int { stringEscaped ? scratch.count : stringEnd - stringStart }
+
+    /// Appends the last string scanned to the output (its bytes, without a length).
+    private mutating func appendString() {
+        if stringEscaped {
+            w.bytes.append(contentsOf: scratch)
+        } else {
+            w.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: input[stringStart..<stringEnd]))
+        }
+    }
+
+    /// Scans the string at `i`: without escapes it stays where it is in the text (nothing is
+    /// copied); with them, it is decoded into `scratch`. Invalid UTF-8 is an error naming its byte.
     private mutating func string() throws {
         i += 1  // opening quote
-        scratch.removeAll(keepingCapacity: true)
+        let start = i
+        while i < input.count {
+            let c = input[i]
+            if c == UInt8(ascii: "\"") {
+                stringStart = start
+                stringEnd = i
+                stringEscaped = false
+                i += 1
+                return
+            }
+            if c == UInt8(ascii: "\\") {
+                scratch.removeAll(keepingCapacity: true)
+                scratch.append(contentsOf: UnsafeBufferPointer(rebasing: input[start..<i]))
+                stringEscaped = true
+                return try escapedString()
+            }
+            if c < 0x20 { throw syntax("control character in a string") }
+            if c >= 0x80 {
+                guard let n = UTF8Validation.sequenceLength(input, at: i) else { throw UTF8Validation.error(at: i, byte: c) }
+                i += n
+                continue
+            }
+            i += 1
+        }
+        throw syntax("unterminated string")
+    }
+
+    /// The rest of a string with escapes, from the first backslash, decoded into `scratch`.
+    private mutating func escapedString() throws {
         while i < input.count {
             let c = input[i]
             if c == UInt8(ascii: "\"") {

@@ -1,0 +1,128 @@
+import FerryTestSupport
+import Testing
+
+@testable import Ferry
+
+/// The one-pass JSON encoder (``JSONValueEncoder``): the same bytes as through a ``Value`` on
+/// the shapes its fast paths take (plain strings and keys copied straight from the text, keys
+/// given in order or not), and the same error, word for word, for every kind of bad input.
+@Suite struct JSONEncoderTests {
+    /// The messages the encoder gave before its fast paths were added (taken from that build):
+    /// bad input must still be refused with exactly these words.
+    static let refusals: [(json: String, message: String)] = [
+        (#"{"a":{"b/c":1}}"#,
+         #"at /x/y/a: the key "b/c" contains "/"; keys may not contain . $ # [ ] or /"#),
+        (#"{"a":1,"a":2}"#,
+         #"invalid JSON at byte 13: the key "a" appears twice in an object"#),
+        (#"{"b":1,"a":{"c":1,"c":2}}"#,
+         #"invalid JSON at byte 24: the key "c" appears twice in an object"#),
+        (#"{"z":1,"a\u0061":2,"aa":3}"#,
+         #"invalid JSON at byte 26: the key "aa" appears twice in an object"#),
+        (#"{"a\u0007":1}"#,
+         #"at /x/y: the key "a\u{7}" contains an ASCII control character"#),
+        (#"{"":1}"#,
+         #"at /x/y: a key may not be empty"#),
+        (#"{".x":1}"#,
+         #"at /x/y: the key ".x" contains "."; keys may not contain . $ # [ ] or /"#),
+        (#"{"a":1,".priority":true}"#,
+         #"the priority at /x/y is true; a priority must be a string, a number or null"#),
+        (#"{".priority":1,".priority":2,"a":1}"#,
+         #"invalid JSON at byte 27: the key ".priority" appears twice in an object"#),
+        (#"{"a":"\ud800"}"#,
+         #"invalid JSON at byte 12: invalid \u escape"#),
+        (#"{"a":01}"#,
+         #"invalid JSON at byte 5: "01" is not a JSON number (a number may not have leading zeros)"#),
+        (#"{"a" 1}"#,
+         #"invalid JSON at byte 5: expected :"#),
+        (#"{"a":1"#,
+         #"invalid JSON at byte 6: unterminated object"#),
+        (#"["a",]"#,
+         #"invalid JSON at byte 5: unexpected character"#),
+        (#"{"a":"x\q"}"#,
+         #"invalid JSON at byte 9: invalid escape"#),
+        (#"{"a":"x"#,
+         #"invalid JSON at byte 7: unterminated string"#),
+        ("{\"a\":\"x\u{01}\"}",
+         #"invalid JSON at byte 7: control character in a string"#),
+        (#"{"a":[1,2,{"b":{"c/d":1}}]}"#,
+         #"at /x/y/a/2/b: the key "c/d" contains "/"; keys may not contain . $ # [ ] or /"#),
+        (#"{"é/":1}"#,
+         #"at /x/y: the key "é/" contains "/"; keys may not contain . $ # [ ] or /"#),
+        (#"{"a":{".sv":"nonsense"}}"#,
+         #"the server value at /x/y/a is "nonsense"; only "timestamp" and {"increment": number} exist"#),
+        (#"{"a":1}x"#,
+         #"invalid JSON at byte 7: unexpected text after the JSON value"#),
+        (#"{"[":1}"#,
+         #"at /x/y: the key "[" contains "["; keys may not contain . $ # [ ] or /"#),
+        (#"{"a":1e999}"#,
+         #"invalid JSON at byte 10: invalid number 1e999"#),
+        (#"{"a":NaN}"#,
+         #"invalid JSON at byte 5: unexpected character"#),
+        (#"{"a":{"b":[{"c":{"d\u002fe":true}}]}}"#,
+         #"at /x/y/a/b/0/c: the key "d/e" contains "/"; keys may not contain . $ # [ ] or /"#),
+        (#"{1:2}"#,
+         #"invalid JSON at byte 1: expected a key"#),
+        (#"{"k":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}"#,
+         #"the value at /x/y/k/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0/0 lies 33 keys below the root (the path's keys plus the value's nesting); the limit is 32"#),
+        (String(repeating: #"{"k":"#, count: 31) + "1" + String(repeating: "}", count: 31),
+         #"the value at /x/y/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k lies 33 keys below the root (the path's keys plus the value's nesting); the limit is 32"#),
+        ("{\"" + String(repeating: "x", count: 769) + "\":1}",
+         #"at /x/y: the key "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…" is 769 bytes of UTF-8; the limit is 768"#),
+    ]
+
+    @Test func badJSONIsRefusedWithTheSameMessageAsBefore() {
+        for (json, message) in Self.refusals {
+            let error = #expect(throws: DatabaseError.self) { try EncodedValue(jsonBytes: Array(json.utf8), path: "x/y") }
+            #expect(error?.message == message, "\(json)")
+        }
+        // Invalid UTF-8 names its byte.
+        let invalid = Array(#"{"a":"caf"#.utf8) + [0xC3, 0x22, 0x7D]
+        let error = #expect(throws: DatabaseError.self) { try EncodedValue(jsonBytes: invalid, path: "x/y") }
+        #expect(error?.message.contains("byte 9") == true, "\(String(describing: error))")
+    }
+}
+
+extension JSONEncoderTests {
+    /// Objects whose keys come in key order (left where written) and out of it (rearranged),
+    /// with null children, long arrays (indices of two and three digits), more than 127
+    /// children, priorities, escaped and non-ASCII keys and strings: the same bytes as through
+    /// a ``Value`` and a ``Node``.
+    @Test func plainAndEscapedStringsAndOrderedAndUnorderedKeysEncodeAsThroughAValue() throws {
+        var g = SplitMix(seed: 99)
+        func pick<T>(_ xs: [T]) -> T { xs[Int(g.next() % UInt64(xs.count))] }
+        let keyPool = ["a", "b", "c", "aa", "ab", "z", "0", "1", "2", "9", "10", "-3", "007", "2147483648", "é", "😀",
+                       "\u{E000}", "key with spaces", "k\\u0041", "\\u00e9t\\u00e9", "A", "\\\"q\\\""]
+        func string() -> String {
+            pick([#""plain text""#, #""""#, #""caf\u00e9 \"q\" \\ \/ \n""#, #""naïve 😀""#, #""\ud83d\ude00""#, #""tab\there""#])
+        }
+        func value(_ depth: Int) -> String {
+            guard depth < 3 else { return pick(["1", "-7", "2.5", "true", "null", string()]) }
+            switch g.next() % 6 {
+            case 0: return string()
+            case 1: return "[" + (0..<Int(g.next() % 14)).map { _ in value(depth + 1) }.joined(separator: ",") + "]"
+            case 2: return pick(["0", "null", "false", "1e2"])
+            default:
+                var keys = Array(Set((0..<Int(g.next() % 7)).map { _ in pick(keyPool) }))
+                if g.next() % 2 == 0 { keys.sort { KeyOrder.compare(decoded($0), decoded($1)) < 0 } }
+                var members = keys.map { #"""# + $0 + #"":"# + value(depth + 1) }
+                if g.next() % 5 == 0 { members.insert(#"".priority":"# + pick(["3", #""p""#]), at: members.count / 2) }
+                return "{" + members.joined(separator: ",") + "}"
+            }
+        }
+        // The key a JSON key literal stands for (its escapes decoded).
+        func decoded(_ k: String) -> String {
+            if case .string(let s)? = try? Value(json: #"""# + k + #"""#) { return s }
+            return k
+        }
+        var texts = (0..<3_000).map { _ in value(0) }
+        let many = (0..<300).map { #""k\#($0)":\#($0)"# }
+        texts += ["{" + many.joined(separator: ",") + "}", "{" + many.reversed().joined(separator: ",") + "}",
+                  "[" + (0..<130).map { String($0) }.joined(separator: ",") + "]",
+                  #"{"b":{"y":null},"a":{},"c":[null,null]}"#, #"{"b":1,"a":null}"#]
+        for text in texts {
+            let bytes = Array(text.utf8)
+            let expected = try ValueCodec.encode(Node(Value(jsonBytes: bytes), path: "x/y"))
+            #expect(try EncodedValue(jsonBytes: bytes, path: "x/y").bytes == expected, "\(text)")
+        }
+    }
+}
