@@ -118,7 +118,9 @@ extension JSONEncoderTests {
         let many = (0..<300).map { #""k\#($0)":\#($0)"# }
         texts += ["{" + many.joined(separator: ",") + "}", "{" + many.reversed().joined(separator: ",") + "}",
                   "[" + (0..<130).map { String($0) }.joined(separator: ",") + "]",
-                  #"{"b":{"y":null},"a":{},"c":[null,null]}"#, #"{"b":1,"a":null}"#]
+                  #"{"b":{"y":null},"a":{},"c":[null,null]}"#, #"{"b":1,"a":null}"#,
+                  // Children of the open objects beyond the 64 kept on the stack.
+                  "{" + (0..<50).map { #""o\#($0)":{"# + many.prefix(50).reversed().joined(separator: ",") + "}" }.joined(separator: ",") + "}"]
         for text in texts {
             let bytes = Array(text.utf8)
             let expected = try ValueCodec.encode(Node(Value(jsonBytes: bytes), path: "x/y"))

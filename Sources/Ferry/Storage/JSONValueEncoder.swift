@@ -8,7 +8,8 @@
 /// from the text to the output in one piece, keys are validated, ranked and compared where
 /// they were written in the output (no `String` is made for them), and an object whose keys
 /// come in key order already is left where it was written. Only an object given out of order
-/// is rearranged, through one buffer reused for every object of the value.
+/// is rearranged, at the end of the output. The keys on the way down and the children of the
+/// open objects are kept in memory on the stack (on the heap only past 64 children).
 struct JSONValueEncoder {
     private let text: [UInt8]
     private let input: UnsafeBufferPointer<UInt8>
@@ -16,19 +17,21 @@ struct JSONValueEncoder {
     var w: ByteWriter
     private let base: Path
     /// Where the keys from `base` down to the value being encoded are in `w` (their bytes),
-    /// for the depth limit and error messages.
-    private var keys: [Range<Int>] = []
+    /// for the depth limit and error messages: at most ``Path/maxDepth``.
+    private let keyStack: UnsafeMutableBufferPointer<Range<Int>>
+    private var keyCount = 0
     private(set) var hasServerValues = false
-    /// The children of the objects being encoded, innermost last.
-    private var spans: [Span] = []
+    /// The children of the objects being encoded, innermost last: `spanCount` of them.
+    private var spans: UnsafeMutableBufferPointer<Span>
+    private var spanCount = 0
+    /// Whether `spans` was allocated here (grown past the stack's room), to be freed.
+    private var spansOnHeap = false
     /// The last string scanned: bytes `stringStart..<stringEnd` of the text, or, when it held
     /// escapes, its decoded bytes in `scratch`.
     private var stringStart = 0
     private var stringEnd = 0
     private var stringEscaped = false
     private var scratch: [UInt8] = []
-    /// Where an object given out of key order is put in order.
-    private var assembly: [UInt8] = []
 
     private struct Span {
         var rank: KeyRank
@@ -43,20 +46,28 @@ struct JSONValueEncoder {
     /// Encodes `text`, to be written at `path`; returns the bytes and whether they hold
     /// server values.
     static func encode(_ text: [UInt8], path: Path) throws -> (bytes: [UInt8], hasServerValues: Bool) {
-        try text.withUnsafeBufferPointer { input in
-            var e = JSONValueEncoder(text: text, input: input, base: path)
-            e.skipSpace()
-            if try !e.value(depth: 0) { e.w.u8(ValueCodec.Tag.empty.rawValue) }
-            e.skipSpace()
-            guard e.i == input.count else { throw e.syntax("unexpected text after the JSON value") }
-            return (e.w.bytes, e.hasServerValues)
+        try withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: Path.maxDepth) { keyStack in
+            try withUnsafeTemporaryAllocation(of: Span.self, capacity: 64) { spans in
+                try text.withUnsafeBufferPointer { input in
+                    var e = JSONValueEncoder(text: text, input: input, base: path, keyStack: keyStack, spans: spans)
+                    defer { if e.spansOnHeap { e.spans.deallocate() } }
+                    e.skipSpace()
+                    if try !e.value(depth: 0) { e.w.u8(ValueCodec.Tag.empty.rawValue) }
+                    e.skipSpace()
+                    guard e.i == input.count else { throw e.syntax("unexpected text after the JSON value") }
+                    return (e.w.bytes, e.hasServerValues)
+                }
+            }
         }
     }
 
-    private init(text: [UInt8], input: UnsafeBufferPointer<UInt8>, base: Path) {
+    private init(text: [UInt8], input: UnsafeBufferPointer<UInt8>, base: Path,
+                 keyStack: UnsafeMutableBufferPointer<Range<Int>>, spans: UnsafeMutableBufferPointer<Span>) {
         self.text = text
         self.input = input
         self.base = base
+        self.keyStack = keyStack
+        self.spans = spans
         // The encoding is about as long as the text (quotes and punctuation dropped, numbers
         // shorter, array indices added).
         w = ByteWriter(capacity: input.count + 16)
@@ -67,13 +78,27 @@ struct JSONValueEncoder {
         w.bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[range]), as: UTF8.self) }
     }
 
-    private var location: Path { keys.isEmpty ? base : base.child(Path(keys: keys.map { key(at: $0) })) }
+    private var location: Path { keyCount == 0 ? base : base.child(Path(keys: keyStack[0..<keyCount].map { key(at: $0) })) }
 
-    /// Refuses a child (its key's bytes at `keyRange` of the output) of the value being
-    /// encoded that would lie deeper than ``Path/maxDepth`` below the root.
-    private func checkDepth(below keyRange: Range<Int>) throws {
-        let depth = base.count + keys.count + 1
+    /// Enters the child whose key's bytes are at `keyRange` of the output, refusing it if it
+    /// would lie deeper than ``Path/maxDepth`` below the root.
+    private mutating func pushKey(_ keyRange: Range<Int>) throws {
+        let depth = base.count + keyCount + 1
         if depth > Path.maxDepth { throw Path.valueTooDeep(at: location.child(key(at: keyRange)).description, depth: depth) }
+        keyStack[keyCount] = keyRange
+        keyCount += 1
+    }
+
+    private mutating func appendSpan(_ span: Span) {
+        if spanCount == spans.count {
+            let bigger = UnsafeMutableBufferPointer<Span>.allocate(capacity: 2 * spans.count)
+            _ = bigger.initialize(fromContentsOf: spans)
+            if spansOnHeap { spans.deallocate() }
+            spans = bigger
+            spansOnHeap = true
+        }
+        spans[spanCount] = span
+        spanCount += 1
     }
 
     private func syntax(_ why: String) -> DatabaseError {
@@ -148,10 +173,9 @@ struct JSONValueEncoder {
                     w.string(String(index))
                 }
                 let keyRange = (childStart + 1)..<w.count
-                try checkDepth(below: keyRange)
-                keys.append(keyRange)
+                try pushKey(keyRange)
                 if try value(depth: depth + 1) { n += 1 } else { w.bytes.removeLast(w.count - childStart) }
-                keys.removeLast()
+                keyCount -= 1
                 index += 1
                 skipSpace()
                 guard i < input.count else { throw syntax("unterminated array") }
@@ -171,8 +195,8 @@ struct JSONValueEncoder {
     private mutating func object(depth: Int) throws -> Bool {
         let objectStart = i
         i += 1
-        let spanBase = spans.count
-        defer { spans.removeSubrange(spanBase...) }
+        let spanBase = spanCount
+        defer { spanCount = spanBase }
         var priority: Value?
         skipSpace()
         if i < input.count && input[i] == UInt8(ascii: "}") {
@@ -224,11 +248,10 @@ struct JSONValueEncoder {
                 i = parser.i
             } else {
                 let rank = w.bytes.withUnsafeBufferPointer { KeyRank(UnsafeBufferPointer(rebasing: $0[keyRange])) }
-                try checkDepth(below: keyRange)
-                keys.append(keyRange)
+                try pushKey(keyRange)
                 let nonEmpty = try value(depth: depth + 1)
-                keys.removeLast()
-                spans.append(Span(rank: rank, keyStart: keyStart, keyLength: keyRange.count, start: childStart, end: w.count, empty: !nonEmpty))
+                keyCount -= 1
+                appendSpan(Span(rank: rank, keyStart: keyStart, keyLength: keyRange.count, start: childStart, end: w.count, empty: !nonEmpty))
             }
             skipSpace()
             guard i < input.count else { throw syntax("unterminated object") }
@@ -238,53 +261,48 @@ struct JSONValueEncoder {
         }
         let priorityNode = try priority.map { try Node.priorityNode($0, at: location) } ?? .empty
         let childrenStart = countAt + 1
-        let spanEnd = spans.count
+        var children = UnsafeMutableBufferPointer(rebasing: spans[spanBase..<spanCount])
         var kept = 0
         var inOrder = true
-        do {
-            // (A second reference to the output while reading it; gone before it is written.)
-            let bytes = w.bytes
-            let duplicate: Int? = bytes.withUnsafeBufferPointer { out in
-                func key(_ s: Span) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: out[s.keyStart..<(s.keyStart + s.keyLength)]) }
-                func precedes(_ a: Span, _ b: Span) -> Bool { a.rank.precedes(b.rank) { KeyOrder.utf16Order(key(a), key(b)) < 0 } }
-                // Keys given in order (strictly: then none is given twice) are left as written.
-                for j in spanBase..<spanEnd {
-                    if spans[j].empty { inOrder = false } else { kept += 1 }
-                    if j > spanBase && inOrder && !precedes(spans[j - 1], spans[j]) { inOrder = false }
-                }
-                if inOrder { return nil }
-                spans[spanBase..<spanEnd].sort(by: precedes)
-                // Sorted, a key given twice sits next to itself.
-                for j in spanBase..<max(spanBase, spanEnd - 1) {
-                    let a = spans[j], b = spans[j + 1]
-                    if a.keyLength == b.keyLength && a.rank.bytes == b.rank.bytes && key(a).elementsEqual(key(b)) { return j }
-                }
-                return nil
+        let duplicate: Int? = w.bytes.withUnsafeBufferPointer { out in
+            func key(_ s: Span) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: out[s.keyStart..<(s.keyStart + s.keyLength)]) }
+            func precedes(_ a: Span, _ b: Span) -> Bool { a.rank.precedes(b.rank) { KeyOrder.utf16Order(key(a), key(b)) < 0 } }
+            // Keys given in order (strictly: then none is given twice) are left as written.
+            for j in children.indices {
+                if children[j].empty { inOrder = false } else { kept += 1 }
+                if j > 0 && inOrder && !precedes(children[j - 1], children[j]) { inOrder = false }
             }
-            if let j = duplicate {
-                let s = spans[j]
-                throw syntax("the key \"\(String(decoding: bytes[s.keyStart..<(s.keyStart + s.keyLength)], as: UTF8.self))\" appears twice in an object")
+            if inOrder { return nil }
+            children.sort(by: precedes)
+            // Sorted, a key given twice sits next to itself.
+            for j in children.indices.dropLast() {
+                let a = children[j], b = children[j + 1]
+                if a.keyLength == b.keyLength && a.rank.bytes == b.rank.bytes && key(a).elementsEqual(key(b)) { return j }
             }
-            if !inOrder && kept > 0 {
-                assembly.removeAll(keepingCapacity: true)
-                for j in spanBase..<spanEnd where !spans[j].empty {
-                    assembly.append(contentsOf: bytes[spans[j].start..<spans[j].end])
-                }
-            }
+            return nil
+        }
+        if let j = duplicate {
+            let s = children[j]
+            throw syntax("the key \"\(key(at: s.keyStart..<(s.keyStart + s.keyLength)))\" appears twice in an object")
         }
         guard kept > 0 else {
             w.bytes.removeLast(w.count - start)
             return false
         }
         if !inOrder {
-            // The kept children, in order, over the ones as written.
-            let ordered = assembly
-            w.bytes.withUnsafeMutableBufferPointer { out in
-                ordered.withUnsafeBufferPointer { src in
-                    UnsafeMutableBufferPointer(rebasing: out[childrenStart..<(childrenStart + src.count)]).update(fromContentsOf: src)
+            // The kept children, in order, after the output, then moved over the ones as written.
+            let end = w.count
+            w.bytes.append(contentsOf: repeatElement(0, count: end - childrenStart))
+            let length = w.bytes.withUnsafeMutableBufferPointer { out -> Int in
+                var to = end
+                for c in children where !c.empty {
+                    (out.baseAddress! + to).update(from: out.baseAddress! + c.start, count: c.end - c.start)
+                    to += c.end - c.start
                 }
+                (out.baseAddress! + childrenStart).update(from: out.baseAddress! + end, count: to - end)
+                return to - end
             }
-            w.bytes.removeLast(w.count - (childrenStart + ordered.count))
+            w.bytes.removeLast(w.count - (childrenStart + length))
         }
         w.patchVarint(kept, at: countAt)
         if !priorityNode.isEmpty {
