@@ -128,3 +128,36 @@ extension JSONEncoderTests {
         }
     }
 }
+
+extension JSONEncoderTests {
+    /// `Path(validating:)` splits and checks in one pass: the same keys as splitting, and the
+    /// same error, word for word, as checking the split path — for slashes doubled or at the
+    /// ends, forbidden and control characters, non-ASCII keys, `.priority`, keys over 768
+    /// bytes and paths deeper than 32 keys.
+    @Test func parsingAPathGivesTheSameKeysAndErrorsAsSplittingThenValidating() {
+        var g = SplitMix(seed: 7)
+        func pick<T>(_ xs: [T]) -> T { xs[Int(g.next() % UInt64(xs.count))] }
+        let pieces = ["a", "posts", "p00000001", "/", "/", "//", "é", "😀", ".", "$", "#", "[", "]", "\u{7}", "\u{7F}",
+                      ".priority", "x y", String(repeating: "k", count: 700), "-1", "0"]
+        var refused = 0
+        for n in 0..<4_000 {
+            let text = n % 100 == 0
+                ? (0..<(30 + Int(g.next() % 5))).map { _ in "k" }.joined(separator: "/")
+                : (0..<Int(g.next() % 8)).map { _ in pick(pieces) }.joined()
+            let oneStep = Result { try Path(validating: text) }
+            let twoSteps = Result { () throws -> Path in
+                let p = Path(text)
+                try p.validate()
+                return p
+            }
+            switch (oneStep, twoSteps) {
+            case let (.success(a), .success(b)): #expect(a == b, "\(text)")
+            case let (.failure(a as DatabaseError), .failure(b as DatabaseError)):
+                #expect(a.message == b.message && a.code == b.code, "\(text)")
+                refused += 1
+            default: Issue.record("\(text): \(oneStep) / \(twoSteps)")
+            }
+        }
+        #expect(refused > 500)
+    }
+}
