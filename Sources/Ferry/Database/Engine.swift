@@ -34,6 +34,8 @@ final class Engine: StoredValues, ServerCacheSource {
     /// Payloads of records not yet written to the log, oldest first (reads of them cannot
     /// go to the log's files yet).
     private var recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])] = []
+    /// The batch ``append(_:_:)`` fills, kept to reuse its buffer.
+    private var batch = LogBatch(capacity: 1024)
     private var nextMemoryID: Int64 = 1
     var registrations: [UInt64: RegistrationState] = [:]
     var nextRegistrationID: UInt64 = 1
@@ -116,8 +118,9 @@ final class Engine: StoredValues, ServerCacheSource {
             defer { nextMemoryID += 1 }
             return nextMemoryID
         }
-        var batch = LogBatch(capacity: payload.count + 8)
-        batch.append(kind: kind.rawValue, payload: payload)
+        // One batch reused under the lock (the log copies it), filled without a generic call.
+        batch.removeAll(keepingCapacity: true)
+        payload.withUnsafeBytes { batch.append(kind: kind.rawValue, payload: $0) }
         let range: ClosedRange<LSN>
         do {
             range = try log.enqueue(batch)
