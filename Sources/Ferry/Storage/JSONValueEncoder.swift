@@ -14,7 +14,7 @@ struct JSONValueEncoder {
     private let text: [UInt8]
     private let input: UnsafeBufferPointer<UInt8>
     private var i = 0
-    var w: ByteWriter
+    private var w: Output
     private let base: Path
     /// Where the keys from `base` down to the value being encoded are in `w` (their bytes),
     /// for the depth limit and error messages: at most ``Path/maxDepth``.
@@ -48,34 +48,126 @@ struct JSONValueEncoder {
     static func encode(_ text: [UInt8], path: Path) throws -> (bytes: [UInt8], hasServerValues: Bool) {
         try withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: Path.maxDepth) { keyStack in
             try withUnsafeTemporaryAllocation(of: Span.self, capacity: 64) { spans in
-                try text.withUnsafeBufferPointer { input in
-                    var e = JSONValueEncoder(text: text, input: input, base: path, keyStack: keyStack, spans: spans)
-                    defer { if e.spansOnHeap { e.spans.deallocate() } }
-                    e.skipSpace()
-                    if try !e.value(depth: 0) { e.w.u8(ValueCodec.Tag.empty.rawValue) }
-                    e.skipSpace()
-                    guard e.i == input.count else { throw e.syntax("unexpected text after the JSON value") }
-                    return (e.w.bytes, e.hasServerValues)
+                try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 2048) { output in
+                    try text.withUnsafeBufferPointer { input in
+                        var e = JSONValueEncoder(text: text, input: input, base: path, keyStack: keyStack, spans: spans, output: output)
+                        defer {
+                            if e.spansOnHeap { e.spans.deallocate() }
+                            e.w.free()
+                        }
+                        e.skipSpace()
+                        if try !e.value(depth: 0) { e.w.u8(ValueCodec.Tag.empty.rawValue) }
+                        e.skipSpace()
+                        guard e.i == input.count else { throw e.syntax("unexpected text after the JSON value") }
+                        return (Array(e.w.written), e.hasServerValues)
+                    }
                 }
             }
         }
     }
 
+    /// The output: bytes at `base`, on the stack until they outgrow it, then on the heap.
+    private struct Output {
+        private(set) var base: UnsafeMutablePointer<UInt8>
+        private var capacity: Int
+        private var onHeap = false
+        private(set) var count = 0
+
+        init(_ room: UnsafeMutableBufferPointer<UInt8>) {
+            base = room.baseAddress!
+            capacity = room.count
+        }
+
+        /// The bytes written so far (valid until the next write).
+        var written: UnsafeMutableBufferPointer<UInt8> { UnsafeMutableBufferPointer(start: base, count: count) }
+
+        @inline(__always)
+        mutating func reserve(_ n: Int) {
+            if count + n > capacity { grow(to: count + n) }
+        }
+
+        private mutating func grow(to needed: Int) {
+            let bigger = UnsafeMutablePointer<UInt8>.allocate(capacity: max(2 * capacity, needed))
+            bigger.initialize(from: base, count: count)
+            if onHeap { base.deallocate() }
+            base = bigger
+            capacity = max(2 * capacity, needed)
+            onHeap = true
+        }
+
+        func free() { if onHeap { base.deallocate() } }
+
+        mutating func u8(_ v: UInt8) {
+            reserve(1)
+            base[count] = v
+            count += 1
+        }
+
+        mutating func varint(_ value: UInt64) {
+            reserve(10)
+            var v = value
+            while v >= 0x80 {
+                base[count] = UInt8(truncatingIfNeeded: v) | 0x80
+                count += 1
+                v >>= 7
+            }
+            base[count] = UInt8(v)
+            count += 1
+        }
+
+        mutating func signed(_ value: Int64) { varint(UInt64(bitPattern: (value << 1) ^ (value >> 63))) }
+
+        mutating func double(_ d: Double) {
+            reserve(8)
+            UnsafeMutableRawPointer(base + count).storeBytes(of: d.bitPattern.littleEndian, as: UInt64.self)
+            count += 8
+        }
+
+        mutating func append(_ bytes: UnsafeBufferPointer<UInt8>) {
+            guard let from = bytes.baseAddress, bytes.count > 0 else { return }
+            reserve(bytes.count)
+            (base + count).initialize(from: from, count: bytes.count)
+            count += bytes.count
+        }
+
+        /// Takes the bytes from `offset` on back off.
+        mutating func truncate(to offset: Int) { count = offset }
+
+        /// Puts `bytes` at `offset`, moving what follows.
+        mutating func insert(_ bytes: [UInt8], at offset: Int) {
+            reserve(bytes.count)
+            (base + offset + bytes.count).update(from: base + offset, count: count - offset)  // (memmove)
+            bytes.withUnsafeBufferPointer { (base + offset).update(from: $0.baseAddress!, count: $0.count) }
+            count += bytes.count
+        }
+
+        /// Puts the varint of `n` in place of the one-byte placeholder at `offset`.
+        mutating func patchVarint(_ n: Int, at offset: Int) {
+            if n < 0x80 {
+                base[offset] = UInt8(n)
+            } else {
+                var count = ByteWriter(capacity: 10)
+                count.varint(UInt64(n))
+                base[offset] = count.bytes[0]
+                insert(Array(count.bytes.dropFirst()), at: offset + 1)
+            }
+        }
+    }
+
     private init(text: [UInt8], input: UnsafeBufferPointer<UInt8>, base: Path,
-                 keyStack: UnsafeMutableBufferPointer<Range<Int>>, spans: UnsafeMutableBufferPointer<Span>) {
+                 keyStack: UnsafeMutableBufferPointer<Range<Int>>, spans: UnsafeMutableBufferPointer<Span>,
+                 output: UnsafeMutableBufferPointer<UInt8>) {
         self.text = text
         self.input = input
         self.base = base
         self.keyStack = keyStack
         self.spans = spans
-        // The encoding is about as long as the text (quotes and punctuation dropped, numbers
-        // shorter, array indices added).
-        w = ByteWriter(capacity: input.count + 16)
+        w = Output(output)
     }
 
     /// The key whose bytes are at `range` of the output.
     private func key(at range: Range<Int>) -> String {
-        w.bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[range]), as: UTF8.self) }
+        String(decoding: UnsafeBufferPointer(rebasing: w.written[range]), as: UTF8.self)
     }
 
     private var location: Path { keyCount == 0 ? base : base.child(Path(keys: keyStack[0..<keyCount].map { key(at: $0) })) }
@@ -170,11 +262,15 @@ struct JSONValueEncoder {
                     w.u8(1)
                     w.u8(UInt8(ascii: "0") + UInt8(index))
                 } else {
-                    w.string(String(index))
+                    var digits = String(index)
+                    digits.withUTF8 { d in
+                        w.varint(UInt64(d.count))
+                        w.append(d)
+                    }
                 }
                 let keyRange = (childStart + 1)..<w.count
                 try pushKey(keyRange)
-                if try value(depth: depth + 1) { n += 1 } else { w.bytes.removeLast(w.count - childStart) }
+                if try value(depth: depth + 1) { n += 1 } else { w.truncate(to: childStart) }
                 keyCount -= 1
                 index += 1
                 skipSpace()
@@ -185,7 +281,7 @@ struct JSONValueEncoder {
             }
         }
         guard n > 0 else {
-            w.bytes.removeLast(w.count - start)
+            w.truncate(to: start)
             return false
         }
         w.patchVarint(n, at: countAt)
@@ -218,18 +314,18 @@ struct JSONValueEncoder {
             let keyStart = w.count
             appendString()
             let keyRange = keyStart..<w.count
-            let plain = w.bytes.withUnsafeBufferPointer { ValueEncoder.isPlainKey(UnsafeBufferPointer(rebasing: $0[keyRange])) }
+            let plain = ValueEncoder.isPlainKey(UnsafeBufferPointer(rebasing: w.written[keyRange]))
             var isPriority = false
             if !plain {
                 let key = key(at: keyRange)
                 if key == ".sv" || key == ".value" {
                     // Server values and wrapped leaves: rare, built from a Value.
-                    w.bytes.removeLast(w.count - start)
+                    w.truncate(to: start)
                     return try special(from: objectStart, depth: depth)
                 }
                 if key == ".priority" {
                     isPriority = true
-                    w.bytes.removeLast(w.count - childStart)
+                    w.truncate(to: childStart)
                 } else {
                     do { try Path.validate(key: key) } catch let e as DatabaseError {
                         throw DatabaseError(.invalidData, "at \(location): \(e.message)")
@@ -247,7 +343,7 @@ struct JSONValueEncoder {
                 priority = try parser.value(depth: depth + 1)
                 i = parser.i
             } else {
-                let rank = w.bytes.withUnsafeBufferPointer { KeyRank(UnsafeBufferPointer(rebasing: $0[keyRange])) }
+                let rank = KeyRank(UnsafeBufferPointer(rebasing: w.written[keyRange]))
                 try pushKey(keyRange)
                 let nonEmpty = try value(depth: depth + 1)
                 keyCount -= 1
@@ -264,7 +360,7 @@ struct JSONValueEncoder {
         var children = UnsafeMutableBufferPointer(rebasing: spans[spanBase..<spanCount])
         var kept = 0
         var inOrder = true
-        let duplicate: Int? = w.bytes.withUnsafeBufferPointer { out in
+        let duplicate: Int? = { (out: UnsafeBufferPointer<UInt8>) -> Int? in
             func key(_ s: Span) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: out[s.keyStart..<(s.keyStart + s.keyLength)]) }
             func precedes(_ a: Span, _ b: Span) -> Bool { a.rank.precedes(b.rank) { KeyOrder.utf16Order(key(a), key(b)) < 0 } }
             // Keys given in order (strictly: then none is given twice) are left as written.
@@ -280,36 +376,34 @@ struct JSONValueEncoder {
                 if a.keyLength == b.keyLength && a.rank.bytes == b.rank.bytes && key(a).elementsEqual(key(b)) { return j }
             }
             return nil
-        }
+        }(UnsafeBufferPointer(w.written))
         if let j = duplicate {
             let s = children[j]
             throw syntax("the key \"\(key(at: s.keyStart..<(s.keyStart + s.keyLength)))\" appears twice in an object")
         }
         guard kept > 0 else {
-            w.bytes.removeLast(w.count - start)
+            w.truncate(to: start)
             return false
         }
         if !inOrder {
             // The kept children, in order, after the output, then moved over the ones as written.
             let end = w.count
-            w.bytes.append(contentsOf: repeatElement(0, count: end - childrenStart))
-            let length = w.bytes.withUnsafeMutableBufferPointer { out -> Int in
-                var to = end
-                for c in children where !c.empty {
-                    (out.baseAddress! + to).update(from: out.baseAddress! + c.start, count: c.end - c.start)
-                    to += c.end - c.start
-                }
-                (out.baseAddress! + childrenStart).update(from: out.baseAddress! + end, count: to - end)
-                return to - end
+            w.reserve(end - childrenStart)
+            let out = w.base
+            var to = end
+            for c in children where !c.empty {
+                (out + to).initialize(from: out + c.start, count: c.end - c.start)
+                to += c.end - c.start
             }
-            w.bytes.removeLast(w.count - (childrenStart + length))
+            (out + childrenStart).update(from: out + end, count: to - end)
+            w.truncate(to: childrenStart + to - end)
         }
         w.patchVarint(kept, at: countAt)
         if !priorityNode.isEmpty {
             var header = ByteWriter(capacity: 16)
             header.u8(ValueCodec.Tag.withPriority.rawValue)
             ValueCodec.encode(priorityNode, into: &header)
-            w.bytes.insert(contentsOf: header.bytes, at: start)
+            w.insert(header.bytes, at: start)
         }
         return true
     }
@@ -322,7 +416,9 @@ struct JSONValueEncoder {
         i = parser.i
         let node = try Node.build(value, at: location, depth: depth)
         guard !node.isEmpty else { return false }
-        ValueCodec.encode(node, into: &w)
+        var encoded = ByteWriter(capacity: 64)
+        ValueCodec.encode(node, into: &encoded)
+        encoded.bytes.withUnsafeBufferPointer { w.append($0) }
         if ServerValueResolver.containsDeferred(node) { hasServerValues = true }
         return true
     }
@@ -333,9 +429,9 @@ struct JSONValueEncoder {
     /// Appends the last string scanned to the output (its bytes, without a length).
     private mutating func appendString() {
         if stringEscaped {
-            w.bytes.append(contentsOf: scratch)
+            scratch.withUnsafeBufferPointer { w.append($0) }
         } else {
-            w.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: input[stringStart..<stringEnd]))
+            w.append(UnsafeBufferPointer(rebasing: input[stringStart..<stringEnd]))
         }
     }
 
