@@ -36,6 +36,8 @@ final class Engine: StoredValues, ServerCacheSource {
     private var recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])] = []
     /// The batch ``append(_:_:)`` fills, kept to reuse its buffer.
     private var batch = LogBatch(capacity: 1024)
+    /// Records and payload bytes appended since ``pruneRecent()`` last looked at the log.
+    private var appendedSincePrune = (records: 0, bytes: 0)
     private var nextMemoryID: Int64 = 1
     var registrations: [UInt64: RegistrationState] = [:]
     var nextRegistrationID: UInt64 = 1
@@ -128,6 +130,8 @@ final class Engine: StoredValues, ServerCacheSource {
             throw storageError(error)
         }
         recent.append((range.lowerBound.rawValue, kind.rawValue, payload))
+        appendedSincePrune.records += 1
+        appendedSincePrune.bytes += payload.count
         sinceCheckpoint.records += 1
         sinceCheckpoint.bytes += payload.count
         return Int64(range.lowerBound.rawValue)
@@ -140,8 +144,12 @@ final class Engine: StoredValues, ServerCacheSource {
         return e
     }
 
-    /// Forgets payloads the log has written.
+    /// Forgets payloads the log has written. It looks (the log's position is behind the log's
+    /// lock) once per 64 records or 1 MiB appended: a written payload kept a little longer is
+    /// read from here instead of from the log, the same bytes.
     func pruneRecent() {
+        guard appendedSincePrune.records >= 64 || appendedSincePrune.bytes >= 1 << 20 else { return }
+        appendedSincePrune = (0, 0)
         guard let log, let first = recent.first, first.lsn < log.writtenLSN.rawValue else { return }
         let written = log.writtenLSN.rawValue
         let n = recent.firstIndex { $0.lsn >= written } ?? recent.count
