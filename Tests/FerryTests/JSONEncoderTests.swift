@@ -161,3 +161,32 @@ extension JSONEncoderTests {
         #expect(refused > 500)
     }
 }
+
+extension JSONEncoderTests {
+    /// Strings are scanned eight bytes at a time until one of them needs a closer look: a
+    /// quote, an escape, a control character, a byte of a multi-byte character or one that is
+    /// not UTF-8 — at every position of the word, in keys and values, the result (bytes, or
+    /// the error and the byte it names) is the one the Value route gives.
+    @Test func everyByteThatEndsTheWordAtATimeScanIsFoundAtEveryPosition() throws {
+        let specials: [[UInt8]] = [Array(#"\""#.utf8), Array(#"\\"#.utf8), Array(#"\u0041"#.utf8), [0x01], [0x1F], [0x20], [0x7F],
+                                   Array("é".utf8), Array("😀".utf8), [0xFF], [0xC3], [0x22]]
+        for special in specials {
+            for position in 0..<20 {
+                let plain = Array("abcdefghijklmnopqrstuvwx".utf8)
+                let content = Array(plain[0..<position]) + special + Array(plain[position...])
+                for (isKey, text) in [(false, [0x22] + content + [0x22]), (true, Array(#"{""#.utf8) + content + Array(#"":1,"z":true}"#.utf8))] {
+                    let direct = Result { try EncodedValue(jsonBytes: text, path: "x") }
+                    let viaValue = Result { try Node(Value(jsonBytes: text), path: "x") }
+                    switch (direct, viaValue) {
+                    case let (.success(e), .success(n)): #expect(e.bytes == ValueCodec.encode(n))
+                    case let (.failure(a as DatabaseError), .failure(b as DatabaseError)):
+                        // (A bad key is named before the text after it is read: only a value's
+                        // errors are word for word the Value route's.)
+                        if !isKey { #expect(a.message == b.message) }
+                    default: Issue.record("\(special) at \(position): \(direct) / \(viaValue)")
+                    }
+                }
+            }
+        }
+    }
+}

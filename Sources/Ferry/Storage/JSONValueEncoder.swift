@@ -440,6 +440,16 @@ struct JSONValueEncoder {
     private mutating func string() throws {
         i += 1  // opening quote
         let start = i
+        // Eight bytes at a time while none is a quote, a backslash, a control character or
+        // non-ASCII (exact tests on the whole word); the loop below looks at the rest.
+        let ones: UInt64 = 0x0101_0101_0101_0101, high: UInt64 = 0x8080_8080_8080_8080
+        while i + 8 <= input.count {
+            let word = UnsafeRawPointer(input.baseAddress! + i).loadUnaligned(as: UInt64.self)
+            let quote = word ^ (0x22 &* ones), backslash = word ^ (0x5C &* ones)
+            let stop = word | ((word &- 0x20 &* ones) & ~word) | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)
+            if stop & high != 0 { break }
+            i += 8
+        }
         while i < input.count {
             let c = input[i]
             if c == UInt8(ascii: "\"") {
