@@ -58,9 +58,10 @@ final class WriteTree {
     func addOverwrite(_ path: Path, _ node: Node, writeID: Int64, visible: Bool, ref: ValueRef? = nil, empty: Bool? = nil) {
         precondition(writeID > lastWriteID, "write ids must increase")
         let inline = ref == nil ? WriteRecord(writeID: writeID, path: path, change: .overwrite(node), visible: visible) : nil
-        pending.append(writeID, path: path, isOverwrite: true, visible: visible, inline: inline)
+        let key = PathKey.encode(path)  // (once for both)
+        pending.append(writeID, key: key, isOverwrite: true, visible: visible, inline: inline)
         if visible {
-            overlay.set(ref.map { .stored($0) } ?? .inline(node), empty: empty ?? node.isEmpty, at: path)
+            overlay.set(ref.map { .stored($0) } ?? .inline(node), empty: empty ?? node.isEmpty, at: path, key: key)
         } else {
             hidden.insert(writeID)
         }

@@ -245,15 +245,21 @@ public final class Database: Sendable {
         let (id, seq) = try apply(body)
         if let id, let log {
             do {
-                let lsn = LSN(UInt64(id))
-                try await log.awaitDurability(of: lsn...lsn)
+                // Only `.fsync` waits; the others are acknowledged at once unless the log failed
+                // (checked here without an `await`, which costs a suspension check per write).
+                if options.durability == .fsync {
+                    let lsn = LSN(UInt64(id))
+                    try await log.awaitDurability(of: lsn...lsn)
+                } else if let failure = log.failure {
+                    throw failure
+                }
             } catch {
                 let e = engine.withLock { $0.storageError(error) }
                 endObserversIfStopped()
                 throw e
             }
         }
-        await delivery.waitDelivered(seq)
+        if !delivery.isDelivered(seq) { await delivery.waitDelivered(seq) }
         return id
     }
 

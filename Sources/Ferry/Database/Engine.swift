@@ -34,6 +34,10 @@ final class Engine: StoredValues, ServerCacheSource {
     /// Payloads of records not yet written to the log, oldest first (reads of them cannot
     /// go to the log's files yet).
     private var recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])] = []
+    /// The batch ``append(_:_:)`` fills, kept to reuse its buffer.
+    private var batch = LogBatch(capacity: 1024)
+    /// Records and payload bytes appended since ``pruneRecent()`` last looked at the log.
+    private var appendedSincePrune = (records: 0, bytes: 0)
     private var nextMemoryID: Int64 = 1
     var registrations: [UInt64: RegistrationState] = [:]
     var nextRegistrationID: UInt64 = 1
@@ -118,8 +122,9 @@ final class Engine: StoredValues, ServerCacheSource {
             defer { nextMemoryID += 1 }
             return nextMemoryID
         }
-        var batch = LogBatch(capacity: payload.count + 8)
-        batch.append(kind: kind.rawValue, payload: payload)
+        // One batch reused under the lock (the log copies it), filled without a generic call.
+        batch.removeAll(keepingCapacity: true)
+        payload.withUnsafeBytes { batch.append(kind: kind.rawValue, payload: $0) }
         let range: ClosedRange<LSN>
         do {
             range = try log.enqueue(batch)
@@ -127,6 +132,8 @@ final class Engine: StoredValues, ServerCacheSource {
             throw storageError(error)
         }
         recent.append((range.lowerBound.rawValue, kind.rawValue, payload))
+        appendedSincePrune.records += 1
+        appendedSincePrune.bytes += payload.count
         sinceCheckpoint.records += 1
         sinceCheckpoint.bytes += payload.count
         return Int64(range.lowerBound.rawValue)
@@ -139,8 +146,12 @@ final class Engine: StoredValues, ServerCacheSource {
         return e
     }
 
-    /// Forgets payloads the log has written.
+    /// Forgets payloads the log has written. It looks (the log's position is behind the log's
+    /// lock) once per 64 records or 1 MiB appended: a written payload kept a little longer is
+    /// read from here instead of from the log, the same bytes.
     func pruneRecent() {
+        guard appendedSincePrune.records >= 64 || appendedSincePrune.bytes >= 1 << 20 else { return }
+        appendedSincePrune = (0, 0)
         guard let log, let first = recent.first, first.lsn < log.writtenLSN.rawValue else { return }
         let written = log.writtenLSN.rawValue
         let n = recent.firstIndex { $0.lsn >= written } ?? recent.count

@@ -25,7 +25,13 @@ final class EventDelivery: Sendable {
         state.withLock { s in
             let seq = s.nextSeq
             s.nextSeq += 1
-            s.batches.append((seq, events))
+            if events.isEmpty && s.batches.isEmpty && !s.draining {
+                // Nothing to deliver and every batch before it delivered (no one is draining,
+                // none is queued): delivered already. (Most writes raise no event.)
+                s.delivered = seq
+            } else {
+                s.batches.append((seq, events))
+            }
             return seq
         }
     }

@@ -31,8 +31,31 @@ public struct Path: Hashable, Sendable, Comparable, CustomStringConvertible, Exp
     /// A path from a string like `"users/ada/name"`, checking every key and the depth.
     /// - Throws: ``DatabaseError`` with code ``DatabaseError/Code/invalidPath``, naming the key and the rule.
     public init(validating string: String) throws {
-        self.init(string)
-        try validate()
+        // One pass: split, and check each key's bytes on the way (a key with nothing to look
+        // closer at needs no second pass); any other goes through `validate()` for its error.
+        var string = string
+        var plain = true
+        keys = string.withUTF8 { bytes in
+            var count = 0
+            var previous = UInt8(ascii: "/")
+            for b in bytes {
+                if previous == UInt8(ascii: "/") && b != UInt8(ascii: "/") { count += 1 }
+                previous = b
+            }
+            var keys: [String] = []
+            keys.reserveCapacity(count)
+            var start = 0
+            for j in 0...bytes.count where j == bytes.count || bytes[j] == UInt8(ascii: "/") {
+                if j > start {
+                    let key = UnsafeBufferPointer(rebasing: bytes[start..<j])
+                    if plain && !ValueEncoder.isPlainKey(key) { plain = false }
+                    keys.append(String(decoding: key, as: UTF8.self))
+                }
+                start = j + 1
+            }
+            return keys
+        }
+        if !plain || keys.count > Path.maxDepth { try validate() }
     }
 
     var isEmpty: Bool { keys.isEmpty }

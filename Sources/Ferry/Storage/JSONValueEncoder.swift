@@ -3,20 +3,35 @@
 /// children in key order, null children dropped, empty objects null, arrays as objects with integer keys, priorities — with the same
 /// validation. Objects with `.sv` or `.value` (server values, wrapped leaves) are rare and go
 /// through a ``Value``.
+///
+/// The common case costs no allocation per string or key: a string without escapes is copied
+/// from the text to the output in one piece, keys are validated, ranked and compared where
+/// they were written in the output (no `String` is made for them), and an object whose keys
+/// come in key order already is left where it was written. Only an object given out of order
+/// is rearranged, at the end of the output. The keys on the way down and the children of the
+/// open objects are kept in memory on the stack (on the heap only past 64 children).
 struct JSONValueEncoder {
     private let text: [UInt8]
     private let input: UnsafeBufferPointer<UInt8>
     private var i = 0
-    var w = ByteWriter(capacity: 256)
+    private var w: Output
     private let base: Path
-    /// Keys from `base` down to the value being encoded, for error messages.
-    private var keys: [String] = []
+    /// Where the keys from `base` down to the value being encoded are in `w` (their bytes),
+    /// for the depth limit and error messages: at most ``Path/maxDepth``.
+    private let keyStack: UnsafeMutableBufferPointer<Range<Int>>
+    private var keyCount = 0
     private(set) var hasServerValues = false
-    /// The children of the objects being encoded, innermost last.
-    private var spans: [Span] = []
-    /// A string's decoded bytes.
+    /// The children of the objects being encoded, innermost last: `spanCount` of them.
+    private var spans: UnsafeMutableBufferPointer<Span>
+    private var spanCount = 0
+    /// Whether `spans` was allocated here (grown past the stack's room), to be freed.
+    private var spansOnHeap = false
+    /// The last string scanned: bytes `stringStart..<stringEnd` of the text, or, when it held
+    /// escapes, its decoded bytes in `scratch`.
+    private var stringStart = 0
+    private var stringEnd = 0
+    private var stringEscaped = false
     private var scratch: [UInt8] = []
-    private var assembly: [UInt8] = []
 
     private struct Span {
         var rank: KeyRank
@@ -31,29 +46,151 @@ struct JSONValueEncoder {
     /// Encodes `text`, to be written at `path`; returns the bytes and whether they hold
     /// server values.
     static func encode(_ text: [UInt8], path: Path) throws -> (bytes: [UInt8], hasServerValues: Bool) {
-        try text.withUnsafeBufferPointer { input in
-            var e = JSONValueEncoder(text: text, input: input, base: path)
-            e.skipSpace()
-            if try !e.value(depth: 0) { e.w.u8(ValueCodec.Tag.empty.rawValue) }
-            e.skipSpace()
-            guard e.i == input.count else { throw e.syntax("unexpected text after the JSON value") }
-            return (e.w.bytes, e.hasServerValues)
+        try withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: Path.maxDepth) { keyStack in
+            try withUnsafeTemporaryAllocation(of: Span.self, capacity: 64) { spans in
+                try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 2048) { output in
+                    try text.withUnsafeBufferPointer { input in
+                        var e = JSONValueEncoder(text: text, input: input, base: path, keyStack: keyStack, spans: spans, output: output)
+                        defer {
+                            if e.spansOnHeap { e.spans.deallocate() }
+                            e.w.free()
+                        }
+                        e.skipSpace()
+                        if try !e.value(depth: 0) { e.w.u8(ValueCodec.Tag.empty.rawValue) }
+                        e.skipSpace()
+                        guard e.i == input.count else { throw e.syntax("unexpected text after the JSON value") }
+                        return (Array(e.w.written), e.hasServerValues)
+                    }
+                }
+            }
         }
     }
 
-    private init(text: [UInt8], input: UnsafeBufferPointer<UInt8>, base: Path) {
+    /// The output: bytes at `base`, on the stack until they outgrow it, then on the heap.
+    private struct Output {
+        private(set) var base: UnsafeMutablePointer<UInt8>
+        private var capacity: Int
+        private var onHeap = false
+        private(set) var count = 0
+
+        init(_ room: UnsafeMutableBufferPointer<UInt8>) {
+            base = room.baseAddress!
+            capacity = room.count
+        }
+
+        /// The bytes written so far (valid until the next write).
+        var written: UnsafeMutableBufferPointer<UInt8> { UnsafeMutableBufferPointer(start: base, count: count) }
+
+        @inline(__always)
+        mutating func reserve(_ n: Int) {
+            if count + n > capacity { grow(to: count + n) }
+        }
+
+        private mutating func grow(to needed: Int) {
+            let bigger = UnsafeMutablePointer<UInt8>.allocate(capacity: max(2 * capacity, needed))
+            bigger.initialize(from: base, count: count)
+            if onHeap { base.deallocate() }
+            base = bigger
+            capacity = max(2 * capacity, needed)
+            onHeap = true
+        }
+
+        func free() { if onHeap { base.deallocate() } }
+
+        mutating func u8(_ v: UInt8) {
+            reserve(1)
+            base[count] = v
+            count += 1
+        }
+
+        mutating func varint(_ value: UInt64) {
+            reserve(10)
+            var v = value
+            while v >= 0x80 {
+                base[count] = UInt8(truncatingIfNeeded: v) | 0x80
+                count += 1
+                v >>= 7
+            }
+            base[count] = UInt8(v)
+            count += 1
+        }
+
+        mutating func signed(_ value: Int64) { varint(UInt64(bitPattern: (value << 1) ^ (value >> 63))) }
+
+        mutating func double(_ d: Double) {
+            reserve(8)
+            UnsafeMutableRawPointer(base + count).storeBytes(of: d.bitPattern.littleEndian, as: UInt64.self)
+            count += 8
+        }
+
+        mutating func append(_ bytes: UnsafeBufferPointer<UInt8>) {
+            guard let from = bytes.baseAddress, bytes.count > 0 else { return }
+            reserve(bytes.count)
+            (base + count).initialize(from: from, count: bytes.count)
+            count += bytes.count
+        }
+
+        /// Takes the bytes from `offset` on back off.
+        mutating func truncate(to offset: Int) { count = offset }
+
+        /// Puts `bytes` at `offset`, moving what follows.
+        mutating func insert(_ bytes: [UInt8], at offset: Int) {
+            reserve(bytes.count)
+            (base + offset + bytes.count).update(from: base + offset, count: count - offset)  // (memmove)
+            bytes.withUnsafeBufferPointer { (base + offset).update(from: $0.baseAddress!, count: $0.count) }
+            count += bytes.count
+        }
+
+        /// Puts the varint of `n` in place of the one-byte placeholder at `offset`.
+        mutating func patchVarint(_ n: Int, at offset: Int) {
+            if n < 0x80 {
+                base[offset] = UInt8(n)
+            } else {
+                var count = ByteWriter(capacity: 10)
+                count.varint(UInt64(n))
+                base[offset] = count.bytes[0]
+                insert(Array(count.bytes.dropFirst()), at: offset + 1)
+            }
+        }
+    }
+
+    private init(text: [UInt8], input: UnsafeBufferPointer<UInt8>, base: Path,
+                 keyStack: UnsafeMutableBufferPointer<Range<Int>>, spans: UnsafeMutableBufferPointer<Span>,
+                 output: UnsafeMutableBufferPointer<UInt8>) {
         self.text = text
         self.input = input
         self.base = base
+        self.keyStack = keyStack
+        self.spans = spans
+        w = Output(output)
     }
 
-    private var location: Path { keys.isEmpty ? base : base.child(Path(keys: keys)) }
+    /// The key whose bytes are at `range` of the output.
+    private func key(at range: Range<Int>) -> String {
+        String(decoding: UnsafeBufferPointer(rebasing: w.written[range]), as: UTF8.self)
+    }
 
-    /// Refuses a child `key` of the value being encoded that would lie deeper than
-    /// ``Path/maxDepth`` below the root.
-    private func checkDepth(below key: String) throws {
-        let depth = base.count + keys.count + 1
-        if depth > Path.maxDepth { throw Path.valueTooDeep(at: location.child(key).description, depth: depth) }
+    private var location: Path { keyCount == 0 ? base : base.child(Path(keys: keyStack[0..<keyCount].map { key(at: $0) })) }
+
+    /// Enters the child whose key's bytes are at `keyRange` of the output, refusing it if it
+    /// would lie deeper than ``Path/maxDepth`` below the root.
+    private mutating func pushKey(_ keyRange: Range<Int>) throws {
+        let depth = base.count + keyCount + 1
+        if depth > Path.maxDepth { throw Path.valueTooDeep(at: location.child(key(at: keyRange)).description, depth: depth) }
+        keyStack[keyCount] = keyRange
+        keyCount += 1
+    }
+
+    private mutating func appendSpan(_ span: Span) {
+        if spanCount == spans.count {
+            let bigger = UnsafeMutableBufferPointer<Span>.allocate(capacity: 2 * spans.count)
+            _ = bigger.initialize(fromContentsOf: spans)
+            if spansOnHeap { spans.deallocate() }
+            spans = bigger
+            spansOnHeap = true
+        }
+        spans[spanCount] = span
+        spanCount += 1
     }
 
     private func syntax(_ why: String) -> DatabaseError {
@@ -94,8 +231,8 @@ struct JSONValueEncoder {
         case UInt8(ascii: "\""):
             try string()
             w.u8(ValueCodec.Tag.string.rawValue)
-            w.varint(UInt64(scratch.count))
-            w.bytes.append(contentsOf: scratch)
+            w.varint(UInt64(stringCount))
+            appendString()
         case UInt8(ascii: "["):
             return try array(depth: depth)
         case UInt8(ascii: "{"):
@@ -121,12 +258,20 @@ struct JSONValueEncoder {
                 skipSpace()
                 // Array indices are in key order already (integer keys sort numerically).
                 let childStart = w.count
-                let key = String(index)
-                try checkDepth(below: key)
-                w.string(key)
-                keys.append(key)
-                if try value(depth: depth + 1) { n += 1 } else { w.bytes.removeLast(w.count - childStart) }
-                keys.removeLast()
+                if index < 10 {
+                    w.u8(1)
+                    w.u8(UInt8(ascii: "0") + UInt8(index))
+                } else {
+                    var digits = String(index)
+                    digits.withUTF8 { d in
+                        w.varint(UInt64(d.count))
+                        w.append(d)
+                    }
+                }
+                let keyRange = (childStart + 1)..<w.count
+                try pushKey(keyRange)
+                if try value(depth: depth + 1) { n += 1 } else { w.truncate(to: childStart) }
+                keyCount -= 1
                 index += 1
                 skipSpace()
                 guard i < input.count else { throw syntax("unterminated array") }
@@ -136,7 +281,7 @@ struct JSONValueEncoder {
             }
         }
         guard n > 0 else {
-            w.bytes.removeLast(w.count - start)
+            w.truncate(to: start)
             return false
         }
         w.patchVarint(n, at: countAt)
@@ -146,58 +291,63 @@ struct JSONValueEncoder {
     private mutating func object(depth: Int) throws -> Bool {
         let objectStart = i
         i += 1
-        let start = w.count
-        let spanBase = spans.count
-        defer { spans.removeSubrange(spanBase...) }
+        let spanBase = spanCount
+        defer { spanCount = spanBase }
         var priority: Value?
         skipSpace()
         if i < input.count && input[i] == UInt8(ascii: "}") {
             i += 1
             return false
         }
+        // The children's tag and a one-byte count, patched at the end.
+        let start = w.count
+        w.u8(ValueCodec.Tag.children.rawValue)
+        let countAt = w.count
+        w.u8(0)
         while true {
             skipSpace()
             guard i < input.count, input[i] == UInt8(ascii: "\"") else { throw syntax("expected a key") }
             try string()
-            let plain = scratch.withUnsafeBufferPointer { ValueEncoder.isPlainKey($0) }
-            var keyText: String?
+            // The key goes to the output at once; it is checked there.
+            let childStart = w.count
+            w.varint(UInt64(stringCount))
+            let keyStart = w.count
+            appendString()
+            let keyRange = keyStart..<w.count
+            let plain = ValueEncoder.isPlainKey(UnsafeBufferPointer(rebasing: w.written[keyRange]))
+            var isPriority = false
             if !plain {
-                let key = String(decoding: scratch, as: UTF8.self)
+                let key = key(at: keyRange)
                 if key == ".sv" || key == ".value" {
                     // Server values and wrapped leaves: rare, built from a Value.
-                    w.bytes.removeLast(w.count - start)
+                    w.truncate(to: start)
                     return try special(from: objectStart, depth: depth)
                 }
-                if key != ".priority" {
+                if key == ".priority" {
+                    isPriority = true
+                    w.truncate(to: childStart)
+                } else {
                     do { try Path.validate(key: key) } catch let e as DatabaseError {
                         throw DatabaseError(.invalidData, "at \(location): \(e.message)")
                     }
                 }
-                keyText = key
             }
             skipSpace()
             guard i < input.count, input[i] == UInt8(ascii: ":") else { throw syntax("expected :") }
             i += 1
             skipSpace()
-            if keyText == ".priority" {
+            if isPriority {
                 guard priority == nil else { throw syntax("the key \".priority\" appears twice in an object") }
                 var parser = JSON.Parser(bytes: text)
                 parser.i = i
                 priority = try parser.value(depth: depth + 1)
                 i = parser.i
             } else {
-                let childStart = w.count
-                let keyLength = scratch.count
-                w.varint(UInt64(keyLength))
-                let keyStart = w.count
-                w.bytes.append(contentsOf: scratch)
-                let rank = scratch.withUnsafeBufferPointer { KeyRank($0) }
-                let childKey = keyText ?? String(decoding: scratch, as: UTF8.self)
-                try checkDepth(below: childKey)
-                keys.append(childKey)
+                let rank = KeyRank(UnsafeBufferPointer(rebasing: w.written[keyRange]))
+                try pushKey(keyRange)
                 let nonEmpty = try value(depth: depth + 1)
-                keys.removeLast()
-                spans.append(Span(rank: rank, keyStart: keyStart, keyLength: keyLength, start: childStart, end: w.count, empty: !nonEmpty))
+                keyCount -= 1
+                appendSpan(Span(rank: rank, keyStart: keyStart, keyLength: keyRange.count, start: childStart, end: w.count, empty: !nonEmpty))
             }
             skipSpace()
             guard i < input.count else { throw syntax("unterminated object") }
@@ -206,40 +356,55 @@ struct JSONValueEncoder {
             throw syntax("expected , or } in an object")
         }
         let priorityNode = try priority.map { try Node.priorityNode($0, at: location) } ?? .empty
-        let bytes = w.bytes
-        let duplicate: Int? = bytes.withUnsafeBufferPointer { out in
+        let childrenStart = countAt + 1
+        var children = UnsafeMutableBufferPointer(rebasing: spans[spanBase..<spanCount])
+        var kept = 0
+        var inOrder = true
+        let duplicate: Int? = { (out: UnsafeBufferPointer<UInt8>) -> Int? in
             func key(_ s: Span) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: out[s.keyStart..<(s.keyStart + s.keyLength)]) }
-            spans[spanBase...].sort { a, b in a.rank.precedes(b.rank) { KeyOrder.utf16Order(key(a), key(b)) < 0 } }
+            func precedes(_ a: Span, _ b: Span) -> Bool { a.rank.precedes(b.rank) { KeyOrder.utf16Order(key(a), key(b)) < 0 } }
+            // Keys given in order (strictly: then none is given twice) are left as written.
+            for j in children.indices {
+                if children[j].empty { inOrder = false } else { kept += 1 }
+                if j > 0 && inOrder && !precedes(children[j - 1], children[j]) { inOrder = false }
+            }
+            if inOrder { return nil }
+            children.sort(by: precedes)
             // Sorted, a key given twice sits next to itself.
-            for j in spanBase..<max(spanBase, spans.count - 1) {
-                let a = spans[j], b = spans[j + 1]
+            for j in children.indices.dropLast() {
+                let a = children[j], b = children[j + 1]
                 if a.keyLength == b.keyLength && a.rank.bytes == b.rank.bytes && key(a).elementsEqual(key(b)) { return j }
             }
             return nil
-        }
+        }(UnsafeBufferPointer(w.written))
         if let j = duplicate {
-            let s = spans[j]
-            throw syntax("the key \"\(String(decoding: bytes[s.keyStart..<(s.keyStart + s.keyLength)], as: UTF8.self))\" appears twice in an object")
+            let s = children[j]
+            throw syntax("the key \"\(key(at: s.keyStart..<(s.keyStart + s.keyLength)))\" appears twice in an object")
         }
-        var kept = 0
-        for j in spanBase..<spans.count where !spans[j].empty { kept += 1 }
         guard kept > 0 else {
-            w.bytes.removeLast(w.count - start)
+            w.truncate(to: start)
             return false
         }
-        assembly.removeAll(keepingCapacity: true)
-        var header = ByteWriter(capacity: 32)
+        if !inOrder {
+            // The kept children, in order, after the output, then moved over the ones as written.
+            let end = w.count
+            w.reserve(end - childrenStart)
+            let out = w.base
+            var to = end
+            for c in children where !c.empty {
+                (out + to).initialize(from: out + c.start, count: c.end - c.start)
+                to += c.end - c.start
+            }
+            (out + childrenStart).update(from: out + end, count: to - end)
+            w.truncate(to: childrenStart + to - end)
+        }
+        w.patchVarint(kept, at: countAt)
         if !priorityNode.isEmpty {
+            var header = ByteWriter(capacity: 16)
             header.u8(ValueCodec.Tag.withPriority.rawValue)
             ValueCodec.encode(priorityNode, into: &header)
+            w.insert(header.bytes, at: start)
         }
-        header.u8(ValueCodec.Tag.children.rawValue)
-        header.varint(UInt64(kept))
-        assembly.append(contentsOf: header.bytes)
-        for j in spanBase..<spans.count where !spans[j].empty {
-            assembly.append(contentsOf: bytes[spans[j].start..<spans[j].end])
-        }
-        w.bytes.replaceSubrange(start..<w.count, with: assembly)
         return true
     }
 
@@ -251,15 +416,68 @@ struct JSONValueEncoder {
         i = parser.i
         let node = try Node.build(value, at: location, depth: depth)
         guard !node.isEmpty else { return false }
-        ValueCodec.encode(node, into: &w)
+        var encoded = ByteWriter(capacity: 64)
+        ValueCodec.encode(node, into: &encoded)
+        encoded.bytes.withUnsafeBufferPointer { w.append($0) }
         if ServerValueResolver.containsDeferred(node) { hasServerValues = true }
         return true
     }
 
-    /// Decodes the string at `i` into `scratch`; invalid UTF-8 is an error naming its byte.
+    /// The length of the last string scanned, in UTF-8 bytes.
+    private var stringCount: Int { stringEscaped ? scratch.count : stringEnd - stringStart }
+
+    /// Appends the last string scanned to the output (its bytes, without a length).
+    private mutating func appendString() {
+        if stringEscaped {
+            scratch.withUnsafeBufferPointer { w.append($0) }
+        } else {
+            w.append(UnsafeBufferPointer(rebasing: input[stringStart..<stringEnd]))
+        }
+    }
+
+    /// Scans the string at `i`: without escapes it stays where it is in the text (nothing is
+    /// copied); with them, it is decoded into `scratch`. Invalid UTF-8 is an error naming its byte.
     private mutating func string() throws {
         i += 1  // opening quote
-        scratch.removeAll(keepingCapacity: true)
+        let start = i
+        // Eight bytes at a time while none is a quote, a backslash, a control character or
+        // non-ASCII (exact tests on the whole word); the loop below looks at the rest.
+        let ones: UInt64 = 0x0101_0101_0101_0101, high: UInt64 = 0x8080_8080_8080_8080
+        while i + 8 <= input.count {
+            let word = UnsafeRawPointer(input.baseAddress! + i).loadUnaligned(as: UInt64.self)
+            let quote = word ^ (0x22 &* ones), backslash = word ^ (0x5C &* ones)
+            let stop = word | ((word &- 0x20 &* ones) & ~word) | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)
+            if stop & high != 0 { break }
+            i += 8
+        }
+        while i < input.count {
+            let c = input[i]
+            if c == UInt8(ascii: "\"") {
+                stringStart = start
+                stringEnd = i
+                stringEscaped = false
+                i += 1
+                return
+            }
+            if c == UInt8(ascii: "\\") {
+                scratch.removeAll(keepingCapacity: true)
+                scratch.append(contentsOf: UnsafeBufferPointer(rebasing: input[start..<i]))
+                stringEscaped = true
+                return try escapedString()
+            }
+            if c < 0x20 { throw syntax("control character in a string") }
+            if c >= 0x80 {
+                guard let n = UTF8Validation.sequenceLength(input, at: i) else { throw UTF8Validation.error(at: i, byte: c) }
+                i += n
+                continue
+            }
+            i += 1
+        }
+        throw syntax("unterminated string")
+    }
+
+    /// The rest of a string with escapes, from the first backslash, decoded into `scratch`.
+    private mutating func escapedString() throws {
         while i < input.count {
             let c = input[i]
             if c == UInt8(ascii: "\"") {

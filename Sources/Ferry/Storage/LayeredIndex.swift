@@ -133,7 +133,11 @@ final class LayeredIndex {
     /// after the entry is itself replaced (by a null, say), an empty marker entry is put where
     /// the leaf was first — as folding the writes in order would leave it.
     func set(_ handle: ValueHandle, empty: Bool, at path: Path) {
-        let key = PathKey.encode(path)
+        set(handle, empty: empty, at: path, key: PathKey.encode(path))
+    }
+
+    /// ``set(_:empty:at:)`` with the path's index key already made (`PathKey.encode(path)`).
+    func set(_ handle: ValueHandle, empty: Bool, at path: Path, key: [UInt8]) {
         // An empty entry between here and a leaf above (a removal below the leaf, which changed
         // nothing) does not shield the leaf: look past it to the entry above.
         var searchFrom = path, searchKey = key

@@ -41,10 +41,15 @@ struct PendingList {
     private func keyStart(_ stored: Int) -> Int { stored == 0 ? 0 : Int(pathEnds[stored - 1]) }
 
     mutating func append(_ id: Int64, path: Path, isOverwrite: Bool, visible: Bool, inline record: WriteRecord?) {
+        append(id, key: PathKey.encode(path), isOverwrite: isOverwrite, visible: visible, inline: record)
+    }
+
+    /// Appends a write whose path's index key (``PathKey/encode(_:)``) is `key`.
+    mutating func append(_ id: Int64, key: [UInt8], isOverwrite: Bool, visible: Bool, inline record: WriteRecord?) {
         precondition(lastID.map { $0 < id } ?? true, "pending writes are kept in id order")
         storedIDs.append(id)
         storedFlags.append((isOverwrite ? Self.overwriteFlag : 0) | (visible ? Self.visibleFlag : 0))
-        pathBytes.append(contentsOf: PathKey.encode(path))
+        pathBytes.append(contentsOf: key)
         pathEnds.append(UInt32(pathBytes.count))
         if let record { inline[id] = record }
     }

@@ -80,14 +80,39 @@ enum RecordCodec {
     }
 
     /// A set whose value is already encoded and holds no server values.
+    /// The same bytes as the form above (flags 0), sized first and written in place.
     static func localSet(path: Path, encoded value: [UInt8], time: Int64) -> (bytes: [UInt8], range: Range<Int>) {
-        var w = ByteWriter(capacity: value.count + 16 + path.keys.reduce(0) { $0 + $1.utf8.count + 1 })
-        w.u8(0)
-        w.signed(time)
-        w.path(path)
-        let start = w.count
-        w.bytes.append(contentsOf: value)
-        return (w.bytes, start..<w.count)
+        func varintLength(_ v: UInt64) -> Int { max(1, (64 - v.leadingZeroBitCount + 6) / 7) }
+        func put(_ v: UInt64, _ p: inout UnsafeMutablePointer<UInt8>) {
+            var v = v
+            while v >= 0x80 {
+                p.pointee = UInt8(truncatingIfNeeded: v) | 0x80
+                p += 1
+                v >>= 7
+            }
+            p.pointee = UInt8(v)
+            p += 1
+        }
+        let zigzag = UInt64(bitPattern: (time << 1) ^ (time >> 63))
+        var header = 1 + varintLength(zigzag) + varintLength(UInt64(path.count))
+        for k in path.keys { header += varintLength(UInt64(k.utf8.count)) + k.utf8.count }
+        let bytes = [UInt8](unsafeUninitializedCapacity: header + value.count) { buffer, count in
+            var p = buffer.baseAddress!
+            p.pointee = 0
+            p += 1
+            put(zigzag, &p)
+            put(UInt64(path.count), &p)
+            for var k in path.keys {
+                k.withUTF8 { utf8 in
+                    put(UInt64(utf8.count), &p)
+                    if let from = utf8.baseAddress { p.initialize(from: from, count: utf8.count) }
+                    p += utf8.count
+                }
+            }
+            value.withUnsafeBufferPointer { if let from = $0.baseAddress { p.initialize(from: from, count: $0.count) } }
+            count = header + value.count
+        }
+        return (bytes, header..<bytes.count)
     }
 
     static func localUpdate(path: Path, children: [(Path, Node, Node?)], time: Int64) -> (bytes: [UInt8], ranges: [(Path, Range<Int>)]) {

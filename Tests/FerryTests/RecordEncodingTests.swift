@@ -1,0 +1,26 @@
+import FerryTestSupport
+import Testing
+
+@testable import Ferry
+
+@Suite struct RecordEncodingTests {
+    /// The record of a set whose value came encoded (the fast form, sized first and written
+    /// in place) has the same bytes, and the value at the same range, as the record built from
+    /// the node — for times before 1970 and far ahead, the root, deep paths, keys of one
+    /// byte, of 127 and 128 bytes (a one- and a two-byte length) and non-ASCII.
+    @Test func aSetOfAnEncodedValueIsRecordedAsTheSetOfItsNode() throws {
+        var g = SplitMix(seed: 5)
+        func pick<T>(_ xs: [T]) -> T { xs[Int(g.next() % UInt64(xs.count))] }
+        let keys = ["a", "posts", "p00000001", "é", "😀", String(repeating: "k", count: 127), String(repeating: "k", count: 128), "-1"]
+        let times: [Int64] = [0, 1, -1, 63, 64, -65, 1_763_900_000_000, Int64.max, Int64.min]
+        let values: [Value] = [.int(1), .string("text"), .object(["b": .int(2), "a": .array([.bool(true), .double(1.5)])]), .null]
+        for _ in 0..<500 {
+            let path = Path(keys: (0..<Int(g.next() % 6)).map { _ in pick(keys) })
+            let node = try Node(pick(values))
+            let time = pick(times)
+            let fast = RecordCodec.localSet(path: path, encoded: ValueCodec.encode(node), time: time)
+            let built = RecordCodec.localSet(path: path, value: node, resolved: nil, time: time, hidden: false)
+            #expect(fast.bytes == built.bytes && fast.range == built.range, "\(path) \(time)")
+        }
+    }
+}
