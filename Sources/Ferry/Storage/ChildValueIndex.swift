@@ -54,13 +54,16 @@ enum SortKey {
         out.append(contentsOf: [0, 0, 0])
     }
 
-    /// The child's key in a sort key; nil when the bytes are not a sort key.
-    static func key(of bytes: [UInt8]) -> String? {
+    /// Where the child's key's units start in a sort key; nil when the bytes are not a sort
+    /// key (checked whole: every unit in range, the terminators where they belong).
+    static func keyStart(_ bytes: [UInt8]) -> Int? {
         var i = 0
         func skipUnits() -> Bool {
             while i + 3 <= bytes.count {
-                defer { i += 3 }
-                if bytes[i] == 0 && bytes[i + 1] == 0 && bytes[i + 2] == 0 { return true }
+                let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+                i += 3
+                if v == 0 { return true }
+                if v > 0x10000 { return false }
             }
             return false
         }
@@ -76,15 +79,20 @@ enum SortKey {
         }
         guard i < bytes.count, bytes[i] <= 1 else { return nil }
         i += bytes[i] == 0 ? 7 : 1
+        let start = i
+        guard skipUnits(), i == bytes.count else { return nil }
+        return start
+    }
+
+    /// The child's key in a sort key; nil when the bytes are not a sort key.
+    static func key(of bytes: [UInt8]) -> String? {
+        guard var i = keyStart(bytes) else { return nil }
         var units: [UInt16] = []
-        while i + 3 <= bytes.count {
-            let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+        while i + 3 < bytes.count {
+            units.append(UInt16((UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])) - 1))
             i += 3
-            if v == 0 { return i == bytes.count ? String(decoding: units, as: UTF16.self) : nil }
-            guard v <= 0x10000 else { return nil }
-            units.append(UInt16(v - 1))
         }
-        return nil
+        return String(decoding: units, as: UTF16.self)
     }
 }
 
@@ -235,7 +243,7 @@ final class ChildValueIndex: LayeredChangeObserver {
 
     /// Restores a sort key a checkpoint kept (in order); false when it is not a sort key.
     func restore(_ key: [UInt8]) -> Bool {
-        guard SortKey.key(of: key) != nil else { return false }
+        guard SortKey.keyStart(key) != nil else { return false }
         _ = key.withUnsafeBytes { sorted.append($0, 0) }
         return true
     }
