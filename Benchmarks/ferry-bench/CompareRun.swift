@@ -77,6 +77,37 @@ struct CompareRun: AsyncParsableCommand {
         @Sendable func key(_ i: Int) -> String { keys[i % keys.count] }
 
         switch (workload, engine) {
+        case ("observe-stall", _):
+            // Not a compare workload: how long writes from another task wait while a listener
+            // of every post is added (`ferry-bench compare-run observe-stall ferry DIR` on a bulk store).
+            var options = DatabaseOptions(durability: .none)
+            options.checkpointOnClose = false
+            let db = try Database.open(at: directory, options: options)
+            let stop = Mutex(false)
+            let worst = Mutex(0.0)
+            let writer = Task {
+                var i = 0
+                while !stop.withLock({ $0 }) {
+                    let t = clock.now
+                    _ = try await db.reference("other/w\(i % 100)").setValue(.int(Int64(i)))
+                    let waited = seconds(t.duration(to: clock.now))
+                    worst.withLock { $0 = max($0, waited) }
+                    i += 1
+                    try await Task.sleep(for: .milliseconds(1))
+                }
+            }
+            try await Task.sleep(for: .milliseconds(200))
+            let start = clock.now
+            let first = Mutex<Double?>(nil)
+            _ = try db.reference("posts").observe(.value) { _ in first.withLock { if $0 == nil { $0 = seconds(start.duration(to: clock.now)) } } }
+            while first.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(5)) }
+            try await Task.sleep(for: .milliseconds(200))
+            stop.withLock { $0 = true }
+            try await writer.value
+            result.seconds = first.withLock { $0 } ?? 0
+            result.note = String(format: "a write waited at most %.1f ms", worst.withLock { $0 } * 1000)
+            try await db.close()
+
         case ("limited-prepare", _):
             // An earlier session that declared the index: it is built at the first query and
             // kept in the checkpoint written on close.

@@ -174,6 +174,43 @@ import Testing
         try await db.close()
     }
 
+    /// A big location's view is built outside the lock: its events are those of the view the
+    /// lock would have built — the first value, and what later changes raise.
+    @Test(arguments: [UInt64(2), 3])
+    func aViewBuiltOutsideTheLockRaisesWhatTheLockedOneWould(seed: UInt64) async throws {
+        let dir = try TemporaryDirectory()
+        let db = try await Self.build(seed: seed, in: dir)
+        let data = try db.reference("data")
+        let queries: [DatabaseQuery] = [data.query, try data.queryOrdered(byChild: "x").queryLimited(toLast: 7),
+                                        try data.queryOrderedByKey().queryStarting(atValue: "k5")]
+        func expected(_ q: DatabaseQuery) throws -> Value {
+            let node = try Self.materialized(db, "data")
+            return DataSnapshot(ref: q.ref, node: q.params.nodeFilter.updateFullNode(IndexedNode(.empty, index: q.params.index),
+                                IndexedNode(node, index: q.params.index), accumulator: nil).node, metadata: SnapshotMetadata(fromCache: true, hasPendingWrites: false)).value
+        }
+        var recorders: [Recorder] = []
+        for q in queries {
+            let r = Recorder()
+            _ = q.observe(.value) { r.record(.value, $0) }
+            recorders.append(r)
+            #expect(r.values.last == (try expected(q)), "seed \(seed), \(q.params): the first value")
+        }
+        #expect(db.engine.withLock { e in queries.allSatisfy { e.syncTree.view(for: $0.spec) != nil } })
+        var g = SplitMix(seed: seed &+ 7)
+        for _ in 0..<40 {
+            let k = Self.key(&g, 700)
+            switch Int.random(in: 0..<3, using: &g) {
+            case 0: _ = try await data.child(k).setValue(Self.value(&g))
+            case 1: _ = try await data.child(k).child("x").setValue(Self.leaf(&g))
+            default: try await db.applyServerPut(at: "data/\(k)", Self.value(&g))
+            }
+            for (q, r) in zip(queries, recorders) {
+                #expect(r.values.last == (try expected(q)), "seed \(seed), \(q.params): after a change")
+            }
+        }
+        try await db.close()
+    }
+
     @Test func aLazySnapshotKeepsShowingItsMomentWhileTheDatabaseChangesAndCompacts() async throws {
         let dir = try TemporaryDirectory()
         var options = quietOptions(.none)

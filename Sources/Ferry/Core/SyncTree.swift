@@ -119,7 +119,9 @@ final class SyncTree {
 
     // MARK: Registrations
 
-    func addEventRegistration(_ registration: EventRegistration, for query: QuerySpec) -> [Event] {
+    /// `prebuilt`: the query's view, built outside the lock from the data as it is (see
+    /// ``canTakePrebuiltView(for:)``), used when no view for the query exists yet.
+    func addEventRegistration(_ registration: EventRegistration, for query: QuerySpec, prebuilt: View? = nil) -> [Event] {
         var foundAncestorDefaultView = false
         syncPoints.forEachOnPath(query.path) { _, sp in
             foundAncestorDefaultView = foundAncestorDefaultView || sp.hasCompleteView
@@ -140,9 +142,22 @@ final class SyncTree {
             tagToQuery[tag] = query
         }
         let writes = WriteTreeRef(path: query.path, tree: writeTree)
-        let events = syncPoint.addRegistration(registration, query: query, writes: writes, serverCache: serverCache(for: query))
+        let events = prebuilt != nil && !viewExisted
+            ? syncPoint.addRegistration(registration, view: prebuilt!)
+            : syncPoint.addRegistration(registration, query: query, writes: writes, serverCache: serverCache(for: query))
         if !viewExisted && !foundAncestorDefaultView { setUpListener(query) }
         return events
+    }
+
+    /// Whether a view for `query` built from the stored data alone is the view this tree would
+    /// make: no view at or above its location (whose caches it would take) and none for it yet.
+    func canTakePrebuiltView(for query: QuerySpec) -> Bool {
+        var any = false
+        syncPoints.forEachOnPath(query.path) { _, sp in
+            any = any || !sp.isEmpty
+            return !any
+        }
+        return !any
     }
 
     /// Removes a registration (nil: every registration of the query). Returns nothing to raise;

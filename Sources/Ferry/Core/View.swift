@@ -60,7 +60,9 @@ final class View {
     /// when the data is complete.
     func initialEvents(for registration: EventRegistration) -> [Event] {
         let event = viewCache.eventCache
-        var changes = event.indexed.ordered.map { Change.added($0.name, $0.node) }
+        // (Only a child_added listener gets one per child: a value listener of a million
+        // children need not have a million changes made and dropped under the lock.)
+        var changes = registration.responds(to: .childAdded) ? event.indexed.ordered.map { Change.added($0.name, $0.node) } : []
         if event.isFullyInitialized { changes.append(.value(event.node)) }
         return EventGenerator.events(for: changes, eventCache: event.indexed, registrations: [registration], query: query)
     }
@@ -113,6 +115,14 @@ final class SyncPoint {
             view = makeView(query, writes: writes, serverCache: serverCache)
             views.append((query.params, view))
         }
+        view.add(registration)
+        return view.initialEvents(for: registration)
+    }
+
+    /// Adds a registration with a view built elsewhere (outside the lock) for its query.
+    func addRegistration(_ registration: EventRegistration, view: View) -> [Event] {
+        precondition(self.view(for: view.query) == nil, "a prebuilt view only where none is")
+        views.append((view.query.params, view))
         view.add(registration)
         return view.initialEvents(for: registration)
     }

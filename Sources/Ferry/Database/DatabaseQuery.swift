@@ -209,14 +209,24 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         let registration = EventRegistration(id: id, types: types, includeMetadataChanges: includeMetadataChanges) { event, metadata in
             handler(DataEvent(event, metadata: metadata, database: db))
         }
+        // A big location's view is built outside the lock (from frozen data), so that writes
+        // from other tasks do not wait for it; it is installed if nothing changed meanwhile.
+        let prepared = database.engine.withLock { e -> (FrozenData, LocationWatch)? in
+            guard e.stopReason == nil, e.syncTree.canTakePrebuiltView(for: query), e.isBig(query.path),
+                  let frozen = e.freeze(onFailure: { _ in }) else { return nil }
+            return (frozen, e.watch(query.path))
+        }
+        let prebuilt = prepared.flatMap { View.prebuilt(query, from: $0.0) }
         var refused: DatabaseError?
         database.raise { e in
             if let reason = e.stopReason {
                 refused = reason
                 return []
             }
+            if let watch = prepared?.1 { e.unwatch(watch) }
             e.registrations[id] = RegistrationState(registration: registration, query: query, lastMetadata: nil, onEnd: onEnd)
-            return e.syncTree.addEventRegistration(registration, for: query)
+            let current = prebuilt != nil && prepared?.1.changed == false && e.syncTree.canTakePrebuiltView(for: query)
+            return e.syncTree.addEventRegistration(registration, for: query, prebuilt: current ? prebuilt : nil)
         }
         if let refused { onEnd?(refused) }  // closed or failed already: end at once
         return ObserverHandle(id: id)

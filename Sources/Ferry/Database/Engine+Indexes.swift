@@ -47,3 +47,42 @@ extension Engine {
         writeTree.overlay.isComplete(at: path) || server.isComplete(at: path)
     }
 }
+
+/// Notes whether anything at, above or below a location changes (while a view of it is built
+/// outside the lock from frozen data: it is installed only if nothing did).
+final class LocationWatch: LayeredChangeObserver {
+    let key: [UInt8]
+    private(set) var changed = false
+
+    init(_ path: Path) { key = PathKey.encode(path) }
+
+    func willChange(_ changed: UnsafeRawBufferPointer) {
+        if self.changed { return }
+        // Related when one key starts with the other: the change is at, above or below.
+        let n = min(changed.count, key.count)
+        self.changed = n == 0 || key.withUnsafeBytes { k in memcmp(k.baseAddress!, changed.baseAddress!, n) == 0 }
+    }
+
+    func willChangeEverything() { changed = true }
+}
+
+extension Engine {
+    /// Starts watching `path` for changes (see ``LocationWatch``).
+    func watch(_ path: Path) -> LocationWatch {
+        let w = LocationWatch(path)
+        server.observers.append(w)
+        writeTree.overlay.observers.append(w)
+        return w
+    }
+
+    func unwatch(_ w: LocationWatch) {
+        server.observers.removeAll { $0 === w }
+        writeTree.overlay.observers.removeAll { $0 === w }
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif

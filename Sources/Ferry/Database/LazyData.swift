@@ -548,3 +548,20 @@ extension DataSnapshot {
     /// child once first).
     public func childStream(batchSize: Int = 256) -> ChildStream { ChildStream(snapshot: self, batchSize: batchSize) }
 }
+
+extension View {
+    /// The view ``SyncPoint/makeView(_:writes:serverCache:)`` makes for `query` when no view
+    /// is at or above its location, built from frozen data (outside the lock): the complete
+    /// server data there with the visible writes on top. Nil when the server data there is not
+    /// complete (then the view is made under the lock, as always) or a stored value could not
+    /// be read.
+    static func prebuilt(_ query: QuerySpec, from data: FrozenData) -> View? {
+        guard let server = data.server.completeNode(at: query.path) else { return nil }
+        let event = WriteTree.visibleNode(at: query.path, overlay: data.overlay) { server }
+        guard let event, data.reader.error == nil else { return nil }
+        let initial = ViewCache(
+            eventCache: CacheNode(indexed: IndexedNode(event, index: query.index), isFullyInitialized: true, isFiltered: false),
+            serverCache: CacheNode(indexed: IndexedNode(server, index: query.index), isFullyInitialized: true, isFiltered: false))
+        return View(query: query, initial: initial)
+    }
+}
