@@ -86,7 +86,7 @@ import Testing
             case 5: _ = try await data.child(k).setValue(leaf(&g))  // a leaf a later write below turns into an object
             default: _ = try await data.child(k).setValue(value(&g))
             }
-            if step == steps / 2 && seed % 2 == 0 {
+            if step == steps / 2 && seed % 4 < 2 {  // (plain and mixed keys both reopen: values then come from the checkpoint's entries)
                 try await db.close()
                 db = try Database.open(at: dir.path, options: options)
             }
@@ -134,6 +134,14 @@ import Testing
     func aLazySnapshotShowsWhatTheMaterializedNodeShows(seed: UInt64) async throws {
         let dir = try TemporaryDirectory()
         let db = try await Self.build(seed: seed, in: dir)
+        if seed % 3 == 0 {
+            // As after a checkpoint older than format 5: entries do not say whether their value
+            // carries a priority, and walks read the values' first bytes.
+            db.engine.withLock { e in
+                e.server.knowsPriorities = false
+                e.writeTree.overlay.knowsPriorities = false
+            }
+        }
         var g = SplitMix(seed: seed &* 31)
         let node = try Self.materialized(db, "data")
         let snapshot = try await db.reference("data").getData()

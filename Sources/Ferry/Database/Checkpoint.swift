@@ -126,7 +126,7 @@ struct CheckpointImage {
                 try startBlockIfNeeded(section)
                 keys.write(key, into: &w)
                 let ref = e.ref
-                w.u8(e.isEmpty ? 1 : 0)
+                w.u8((e.isEmpty ? 1 : 0) | (e.hasPriority ? 2 : 0))
                 w.varint(ref.lsn)
                 w.varint(UInt64(ref.offset))
                 w.varint(UInt64(ref.length))
@@ -231,6 +231,8 @@ struct CheckpointLoader {
     var lastKey: [UInt8] = []
     var hasLastKey = false
     var lastID: Int64 = .min
+    /// The checkpoint's format version (from its header).
+    var version: UInt16 = 0
 
     init(engine: Engine, storeID: StoreID, expectedLSN: UInt64, firstLSN: UInt64, nextLSN: UInt64) {
         self.engine = engine
@@ -263,13 +265,13 @@ struct CheckpointLoader {
                 } else if !rises {
                     throw Checkpoint.damaged("keys out of order")
                 }
-                let empty = try r.u8()
+                let flags = try r.u8()
                 let ref = ValueRef(lsn: try r.varint(), offset: UInt32(truncatingIfNeeded: try r.varint()), length: UInt32(truncatingIfNeeded: try r.varint()))
-                guard empty <= 1, ref.lsn <= LayeredEntry.largestLSN, ref.length == 0 || (ref.lsn >= firstLSN && ref.lsn < expectedLSN) else {
+                guard flags <= (version >= 5 ? 3 : 1), ref.lsn <= LayeredEntry.largestLSN, ref.length == 0 || (ref.lsn >= firstLSN && ref.lsn < expectedLSN) else {
                     throw Checkpoint.damaged("it refers to record \(ref.lsn), outside the log")
                 }
                 let index = section == .server ? engine.server : engine.writeTree.overlay
-                guard keys.previous.withUnsafeBytes({ index.restore(ref, empty: empty == 1, key: $0) }) else {
+                guard keys.previous.withUnsafeBytes({ index.restore(ref, empty: flags & 1 != 0, priority: flags & 2 != 0, key: $0) }) else {
                     throw Checkpoint.damaged("a key is not a path")
                 }
                 if section == .server { counts.server += 1 } else { counts.overlay += 1 }
@@ -350,6 +352,7 @@ struct CheckpointLoader {
         }
         if version >= 4 { pins = try r.varint() }
         if version >= 5 { indexes = try r.varint() }
+        self.version = version
         expected = (server, pending, overlay, rejected, pins, indexes)
         guard r.atEnd else { throw Checkpoint.damaged("trailing bytes in its header") }
         engine.server.removeAll()
@@ -357,6 +360,9 @@ struct CheckpointLoader {
         engine.rejected = [:]
         engine.pins = []
         engine.ackedThrough = ackedThrough
+        // Before format 5 an entry does not say whether its value carries a priority.
+        engine.server.knowsPriorities = version >= 5
+        engine.writeTree.overlay.knowsPriorities = version >= 5
         // Room for what the header announces, within reason: it is not trusted further, and a
         // damaged count must not reserve gigabytes (beyond this, the list grows as it loads).
         let room = Int(min(expected!.pending, 1 << 20)), bytes = Int(min(pendingKeyBytes, 64 << 20))

@@ -170,6 +170,8 @@ extension Engine {
 
     /// Applies one record from the log, without views (there are none while opening).
     func replay(kind: UInt8, lsn: Int64, payload: UnsafeRawBufferPointer) throws {
+        replaying = (UInt64(lsn), kind, payload)
+        defer { replaying = nil }
         let s = try RecordCodec.summarize(kind: kind, payload)
         switch s.kind {
         case .localSet:

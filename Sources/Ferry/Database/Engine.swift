@@ -158,7 +158,11 @@ final class Engine: StoredValues, ServerCacheSource {
         recent.removeFirst(n)
     }
 
+    /// The record being replayed (its payload is valid during the replay of it only).
+    var replaying: (lsn: UInt64, kind: UInt8, payload: UnsafeRawBufferPointer)?
+
     func withPayload<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) throws -> R {
+        if let r = replaying, r.lsn == lsn { return try body(r.kind, r.payload) }
         var lo = 0, hi = recent.count
         while lo < hi {
             let mid = (lo + hi) / 2
@@ -172,6 +176,12 @@ final class Engine: StoredValues, ServerCacheSource {
     }
 
     // MARK: StoredValues
+
+    func firstByte(_ ref: ValueRef) -> UInt8? {
+        try? withPayload(ref.lsn) { _, payload in
+            Int(ref.offset) < payload.count ? payload[Int(ref.offset)] : nil
+        }
+    }
 
     func node(_ ref: ValueRef) -> Node {
         do {

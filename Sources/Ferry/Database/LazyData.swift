@@ -42,6 +42,10 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
         return try log.withRecord(at: LSN(ref.lsn)) { try slice($0.payload) }
     }
 
+    func firstByte(_ ref: ValueRef) -> UInt8? {
+        try? withValue(ref) { $0.first }
+    }
+
     func node(_ ref: ValueRef) -> Node {
         do {
             return try withValue(ref) { try ValueCodec.decode($0) }
@@ -427,7 +431,9 @@ struct ChildCursor {
             if count == 1, fromBase == nil, let (layer, entry) = single {
                 if entry.isEmpty { continue }
                 if decode { return (name, value(entry, layer)) }
-                if priorities && (entry.isInline || reader.hasPriority(entry.ref)) { return (name, value(entry, layer)) }
+                if priorities && (entry.isInline || (layers[layer].knowsPriorities ? entry.hasPriority : reader.hasPriority(entry.ref))) {
+                    return (name, value(entry, layer))
+                }
                 return (name, nil)
             }
             let node = location.data.visibleNode(at: location.path.child(name)) ?? .empty

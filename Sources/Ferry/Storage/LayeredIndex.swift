@@ -5,13 +5,17 @@ enum ValueHandle: Sendable {
 }
 
 /// An index entry, 16 bytes: where the value sits in a log record (or, for a memory-only
-/// store, which in-memory node it is), whether it is empty (null) — known when the entry is
-/// made, so that stored values need not be read to know it — and the depth of its path.
+/// store, which in-memory node it is), whether it is empty (null) and whether it carries a
+/// priority — both known when the entry is made, so that stored values need not be read to
+/// know them — and the depth of its path.
 struct LayeredEntry: Sendable, Equatable {
     /// Bit 63: empty; bit 62: inline; bits 56–61: depth; bits 0–55: LSN or inline slot.
     private var word: UInt64
     private var offset: UInt32
+    /// Bit 31: the value carries a priority; bits 0–30: the value's length (records are far
+    /// smaller than 2 GiB).
     private var length: UInt32
+    private static let priorityBit: UInt32 = 1 << 31
 
     private static let emptyBit: UInt64 = 1 << 63
     private static let inlineBit: UInt64 = 1 << 62
@@ -19,11 +23,11 @@ struct LayeredEntry: Sendable, Equatable {
     /// The largest LSN a stored entry can refer to.
     static let largestLSN: UInt64 = idMask
 
-    init(ref: ValueRef, empty: Bool, depth: Int) {
-        precondition(ref.lsn <= Self.idMask && depth < 64)
+    init(ref: ValueRef, empty: Bool, depth: Int, priority: Bool = false) {
+        precondition(ref.lsn <= Self.idMask && depth < 64 && ref.length < Self.priorityBit)
         word = ref.lsn | UInt64(depth) << 56 | (empty ? Self.emptyBit : 0)
         offset = ref.offset
-        length = ref.length
+        length = ref.length | (priority ? Self.priorityBit : 0)
     }
 
     init(slot: UInt64, empty: Bool, depth: Int) {
@@ -40,7 +44,9 @@ struct LayeredEntry: Sendable, Equatable {
     var depth: Int { Int((word >> 56) & 0x3f) }
     var slot: UInt64 { word & Self.idMask }
     /// Where a stored value sits (meaningless for an inline one).
-    var ref: ValueRef { ValueRef(lsn: word & Self.idMask, offset: offset, length: length) }
+    var ref: ValueRef { ValueRef(lsn: word & Self.idMask, offset: offset, length: length & ~Self.priorityBit) }
+    /// Whether a stored value carries a priority (see ``LayeredIndex/knowsPriorities``).
+    var hasPriority: Bool { length & Self.priorityBit != 0 }
 }
 
 extension ValueRef {
@@ -51,6 +57,9 @@ extension ValueRef {
 /// Where stored values are read from (the database's log).
 protocol ValueReader: AnyObject {
     func node(_ ref: ValueRef) -> Node
+    /// The first byte of the stored value (nil when it cannot be read): whether it carries a
+    /// priority, without decoding it.
+    func firstByte(_ ref: ValueRef) -> UInt8?
 }
 
 /// Complete values at paths, layered: setting a value at a path replaces everything below it,
@@ -71,6 +80,9 @@ final class LayeredIndex {
     private var depthCounts = [Int](repeating: 0, count: 64)
     /// How many marker entries there are (compaction carries them forward).
     private(set) var markerCount = 0
+    /// Whether every stored entry says whether its value carries a priority: false after a
+    /// checkpoint older than format 5 was loaded (then a walk reads the values' first bytes).
+    var knowsPriorities = true
 
     init() {}
 
@@ -83,6 +95,7 @@ final class LayeredIndex {
         copy.nextSlot = nextSlot
         copy.depthCounts = depthCounts
         copy.markerCount = markerCount
+        copy.knowsPriorities = knowsPriorities
         copy.reader = reader
         return copy
     }
@@ -104,7 +117,13 @@ final class LayeredIndex {
     private func makeEntry(_ handle: ValueHandle, empty: Bool, depth: Int) -> LayeredEntry {
         switch handle {
         case .stored(let ref):
-            return LayeredEntry(ref: ref, empty: empty, depth: depth)
+            var priority = false
+            if !empty && ref.length > 0 {
+                let first = reader?.firstByte(ref)
+                if first == nil { knowsPriorities = false }  // (unread: walks read it themselves)
+                priority = first == ValueCodec.Tag.withPriority.rawValue
+            }
+            return LayeredEntry(ref: ref, empty: empty, depth: depth, priority: priority)
         case .inline(let node):
             let slot = nextSlot
             nextSlot += 1
@@ -182,9 +201,9 @@ final class LayeredIndex {
     /// Puts back a stored entry exactly as a checkpoint kept it (no markers: they are kept too).
     /// Entries come in key order, so this appends. False (and nothing changed) when `key` is
     /// not a path's key.
-    func restore(_ ref: ValueRef, empty: Bool, key: UnsafeRawBufferPointer) -> Bool {
-        guard let depth = PathKey.depth(key) else { return false }
-        let entry = LayeredEntry(ref: ref, empty: empty, depth: depth)
+    func restore(_ ref: ValueRef, empty: Bool, priority: Bool, key: UnsafeRawBufferPointer) -> Bool {
+        guard let depth = PathKey.depth(key), ref.length < 1 << 31 else { return false }
+        let entry = LayeredEntry(ref: ref, empty: empty, depth: depth, priority: priority)
         added(entry)
         if let old = index.append(key, entry) { dropped(old) }
         return true
@@ -250,6 +269,7 @@ final class LayeredIndex {
         inline = [:]
         for d in depthCounts.indices { depthCounts[d] = 0 }
         markerCount = 0
+        knowsPriorities = true
     }
 
     /// The deepest entry from the root down to `path` (or to its parent).
