@@ -131,9 +131,10 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
 
     /// Calls `body` with each child in the query's order (key order for a plain location),
     /// decoding one child at a time: the memory a walk over a million children needs is what
-    /// `body` keeps. Ordering by priority reads each child's first stored byte first; ordering
-    /// by value or by a child's value decodes every child once to sort them, keeping only
-    /// their keys and the values ordered by.
+    /// `body` keeps. Ordering by priority looks first for a child with a priority (index
+    /// entries say which values carry one); if there is one, and when ordering by value or by
+    /// a child's value, every child is read once to sort them, keeping only their keys and the
+    /// values ordered by.
     ///
     /// - Throws: what `body` throws; ``DatabaseError`` (``DatabaseError/Code/storage``) when a
     ///   stored value cannot be read (the database stops, as it does when its own read fails).

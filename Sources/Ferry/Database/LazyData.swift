@@ -248,8 +248,9 @@ final class LazyLocation: @unchecked Sendable {
     }
 
     /// The children's keys in `index`'s order, or nil when that is key order (then
-    /// ``ChildCursor`` walks them in order). Reads each child's indexed value once: a
-    /// priority from the first byte of its stored value, a child value by decoding it.
+    /// ``ChildCursor`` walks them in order). Reads each child's indexed value once: whether it
+    /// has a priority from its index entry (or, when the index does not know, the first byte
+    /// of its stored value), a child value by decoding it.
     func indexOrder(_ index: QueryIndex) -> [String]? {
         if index == .key { return nil }
         let byPriority = index == .priority
