@@ -264,6 +264,27 @@ import Testing
         try await db.close()
     }
 
+    /// A small read decodes outside the lock from the live log; a record compaction deleted
+    /// meanwhile sends it back under the lock — no failure, the right value.
+    @Test func aSmallReadWhoseRecordWasCompactedAwayIsReadAgainUnderTheLock() async throws {
+        let dir = try TemporaryDirectory()
+        var options = quietOptions(.none)
+        options.segmentSize = 16 << 10
+        options.compactionSegments = nil
+        let db = try Database.open(at: dir.path, options: options)
+        try await db.applyServerPut(at: "a", ["text": "first"])
+        for i in 0..<200 { try await db.applyServerPut(at: "bulk/b\(i)", .string(String(repeating: "x\(i)", count: 60))) }
+        try await db.sync()
+        let frozen = db.engine.withLock { $0.freezeForOneRead { _ in } }
+        let report = try await db.compact()
+        #expect(!report.deletedSegments.isEmpty)
+        #expect(frozen.visibleNode(at: Path("a")) != nil)
+        #expect(frozen.reader.stale, "the record of /a was in a deleted segment")
+        #expect(frozen.reader.error == nil && db.engine.withLock { $0.failure } == nil, "a stale read is no failure")
+        #expect(try await db.reference("a").getData().value == ["text": "first"])
+        try await db.close()
+    }
+
     @Test func aSmallLocationIsReadAtOnce() async throws {
         let db = try Database.open(at: try TemporaryDirectory().path, options: quietOptions(.none))
         try await db.applyServerPut(at: "posts", ["a": 1, "b": 2])

@@ -323,10 +323,11 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     /// from the log's files, as it is used. A limited query a child-value index orders
     /// (``DatabaseOptions/indexes``) reads its window alone: its keys from the index, their
     /// data, under the lock (the index is first built outside it when it must be).
-    func cachedSnapshot(buildingIndex: Bool = true) throws -> DataSnapshot? {
+    func cachedSnapshot(buildingIndex: Bool = true, readsOutsideTheLock: Bool = true) throws -> DataSnapshot? {
         enum Found {
             case node(Node)
             case frozen(FrozenData)
+            case small(FrozenData)
             case rebuild(ChildValueIndex, FrozenData)
         }
         let query = spec
@@ -359,6 +360,10 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             if e.isBig(query.path), let frozen = e.freeze(onFailure: onFailure) {
                 return (.frozen(frozen), e.metadata(for: query))
             }
+            if readsOutsideTheLock && e.log != nil {
+                // Small data is read outside the lock too (stored values decoded there).
+                return (.small(e.freezeForOneRead(onFailure: onFailure)), e.metadata(for: query))
+            }
             guard let node = e.visibleNode(at: query.path) else { return nil }
             if query.loadsAllData { return (.node(node), e.metadata(for: query)) }
             return (.node(filtered(node)), e.metadata(for: query))
@@ -369,14 +374,29 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             throw failure
         }
         guard let (found, metadata) = result else { return nil }
+        // A value read outside the lock could not be read: the database stops now (as when a
+        // read under the lock fails), before this call throws.
+        func failed(_ e: DatabaseError) -> DatabaseError {
+            database.engine.withLock { $0.failReading(e) }
+            database.endObserversIfStopped()
+            return e
+        }
         switch found {
         case .node(let node):
             return DataSnapshot(ref: ref, node: node, index: params.index, metadata: metadata)
+        case .small(let frozen):
+            let node = frozen.visibleNode(at: query.path)
+            if frozen.reader.stale { return try cachedSnapshot(buildingIndex: buildingIndex, readsOutsideTheLock: false) }
+            if let failure = frozen.reader.error { throw failed(failure) }
+            guard let node else { return nil }
+            if query.loadsAllData { return DataSnapshot(ref: ref, node: node, index: params.index, metadata: metadata) }
+            let filtered = query.params.nodeFilter.updateFullNode(IndexedNode(.empty, index: query.index), IndexedNode(node, index: query.index), accumulator: nil).node
+            return DataSnapshot(ref: ref, node: filtered, index: params.index, metadata: metadata)
         case .rebuild(let index, let frozen):
             let built = ChildValueIndex.build(frozen, location: index.location, child: index.child)
             if let failure = frozen.reader.error {
                 database.engine.withLock { _ in index.cancelRebuild() }
-                throw failure
+                throw failed(failure)
             }
             database.engine.withLock { _ in
                 if let built {
@@ -389,11 +409,11 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         case .frozen(let frozen):
             guard let location = LazyLocation.make(frozen, at: query.path) else { return nil }
             if query.loadsAllData {
-                if let failure = frozen.reader.error { throw failure }
+                if let failure = frozen.reader.error { throw failed(failure) }
                 return DataSnapshot(ref: ref, content: .lazy(location), index: params.index, metadata: metadata)
             }
             let filtered = location.filtered(by: query.params)
-            if let failure = frozen.reader.error { throw failure }
+            if let failure = frozen.reader.error { throw failed(failure) }
             return DataSnapshot(ref: ref, node: filtered, index: params.index, metadata: metadata)
         }
     }

@@ -306,6 +306,14 @@ final class Engine: StoredValues, ServerCacheSource {
         return FrozenData(overlay: writeTree.overlay, server: server, reader: reader)
     }
 
+    /// The data as it is now, for one read that ends at once outside the lock: values come
+    /// from the live log (no read snapshot is opened), and the caller reads again under the
+    /// lock if the reader turns out ``FrozenReader/stale``.
+    func freezeForOneRead(onFailure: @escaping @Sendable (DatabaseError) -> Void) -> FrozenData {
+        let reader = FrozenReader(recent: recent, log: nil, live: log, store: log?.path, onFailure: onFailure)
+        return FrozenData(overlay: writeTree.overlay, server: server, reader: reader)
+    }
+
     /// A snapshot's read of a stored value failed: the database stops, as when its own does.
     func failReading(_ e: DatabaseError) {
         logger.error("\(e)")

@@ -4,20 +4,28 @@ import Dispatch
 
 /// Reads the stored values of a frozen state (see ``FrozenData``) outside the engine's lock:
 /// records the log had not written when the state was frozen from a copy of their payloads,
-/// the others through a ``LogReadSnapshot`` (its own files and frame cache).
+/// the others through a ``LogReadSnapshot`` (its own files and frame cache) — or, for a read
+/// that ends at once (a small location), through the live log: a record compaction or
+/// eviction deleted meanwhile then makes the reader ``stale`` (the read is done again under
+/// the lock), which is no failure of the database.
 final class FrozenReader: ValueReader, @unchecked Sendable {
     private let recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])]
     private let log: LogReadSnapshot?
+    private let live: WriteAheadLog?
+    private let staleFlag = Mutex(false)
+    /// Whether a record was gone from the live log (see above).
+    var stale: Bool { staleFlag.withLock { $0 } }
     private let store: String?
     /// Told of a record that could not be read (the database then stops, as when its own
     /// read fails).
     private let onFailure: @Sendable (DatabaseError) -> Void
     private let failure = Mutex<DatabaseError?>(nil)
 
-    init(recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])], log: LogReadSnapshot?, store: String?,
+    init(recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])], log: LogReadSnapshot?, live: WriteAheadLog? = nil, store: String?,
          onFailure: @escaping @Sendable (DatabaseError) -> Void) {
         self.recent = recent
         self.log = log
+        self.live = live
         self.store = store
         self.onFailure = onFailure
     }
@@ -38,8 +46,14 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
             if recent[mid].lsn < ref.lsn { lo = mid + 1 } else { hi = mid }
         }
         if lo < recent.count, recent[lo].lsn == ref.lsn { return try recent[lo].payload.withUnsafeBytes { try slice($0) } }
-        guard let log else { throw DatabaseError(.storage, "record \(ref.lsn) is not available") }
-        return try log.withRecord(at: LSN(ref.lsn)) { try slice($0.payload) }
+        if let log { return try log.withRecord(at: LSN(ref.lsn)) { try slice($0.payload) } }
+        guard let live else { throw DatabaseError(.storage, "record \(ref.lsn) is not available") }
+        do {
+            return try live.withRecord(at: LSN(ref.lsn)) { try slice($0.payload) }
+        } catch let e as LogError where e.code == .recordsUnavailable {
+            staleFlag.withLock { $0 = true }
+            throw e
+        }
     }
 
     func firstByte(_ ref: ValueRef) -> UInt8? {
@@ -66,6 +80,7 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
     }
 
     private func report(_ error: any Error, _ lsn: UInt64) {
+        if stale { return }  // (read again under the lock: not a failure)
         let e = error as? DatabaseError
             ?? DatabaseError(.storage, "reading record \(lsn) failed: \(error)", underlying: error as? LogError, lsn: lsn, store: store)
         let first = failure.withLock { f -> Bool in
