@@ -466,10 +466,12 @@ struct ChildCursor {
 
 /// The children of a snapshot as an asynchronous sequence (``DataSnapshot/childStream``).
 public struct ChildStream: AsyncSequence, Sendable {
+    /// Each child's snapshot.
     public typealias Element = DataSnapshot
     let snapshot: DataSnapshot
     let batchSize: Int
 
+    /// An iterator that walks the children from the first, a batch at a time.
     public func makeAsyncIterator() -> Iterator {
         Iterator(source: ChildSource(snapshot, batchSize: batchSize))
     }
@@ -567,7 +569,7 @@ extension DataSnapshot {
     /// The children in the query's order, as an asynchronous sequence that reads `batchSize`
     /// children at a time on a thread outside Swift's cooperative pool; memory is the batch
     /// and what the caller keeps (see ``forEachChild(_:)`` for the orders that read every
-    /// child once first).
+    /// child once first). Each iteration walks the children again from the first.
     public func childStream(batchSize: Int = 256) -> ChildStream { ChildStream(snapshot: self, batchSize: batchSize) }
 }
 
