@@ -105,9 +105,7 @@ public final class LogReadSnapshot: Sendable {
         }
         let frame = try state.withLock { s -> CachedFrame in
             // Frames first: a walk in LSN order finds most records in the last one read.
-            if let i = s.frames.lastIndex(where: { $0.firstLSN <= lsn && lsn.rawValue < $0.firstLSN.rawValue + UInt64($0.count) }) {
-                return s.frames[i]
-            }
+            if let f = s.frames.last(where: { $0.contains(lsn) }) { return f }
             var lo = 0, hi = nextLSNs.count
             while lo < hi {
                 let mid = (lo + hi) / 2
@@ -121,12 +119,7 @@ public final class LogReadSnapshot: Sendable {
             if s.frames.count > Self.maxFrames { s.frames.removeFirst() }
             return f
         }
-        let i = Int(lsn.rawValue - frame.firstLSN.rawValue)
-        return try frame.bytes.withUnsafeBytes { raw in
-            let kind = raw[Int(frame.layout[3 * i])]
-            let start = Int(frame.layout[3 * i + 1]), length = Int(frame.layout[3 * i + 2])
-            return try body(RecordView(lsn: lsn, kind: kind, payload: UnsafeRawBufferPointer(rebasing: raw[start..<start + length])))
-        }
+        return try frame.withRecord(lsn, body)
     }
 }
 

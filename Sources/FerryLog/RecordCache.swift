@@ -34,6 +34,19 @@ final class CachedFrame: Sendable {
     }
 
     var count: Int { layout.count / 3 }
+
+    /// Whether record `lsn` is in this frame.
+    func contains(_ lsn: LSN) -> Bool { firstLSN <= lsn && lsn.rawValue < firstLSN.rawValue + UInt64(count) }
+
+    /// Calls `body` with record `lsn`, which is in this frame.
+    func withRecord<R>(_ lsn: LSN, _ body: (RecordView) throws -> R) rethrows -> R {
+        let i = Int(lsn.rawValue - firstLSN.rawValue)
+        return try bytes.withUnsafeBytes { raw in
+            let kind = raw[Int(layout[3 * i])]
+            let start = Int(layout[3 * i + 1]), length = Int(layout[3 * i + 2])
+            return try body(RecordView(lsn: lsn, kind: kind, payload: UnsafeRawBufferPointer(rebasing: raw[start..<start + length])))
+        }
+    }
 }
 
 /// Open segments and recently decompressed frames, for reading single records by LSN.
@@ -60,7 +73,7 @@ final class RecordCache {
 
     /// The cached frame holding record `lsn`, if any (checked before any file is read).
     func frame(containing lsn: LSN) -> CachedFrame? {
-        guard let i = frames.lastIndex(where: { $0.frame.firstLSN <= lsn && lsn.rawValue < $0.frame.firstLSN.rawValue + UInt64($0.frame.count) }) else { return nil }
+        guard let i = frames.lastIndex(where: { $0.frame.contains(lsn) }) else { return nil }
         return touch(i)
     }
 
@@ -105,12 +118,7 @@ extension WriteAheadLog {
         }
         let segment = segments[lo]
         let frame = try recordCache.withLock { cache in try locateFrame(lsn, in: segment, cache: cache) }
-        let i = Int(lsn.rawValue - frame.firstLSN.rawValue)
-        return try frame.bytes.withUnsafeBytes { raw in
-            let kind = raw[Int(frame.layout[3 * i])]
-            let start = Int(frame.layout[3 * i + 1]), length = Int(frame.layout[3 * i + 2])
-            return try body(RecordView(lsn: lsn, kind: kind, payload: UnsafeRawBufferPointer(rebasing: raw[start..<start + length])))
-        }
+        return try frame.withRecord(lsn, body)
     }
 
     /// Where record `lsn` is stored: its segment file and the byte offset of its frame — for

@@ -29,6 +29,12 @@ struct QueryParams: Hashable, Sendable, CustomStringConvertible {
         endSet ? index.makePost(endValue, name: endName ?? KeyOrder.maxName) : index.maxPost
     }
 
+    /// What this query shows of `node` (the data at its location): its children in range and
+    /// in its window, as the query's views show them.
+    func filtered(_ node: Node) -> Node {
+        nodeFilter.updateFullNode(IndexedNode(.empty, index: index), IndexedNode(node, index: index), accumulator: nil).node
+    }
+
     var nodeFilter: any NodeFilter {
         if loadsAllData { return IndexedFilter(index: index) }
         if limit != nil { return LimitedFilter(params: self) }

@@ -117,7 +117,7 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
         switch content {
         case .node(let n):
             return IndexedNode(n, index: index).ordered.map {
-                DataSnapshot(ref: ref.childUnchecked(Path(keys: [$0.name])), node: $0.node, metadata: metadata)
+                child($0.name, $0.node)
             }
         case .lazy(let l):
             guard l.plan != nil else { return DataSnapshot(ref: ref, node: l.node, index: index, metadata: metadata).children }
@@ -145,7 +145,7 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
         }
         func give(_ key: String, _ node: Node) throws {
             if let e = l.data.reader.error { throw e }
-            try body(DataSnapshot(ref: ref.childUnchecked(Path(keys: [key])), node: node, metadata: metadata))
+            try body(child(key, node))
         }
         if let order = l.indexOrder(index) {
             for key in order { try give(key, l.child(key)) }
@@ -154,6 +154,11 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
             while let (key, node) = cursor.next() { try give(key, node ?? .empty) }
         }
         if let e = l.data.reader.error { throw e }
+    }
+
+    /// The snapshot of child `key`, whose data is `node`.
+    func child(_ key: String, _ node: Node) -> DataSnapshot {
+        DataSnapshot(ref: ref.childUnchecked(Path(keys: [key])), node: node, metadata: metadata)
     }
 
     /// Decodes the value into a `Decodable` type (through JSON).

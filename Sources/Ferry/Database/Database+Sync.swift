@@ -219,8 +219,7 @@ extension OutgoingWrite {
     /// - Throws: ``DatabaseError/Code/invalidData`` for a value the data model refuses.
     public func snapshot(serverValue value: Value) throws -> DataSnapshot {
         let node = try Node(value, path: path)
-        let filtered = params.loadsAllData ? node
-            : params.nodeFilter.updateFullNode(IndexedNode(.empty, index: params.index), IndexedNode(node, index: params.index), accumulator: nil).node
+        let filtered = params.loadsAllData ? node : params.filtered(node)
         return DataSnapshot(ref: ref, node: filtered, index: params.index, metadata: SnapshotMetadata(fromCache: false, hasPendingWrites: false))
     }
 }

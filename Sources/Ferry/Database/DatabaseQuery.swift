@@ -339,10 +339,6 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             if let view = e.syncTree.view(for: query), view.eventCache.isFullyInitialized {
                 return (.node(view.eventCache.node), e.metadata(for: query))
             }
-            let filter = query.params.nodeFilter
-            func filtered(_ node: Node) -> Node {
-                filter.updateFullNode(IndexedNode(.empty, index: query.index), IndexedNode(node, index: query.index), accumulator: nil).node
-            }
             if let index = e.childIndex(for: query), e.isComplete(query.path) {
                 index.refresh()
                 if index.needsRebuild, buildingIndex, !index.isRebuilding, let frozen = e.freeze(onFailure: onFailure) {
@@ -354,7 +350,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
                     // the window from them as from all children.
                     let keys = index.keys(first: query.params.limit ?? 0, fromEnd: !query.params.isViewFromLeft)
                     let children = keys.map { ($0, e.visibleNode(at: query.path.child($0)) ?? .empty) }
-                    return (.node(filtered(Node.empty.updatingImmediateChildren(children))), e.metadata(for: query))
+                    return (.node(query.params.filtered(Node.empty.updatingImmediateChildren(children))), e.metadata(for: query))
                 }
             }
             if e.isBig(query.path), let frozen = e.freeze(onFailure: onFailure) {
@@ -366,7 +362,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             }
             guard let node = e.visibleNode(at: query.path) else { return nil }
             if query.loadsAllData { return (.node(node), e.metadata(for: query)) }
-            return (.node(filtered(node)), e.metadata(for: query))
+            return (.node(query.params.filtered(node)), e.metadata(for: query))
         }
         // A stored value that could not be read shows as missing: that is an error, not data.
         if let failure = database.engine.withLock({ $0.failure }) {
@@ -389,9 +385,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             if frozen.reader.stale { return try cachedSnapshot(buildingIndex: buildingIndex, readsOutsideTheLock: false) }
             if let failure = frozen.reader.error { throw failed(failure) }
             guard let node else { return nil }
-            if query.loadsAllData { return DataSnapshot(ref: ref, node: node, index: params.index, metadata: metadata) }
-            let filtered = query.params.nodeFilter.updateFullNode(IndexedNode(.empty, index: query.index), IndexedNode(node, index: query.index), accumulator: nil).node
-            return DataSnapshot(ref: ref, node: filtered, index: params.index, metadata: metadata)
+            return DataSnapshot(ref: ref, node: query.loadsAllData ? node : query.params.filtered(node), index: params.index, metadata: metadata)
         case .rebuild(let index, let frozen):
             let built = ChildValueIndex.build(frozen, location: index.location, child: index.child)
             if let failure = frozen.reader.error {

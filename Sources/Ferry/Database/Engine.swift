@@ -285,8 +285,7 @@ final class Engine: StoredValues, ServerCacheSource {
 
     /// Whether the data at `path` is big enough to be read lazily (see ``LazyLocation``).
     func isBig(_ path: Path) -> Bool {
-        let key = PathKey.encode(path), limit = LazyLocation.lazyThreshold
-        return writeTree.overlay.index.count(strictlyBelow: key, limit: limit) + server.index.count(strictlyBelow: key, limit: limit) >= limit
+        LazyLocation.isBig(PathKey.encode(path), overlay: writeTree.overlay, server: server)
     }
 
     /// The data as it is now, for reading outside the lock (see ``FrozenData``); nil when the

@@ -138,6 +138,12 @@ final class LazyLocation: @unchecked Sendable {
     /// Entries below a location from which its snapshot is read lazily.
     static let lazyThreshold = 512
 
+    /// Whether at least ``lazyThreshold`` entries of the two indexes lie below the path whose
+    /// key is `key` (counted no further).
+    static func isBig(_ key: [UInt8], overlay: LayeredIndex, server: LayeredIndex) -> Bool {
+        overlay.index.count(strictlyBelow: key, limit: lazyThreshold) + server.index.count(strictlyBelow: key, limit: lazyThreshold) >= lazyThreshold
+    }
+
     /// The data at `path`, or nil when it is not complete. Small data is read at once.
     static func make(_ data: FrozenData, at path: Path) -> LazyLocation? {
         let key = PathKey.encode(path)
@@ -165,8 +171,7 @@ final class LazyLocation: @unchecked Sendable {
     /// complete, or of a shape read whole (a leaf below entries, a priority on the location).
     private static func plan(_ data: FrozenData, _ path: Path, _ key: [UInt8]) -> ChildPlan? {
         let o = data.overlay, s = data.server
-        let below = o.index.count(strictlyBelow: key, limit: lazyThreshold) + s.index.count(strictlyBelow: key, limit: lazyThreshold)
-        guard below >= lazyThreshold else { return nil }
+        guard isBig(key, overlay: o, server: s) else { return nil }
         let layers: [LayeredIndex]
         let chain: (path: Path, entry: LayeredEntry)
         if let c = o.deepestChainEntry(path) {
@@ -211,9 +216,7 @@ final class LazyLocation: @unchecked Sendable {
     }
 
     /// Whether a key's bytes sort as the key does (see ``ChildPlan/plainKeys``).
-    static func isPlain(_ key: String) -> Bool {
-        KeyOrder.integerValue(key) == nil && !key.utf8.contains { $0 >= 0xEE }
-    }
+    static func isPlain(_ key: String) -> Bool { isPlain(ArraySlice(key.utf8)) }
 
     static func isPlain(_ bytes: ArraySlice<UInt8>) -> Bool {
         if let first = bytes.first, first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9")) {
@@ -298,8 +301,7 @@ final class LazyLocation: @unchecked Sendable {
     /// only those are built into the node the query's filter then runs over.
     func filtered(by params: QueryParams) -> Node {
         let filter = params.nodeFilter
-        let empty = IndexedNode(.empty, index: params.index)
-        guard plan != nil else { return filter.updateFullNode(empty, IndexedNode(node, index: params.index), accumulator: nil).node }
+        guard plan != nil else { return params.filtered(node) }
         func walk(_ body: (String, Node) -> Void) {
             var cursor = ChildCursor(self, decode: true)
             while let (k, n) = cursor.next() { body(k, n ?? .empty) }
@@ -312,8 +314,7 @@ final class LazyLocation: @unchecked Sendable {
         } else {
             walk { k, n in kept.append(NamedNode(name: k, node: n)) }
         }
-        let subset = Node.empty.updatingImmediateChildren(kept.map { ($0.name, $0.node) })
-        return filter.updateFullNode(empty, IndexedNode(subset, index: params.index), accumulator: nil).node
+        return params.filtered(Node.empty.updatingImmediateChildren(kept.map { ($0.name, $0.node) }))
     }
 
     /// The children's keys in key order.
@@ -535,10 +536,7 @@ final class ChildSource: @unchecked Sendable {
             if walk == nil { walk = start() }
             var out: [DataSnapshot] = []
             out.reserveCapacity(batchSize)
-            let ref = snapshot.ref, metadata = snapshot.metadata
-            func child(_ key: String, _ node: Node) -> DataSnapshot {
-                DataSnapshot(ref: ref.childUnchecked(Path(keys: [key])), node: node, metadata: metadata)
-            }
+            let child = snapshot.child
             switch walk! {
             case .materialized(let all, var i):
                 while out.count < batchSize && i < all.count { out.append(all[i]); i += 1 }

@@ -41,8 +41,7 @@
         }
         let node = try Node(value)
         guard !node.isLeaf else { return .null }
-        let indexed = IndexedNode(node, index: p.index)
-        return p.nodeFilter.updateFullNode(IndexedNode(.empty, index: p.index), indexed, accumulator: nil).node.value(export: true)
+        return p.filtered(node).value(export: true)
     }
 }
 
