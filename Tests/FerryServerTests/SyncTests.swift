@@ -654,7 +654,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         await a.sync.goOnline()
         let count = try a.db.reference("stats/count")
         let shown = Mutex<[Int64]>([])
-        let handle = try a.db.reference("stats").observe(.value, includeMetadataChanges: true) { s in
+        _ = try a.db.reference("stats").observe(.value, includeMetadataChanges: true) { s in
             if case .int(let n) = s.childSnapshot(forPath: "count").value { shown.withLock { $0.append(n) } }
         }
         #expect(await eventually { await a.sync.isConnected })

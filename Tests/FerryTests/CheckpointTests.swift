@@ -3,7 +3,7 @@ import FerryTestSupport
 import Foundation
 import Testing
 
-@testable @_spi(Server) import Ferry
+@testable @_spi(Server) @_spi(Fuzzing) import Ferry
 
 @Suite struct CheckpointTests {
     /// What a reopened store must give back: the data at a few locations and the pending writes.
@@ -28,7 +28,7 @@ import Testing
         let before: State
         // Long keys that differ early fill the 256 KiB blocks with few entries: every section
         // spans several blocks.
-        func key(_ i: Int) -> String { "k\(i)-" + String(repeating: "abcdefghij", count: 30) }
+        func key(_ i: Int) -> String { "k\(i)-" + String(repeating: "abcdefghij", count: 60) }
         do {
             let db = try Database.open(at: dir.path, options: quietOptions(.none))
             try await db.applyServerPut(at: "s", [:])
@@ -67,6 +67,92 @@ import Testing
         try await db.acknowledgeWrite(before.pending[0])
         #expect(db.pendingWriteIDs == Array(before.pending.dropFirst()))
         try await db.close()
+    }
+
+    /// Format 6 keeps indexes a chunk at a time; format 5 (an entry at a time) must still be
+    /// read. Both give back what replaying the whole log gives, the child-value index included.
+    @Test(arguments: [UInt16(5), Checkpoint.version])
+    func aCheckpointOfEitherFormatBringsBackWhatReplayingTheLogGives(format: UInt16) async throws {
+        let dir = try TemporaryDirectory()
+        var options = quietOptions(.none)
+        options.indexes = [ChildIndex(location: "w", child: "n")]
+        options.checkpointFormat = format
+        func top(_ db: Database) async throws -> [String] {
+            try await db.reference("w").queryOrdered(byChild: "n").queryLimited(toLast: 7).getData().children.map { $0.key! }
+        }
+        let before: State, topBefore: [String]
+        do {
+            // Hundreds of entries in each section: several chunks, and batches of pending writes.
+            let db = try Database.open(at: dir.path, options: options)
+            try await db.applyServerPut(at: "s", [:])
+            try await db.applyServerPut(at: "w", [:])
+            for i in 0..<700 { try await db.applyServerPut(at: "s/k\(i)", ["n": .int(Int64(i % 13))]) }
+            var ids: [Int64] = []
+            for i in 0..<900 { ids.append(try await db.reference("w/k\(i)").setValue(["n": .int(Int64(i * 7 % 901))]).writeID!) }
+            for i in 0..<300 { try await db.acknowledgeWrite(ids[i]) }
+            try await db.reference("w/k700").removeValue()
+            try await db.reference("w/k5/n/deeper").setValue(true)  // a leaf turned into an object: a marker
+            topBefore = try await top(db)
+            before = try await Self.state(db)
+            #expect(before.pending.count == 602)
+            try await db.close()
+        }
+        let name = try #require(try Self.checkpointName(dir))
+        let log = try WriteAheadLog.open(at: dir.path, options: LogOptions(durability: .none))
+        var written: UInt16?
+        _ = try log.readSideFile(named: name) { block in
+            if written == nil { written = UInt16(block[8]) | UInt16(block[9]) << 8 }
+        }
+        try await log.close()
+        #expect(written == format, "the checkpoint says the format it was written in")
+
+        let image = try Files.read(dir.sub(name))
+        options.checkpointOnClose = false
+        for useCheckpoint in [true, false] {
+            if !useCheckpoint { try Files.remove(dir.sub(name)) }
+            let db = try Database.open(at: dir.path, options: options)
+            if useCheckpoint {
+                #expect(db.engine.withLock { $0.checkpointLSN } > 0, "the checkpoint was loaded")
+                #expect(db.engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) }, "the index came back with it")
+            }
+            #expect(try await Self.state(db) == before, "with checkpoint: \(useCheckpoint)")
+            #expect(try await top(db) == topBefore, "with checkpoint: \(useCheckpoint)")
+            try await db.close()
+        }
+        try Files.write(dir.sub(name), image)
+    }
+
+    /// Chunks whose blocks check out but whose keys do not rise, or are not paths, are damage
+    /// (the open then replays the log); the same chunk with its keys in order loads.
+    @Test func aChunkWhoseKeysDoNotRiseIsDamage() throws {
+        func checkpoint(_ keys: [String]) -> [UInt8] {
+            var header = ByteWriter(capacity: 64)
+            header.bytes.append(contentsOf: Checkpoint.magic)
+            withUnsafeBytes(of: Checkpoint.version.littleEndian) { header.bytes.append(contentsOf: $0) }
+            header.bytes.append(contentsOf: [UInt8](repeating: 7, count: 16))  // store id
+            withUnsafeBytes(of: UInt64(10).littleEndian) { header.bytes.append(contentsOf: $0) }  // LSN
+            for count in [UInt64(keys.count), 0, 0, 0] { header.varint(count) }
+            header.signed(0)
+            for count in [UInt64(0), 0, 0] { header.varint(count) }
+            var block = ByteWriter(capacity: 256)
+            block.u8(Checkpoint.Section.server.rawValue)
+            block.varint(UInt64(keys.count))
+            block.varint(0)  // no shared prefix
+            let rests = keys.flatMap { Array($0.utf8) }
+            block.varint(UInt64(rests.count))
+            block.bytes.append(contentsOf: rests)
+            for k in keys { block.varint(UInt64(k.utf8.count)) }
+            for _ in keys { block.u8(1); block.varint(0); block.varint(0); block.varint(0) }  // null markers
+            var input: [UInt8] = []
+            for b in [header.bytes, block.bytes] { input += [UInt8(b.count & 0xff), UInt8(b.count >> 8)] + b }
+            return input
+        }
+        func load(_ keys: [String]) throws -> UInt64 { try checkpoint(keys).withUnsafeBytes { try FuzzEntryPoints.loadCheckpoint($0) } }
+        #expect(try load(["a\0", "a\0b\0", "c\0"]) == 3)
+        for bad in [["c\0", "a\0"], ["a\0", "a\0"], ["a\0", "b"], ["a\0\0"]] {
+            let error = #expect(throws: DatabaseError.self, "\(bad)") { try load(bad) }
+            #expect(error?.message.contains("a checkpoint is damaged") == true, "\(bad): \(error?.message ?? "")")
+        }
     }
 
     @Test func aDamagedCheckpointIsSkippedAndTheLogReplayedInstead() async throws {

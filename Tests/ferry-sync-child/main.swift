@@ -37,7 +37,7 @@ do {
                 "count": [".sv": ["increment": 1]],
                 "posts/p\(i)": ["n": .int(Int64(i))],
             ])
-            say("wrote \(receipt.writeID)")
+            say("wrote \(receipt.writeID.map(String.init) ?? "nothing")")
         }
         say("written")
         if args.count > 4 && args[4] == "hold" {

@@ -221,6 +221,25 @@ final class WriteTree {
         return true
     }
 
+    /// Puts back a batch of pending writes as a checkpoint kept them (format 6): their ids
+    /// (rising, after every id here), flags, and path keys end to end (`keyEnds` the end of
+    /// each). False, and nothing changed, when an id does not rise or a key is not a path's.
+    func restorePending(ids: [Int64], flags: UnsafeRawBufferPointer, keys: UnsafeRawBufferPointer, keyEnds: [UInt32]) -> Bool {
+        precondition(ids.count == flags.count && ids.count == keyEnds.count)
+        var last = lastWriteID, start = 0
+        for i in ids.indices {
+            let end = Int(keyEnds[i])
+            guard ids[i] > last, start <= end, end <= keys.count,
+                  PathKey.depth(UnsafeRawBufferPointer(rebasing: keys[start..<end])) != nil else { return false }
+            last = ids[i]
+            start = end
+        }
+        pending.append(ids: ids, flags: flags, keys: UnsafeRawBufferPointer(rebasing: keys[0..<start]), keyEnds: keyEnds)
+        for i in ids.indices where flags[i] & PendingList.visibleFlag == 0 { hidden.insert(ids[i]) }
+        lastWriteID = last
+        return true
+    }
+
     // MARK: The layered visible writes
 
     /// The node visible writes fully determine at `path`, or nil.

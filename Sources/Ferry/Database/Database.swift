@@ -32,6 +32,9 @@ public struct DatabaseOptions: Sendable {
     public var callbackQueue: DispatchQueue?
     /// Write a checkpoint when closing, so that the next open replays nothing. Default true.
     public var checkpointOnClose = true
+    /// The checkpoint format written: the current one; tests write format 5, which every
+    /// build must still read.
+    var checkpointFormat = Checkpoint.version
     /// Compact by itself once this many segments hold only acknowledged writes (checked after
     /// each acknowledgement; see ``Database/compact()``). Nil: only when asked. Default 4.
     public var compactionSegments: Int? = 4
@@ -223,7 +226,8 @@ public final class Database: Sendable {
         do {
             try await log.sync()  // every record the checkpoint refers to must be durable first
             let name = Checkpoint.fileName(lsn)
-            try log.writeSideFile(named: name) { try image.write(storeID: log.storeID, nextLSN: lsn, to: $0) }
+            let format = options.checkpointFormat
+            try log.writeSideFile(named: name) { try image.write(storeID: log.storeID, nextLSN: lsn, to: $0, version: format) }
             CrashPoint.hit("checkpoint.afterRename")
             try log.removeSideFiles(named: try log.sideFiles(withPrefix: Checkpoint.prefix).filter { $0 != name })
             noteCheckpointWritten(log, name: name)

@@ -56,32 +56,37 @@ enum SortKey {
 
     /// Where the child's key's units start in a sort key; nil when the bytes are not a sort
     /// key (checked whole: every unit in range, the terminators where they belong).
-    static func keyStart(_ bytes: [UInt8]) -> Int? {
-        var i = 0
-        func skipUnits() -> Bool {
-            while i + 3 <= bytes.count {
+    static func keyStart(_ bytes: [UInt8]) -> Int? { bytes.withUnsafeBytes { keyStart($0) } }
+
+    static func keyStart(_ bytes: UnsafeRawBufferPointer) -> Int? {
+        let n = bytes.count
+        /// Past the units from `i` and their terminator; nil when a unit is out of range or
+        /// the terminator is missing.
+        @inline(__always) func skipUnits(_ from: Int) -> Int? {
+            var i = from
+            while i + 3 <= n {
                 let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
                 i += 3
-                if v == 0 { return true }
-                if v > 0x10000 { return false }
+                if v == 0 { return i }
+                if v > 0x10000 { return nil }
             }
-            return false
+            return nil
         }
-        guard i < bytes.count else { return nil }
-        let tag = bytes[i]
-        i += 1
-        switch tag {
+        guard n > 0 else { return nil }
+        var i = 1
+        switch bytes[0] {
         case 0, 1, 5, 6: break
         case 2: i += 1
         case 3: i += 8
-        case 4: guard skipUnits() else { return nil }
+        case 4:
+            guard let next = skipUnits(i) else { return nil }
+            i = next
         default: return nil
         }
-        guard i < bytes.count, bytes[i] <= 1 else { return nil }
+        guard i < n, bytes[i] <= 1 else { return nil }
         i += bytes[i] == 0 ? 7 : 1
-        let start = i
-        guard skipUnits(), i == bytes.count else { return nil }
-        return start
+        guard i <= n, skipUnits(i) == n else { return nil }
+        return i
     }
 
     /// The child's key in a sort key; nil when the bytes are not a sort key.
@@ -246,6 +251,12 @@ final class ChildValueIndex: LayeredChangeObserver {
         guard SortKey.keyStart(key) != nil else { return false }
         _ = key.withUnsafeBytes { sorted.append($0, 0) }
         return true
+    }
+
+    /// Puts back a chunk of sort keys as a checkpoint kept it (format 6); the caller has
+    /// checked them (sort keys, rising after every key here).
+    func restoreChunk(prefix: [UInt8], suffixes: [UInt8], ends: [UInt32]) {
+        sorted.appendChunk(prefix: prefix, suffixes: suffixes, ends: ends, entries: [UInt8](repeating: 0, count: ends.count))
     }
 
     func finishRestore() { needsRebuild = false }

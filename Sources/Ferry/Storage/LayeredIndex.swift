@@ -199,14 +199,19 @@ final class LayeredIndex {
     }
 
     /// Puts back a stored entry exactly as a checkpoint kept it (no markers: they are kept too).
-    /// Entries come in key order, so this appends. False (and nothing changed) when `key` is
-    /// not a path's key.
-    func restore(_ ref: ValueRef, empty: Bool, priority: Bool, key: UnsafeRawBufferPointer) -> Bool {
-        guard let depth = PathKey.depth(key), ref.length < 1 << 31 else { return false }
-        let entry = LayeredEntry(ref: ref, empty: empty, depth: depth, priority: priority)
+    /// Entries come in key order, so this appends; the caller has checked that `key` is a
+    /// path's key, of the entry's depth (format 5 and older, an entry at a time).
+    func restore(_ entry: LayeredEntry, key: UnsafeRawBufferPointer) {
         added(entry)
         if let old = index.append(key, entry) { dropped(old) }
-        return true
+    }
+
+    /// Puts back a whole chunk of stored entries as a checkpoint kept it (format 6), after
+    /// every entry here; the caller has checked the keys (paths, rising) and the entries'
+    /// depths (see ``PathIndex/appendChunk(prefix:suffixes:ends:entries:)``).
+    func restoreChunk(prefix: [UInt8], suffixes: [UInt8], ends: [UInt32], entries: [LayeredEntry]) {
+        for e in entries { added(e) }
+        index.appendChunk(prefix: prefix, suffixes: suffixes, ends: ends, entries: entries)
     }
 
     /// Puts an entry back exactly as it was (compaction's restatement of it): it replaces the

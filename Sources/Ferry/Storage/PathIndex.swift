@@ -25,16 +25,19 @@ enum PathKey {
     /// How many keys the path whose key is `key` has; nil when `key` is not one (it must end
     /// with 0x00 unless empty, with no empty key, and fewer than 64 keys).
     static func depth(_ key: UnsafeRawBufferPointer) -> Int? {
-        guard let base = key.baseAddress, key.count > 0 else { return 0 }
-        guard key[key.count - 1] == 0, key[0] != 0 else { return nil }
+        let n = key.count
+        guard n > 0 else { return 0 }
+        guard key[n - 1] == 0, key[0] != 0 else { return nil }
+        // (A byte loop: keys are short, and a `memchr` call per key cost more than the scan.)
         var depth = 0
-        var start = 0
-        while start < key.count {
-            let zero = memchr(base + start, 0, key.count - start)!  // the last byte is one
-            let end = base.distance(to: UnsafeRawPointer(zero))
-            if end == start { return nil }  // an empty key
-            depth += 1
-            start = end + 1
+        var previous: UInt8 = 0xff
+        for i in 0..<n {
+            let b = key[i]
+            if b == 0 {
+                if previous == 0 { return nil }  // an empty key
+                depth += 1
+            }
+            previous = b
         }
         return depth < 64 ? depth : nil
     }
@@ -300,6 +303,17 @@ struct PathIndex<Entry> {
             return nil
         }
         return set(k, entry)
+    }
+
+    /// Appends a whole chunk: `count` keys, each `prefix` followed by its slice of
+    /// `suffixes` (ending at its `ends` offset), with their entries. The caller has checked
+    /// that the keys rise and sort after every key already here, and that there are at most
+    /// ``chunkCapacity`` of them (a checkpoint's chunk, put back as it was written).
+    mutating func appendChunk(prefix: [UInt8], suffixes: [UInt8], ends: [UInt32], entries: [Entry]) {
+        precondition(!entries.isEmpty && entries.count == ends.count && entries.count <= Self.chunkCapacity)
+        if let last = chunks.last, last.count == 0 { chunks.removeLast() }
+        chunks.append(Chunk(prefix: prefix, suffixes: suffixes, ends: ends, entries: entries))
+        count += entries.count
     }
 
     private mutating func insert(_ key: UnsafeRawBufferPointer, _ entry: Entry, chunk ci: Int, at i: Int) {

@@ -71,6 +71,17 @@ struct PendingList {
         pathEnds.append(UInt32(pathBytes.count))
     }
 
+    /// Appends writes as a checkpoint kept them: ids (rising), flags, and path keys end to end,
+    /// `keyEnds` giving the end of each within `keys`.
+    mutating func append(ids: [Int64], flags: UnsafeRawBufferPointer, keys: UnsafeRawBufferPointer, keyEnds: [UInt32]) {
+        precondition(ids.first.map { id in lastID.map { $0 < id } ?? true } ?? true, "pending writes are kept in id order")
+        storedIDs.append(contentsOf: ids)
+        for f in flags { storedFlags.append(f & (Self.overwriteFlag | Self.visibleFlag)) }
+        let base = UInt32(pathBytes.count)
+        pathBytes.append(contentsOf: keys)
+        for end in keyEnds { pathEnds.append(base + end) }
+    }
+
     /// The position of the write `id`, by binary search: O(log n).
     func index(of id: Int64) -> Int? {
         let i = firstIndex(notBelow: id)
