@@ -55,6 +55,8 @@ struct CompareSizes: ParsableArguments {
 /// `ferry-bench compare-run WORKLOAD ENGINE DIR`: one measurement, printed as JSON. The parent
 /// (`compare`) runs it once per engine and run.
 struct CompareRun: AsyncParsableCommand {
+    /// Posts per multi-path update in `bulk` on `ferry-batch`.
+    static let batchSize = 1_000
     static let configuration = CommandConfiguration(commandName: "compare-run", shouldDisplay: false)
     @Argument var workload: String
     @Argument var engine: String
@@ -169,6 +171,27 @@ struct CompareRun: AsyncParsableCommand {
             result.seconds = seconds(start.duration(to: clock.now))
             try await opened?.close()
             guard count == sizes.records else { throw BenchError("\(engine) read \(count) of \(sizes.records) values") }
+
+        case ("bulk", "ferry-batch"):
+            // Firebase's multi-path update: the posts a thousand at a time, each batch one write
+            // (one record, one pass over the pending writes), not awaited (`updateChildValuesNow`).
+            let db = try Database.open(at: directory, options: DatabaseOptions(durability: .none))
+            try await db.applyServerPut(at: "posts", [:])
+            let posts = try db.reference("posts")
+            let start = clock.now
+            var i = 0
+            while i < n {
+                var batch: [String: Value] = [:]
+                batch.reserveCapacity(CompareRun.batchSize)
+                for j in i..<min(n, i + CompareRun.batchSize) {
+                    batch[String(key(j).dropFirst("/posts/".count))] = try data.withRecord(j) { try Value(jsonBytes: Array($0)) }
+                }
+                try posts.updateChildValuesNow(batch)
+                i += CompareRun.batchSize
+            }
+            try await db.sync()
+            result.seconds = seconds(start.duration(to: clock.now))
+            try await db.close()
 
         case (_, "ferry"), (_, "ferry-now"):
             let now = engine == "ferry-now"

@@ -50,6 +50,23 @@ struct ImmutableTree<T> {
         return copy
     }
 
+    /// ``setting(_:at:)`` in place: a tree held once is changed without copying its levels
+    /// (building a tree of k children by `setting` copied the children k times: O(k²)).
+    mutating func set(_ value: T?, at path: Path) {
+        guard let front = path.front else { return self.value = value }
+        var child = children.removeValue(forKey: front) ?? .empty
+        child.set(value, at: path.popFront)
+        if !child.isEmpty { children[front] = child }
+    }
+
+    /// ``setting(tree:at:)`` in place.
+    mutating func set(tree: ImmutableTree<T>, at path: Path) {
+        guard let front = path.front else { return self = tree }
+        var child = children.removeValue(forKey: front) ?? .empty
+        child.set(tree: tree, at: path.popFront)
+        if !child.isEmpty { children[front] = child }
+    }
+
     /// Every value with its path, children (in key order) before their parent's value.
     func forEach(_ body: (Path, T) throws -> Void) rethrows {
         try forEach(at: .root, body)
@@ -93,7 +110,7 @@ struct CompoundWrite: Sendable {
     /// From a map of relative paths to nodes (an update's children).
     init(_ writes: [(Path, Node)]) {
         var w = CompoundWrite.empty
-        for (p, n) in writes { w = w.addingWrite(n, at: p) }
+        for (p, n) in writes { w.addWrite(n, at: p) }
         self = w
     }
 
@@ -103,17 +120,23 @@ struct CompoundWrite: Sendable {
     var rootWrite: Node? { tree.value }
 
     func addingWrite(_ node: Node, at path: Path) -> CompoundWrite {
-        if path.isEmpty { return CompoundWrite(tree: ImmutableTree(node)) }
+        var result = self
+        result.addWrite(node, at: path)
+        return result
+    }
+
+    /// ``addingWrite(_:at:)`` in place.
+    mutating func addWrite(_ node: Node, at path: Path) {
+        if path.isEmpty { return self = CompoundWrite(tree: ImmutableTree(node)) }
         if let (rootPath, value) = tree.findRootMostValueAndPath(path) {
-            let updated = value.updatingChild(rootPath.relative(to: path), node)
-            return CompoundWrite(tree: tree.setting(updated, at: rootPath))
+            return tree.set(value.updatingChild(rootPath.relative(to: path), node), at: rootPath)
         }
-        return CompoundWrite(tree: tree.setting(tree: ImmutableTree(node), at: path))
+        tree.set(tree: ImmutableTree(node), at: path)
     }
 
     func addingCompoundWrite(_ other: CompoundWrite, at path: Path) -> CompoundWrite {
         var result = self
-        other.tree.forEach { p, n in result = result.addingWrite(n, at: path.child(p)) }
+        other.tree.forEach { p, n in result.addWrite(n, at: path.child(p)) }
         return result
     }
 
