@@ -110,6 +110,35 @@ struct CompareRun: AsyncParsableCommand {
             result.note = String(format: "a write waited at most %.1f ms", worst.withLock { $0 } * 1000)
             try await db.close()
 
+        case ("limited-observe", _):
+            // Not a compare workload: a listener of the top 10 by likes on a bulk store (`engine`
+            // ferry-indexed declares the index), the time to its first event, then the time of
+            // writes that move a child out of the window (each pulls in the next child).
+            var options = DatabaseOptions(durability: .none)
+            options.checkpointOnClose = false
+            if engine == "ferry-indexed" { options.indexes = [ChildIndex(location: "posts", child: "likes")] }
+            let db = try Database.open(at: directory, options: options)
+            let start = clock.now
+            let window = Mutex<(first: Double?, keys: [String])>((nil, []))
+            let query = try db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 10)
+            _ = query.observe(.value) { s in
+                window.withLock { w in
+                    if w.first == nil { w.first = seconds(start.duration(to: clock.now)) }
+                    w.keys = s.children.map { $0.key! }
+                }
+            }
+            while window.withLock({ $0.first }) == nil { try await Task.sleep(for: .milliseconds(5)) }
+            var worst = 0.0
+            for _ in 0..<5 {
+                let top = window.withLock { $0.keys.last! }
+                let t = clock.now
+                try await db.reference("posts").child(top).child("likes").setValue(.int(-1))
+                worst = max(worst, seconds(t.duration(to: clock.now)))
+            }
+            result.seconds = window.withLock { $0.first } ?? 0
+            result.note = String(format: "a write moving a child out of the window took at most %.1f ms", worst * 1000)
+            try await db.close()
+
         case ("limited-prepare", _):
             // An earlier session that declared the index: it is built at the first query and
             // kept in the checkpoint written on close.

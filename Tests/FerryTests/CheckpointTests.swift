@@ -155,6 +155,37 @@ import Testing
         }
     }
 
+    /// A batch of pending writes is put back on the load's second thread; damage found there
+    /// fails the load as damage found on the first does.
+    @Test func aBatchOfPendingWritesWithIdsOutOfOrderOrUnknownFlagsIsDamage() throws {
+        func load(ids: [Int64], flags: UInt8) throws -> UInt64 {
+            var header = ByteWriter(capacity: 64)
+            header.bytes.append(contentsOf: Checkpoint.magic)
+            withUnsafeBytes(of: Checkpoint.version.littleEndian) { header.bytes.append(contentsOf: $0) }
+            header.bytes.append(contentsOf: [UInt8](repeating: 7, count: 16))
+            withUnsafeBytes(of: UInt64(100).littleEndian) { header.bytes.append(contentsOf: $0) }
+            for count in [UInt64(0), UInt64(ids.count), 0, UInt64(ids.count * 2)] { header.varint(count) }
+            header.signed(0)
+            for count in [UInt64(0), 0, 0] { header.varint(count) }
+            var block = ByteWriter(capacity: 256)
+            block.u8(Checkpoint.Section.pending.rawValue)
+            block.varint(UInt64(ids.count))
+            var previous: Int64 = 0
+            for id in ids { block.signed(id - previous); previous = id }
+            for _ in ids { block.u8(flags) }
+            for _ in ids { block.varint(2) }
+            for _ in ids { block.bytes.append(contentsOf: Array("a\0".utf8)) }
+            var input: [UInt8] = []
+            for b in [header.bytes, block.bytes] { input += [UInt8(b.count & 0xff), UInt8(b.count >> 8)] + b }
+            return try input.withUnsafeBytes { try FuzzEntryPoints.loadCheckpoint($0) }
+        }
+        #expect(try load(ids: [3, 5, 9], flags: 3) == 3)
+        for (ids, flags) in [([Int64(3), 5, 5], UInt8(3)), ([5, 3], 3), ([3, 5], 7)] {
+            let error = #expect(throws: DatabaseError.self, "\(ids) \(flags)") { try load(ids: ids, flags: flags) }
+            #expect(error?.message.contains("a checkpoint is damaged") == true, "\(ids) \(flags): \(error?.message ?? "")")
+        }
+    }
+
     @Test func aDamagedCheckpointIsSkippedAndTheLogReplayedInstead() async throws {
         let dir = try TemporaryDirectory()
         do {

@@ -1,5 +1,6 @@
 import Foundation
 import FerryTestSupport
+import Synchronization
 import Testing
 
 @testable @_spi(Server) import Ferry
@@ -123,6 +124,114 @@ import Testing
         options.indexes = []
         db = try Database.open(at: dir.path, options: options)
         #expect(try await db.reference("data/a/likes").getData().value == .int(3))
+        try await db.close()
+    }
+
+    /// A limited listener over an indexed location finds the child after its window from the
+    /// index (O(log n)); it must raise exactly the events an unindexed one raises (which works
+    /// it out from every child) through writes, removals, server data, answers and reverts —
+    /// and both show what the store's data shows (answered writes once showed old values).
+    @Test(arguments: [UInt64(11), 12, 13])
+    func aLimitedListenerOverAnIndexRaisesWhatOneWithoutRaises(seed: UInt64) async throws {
+        let dirs = [try TemporaryDirectory(), try TemporaryDirectory()]
+        var dbs: [Database] = []
+        for (i, dir) in dirs.enumerated() {
+            var options = quietOptions(.none)
+            if i == 0 { options.indexes = [ChildIndex(location: "data", child: "likes")] }
+            dbs.append(try Database.open(at: dir.path, options: options))
+        }
+        var g = SplitMix(seed: seed)
+        var children: [String: Value] = [:]
+        for i in 0..<300 { children["k\(i)"] = Value.object(["likes": .int(Int64.random(in: 0...40, using: &g)), "n": .int(Int64(i))]) }
+        final class Log: Sendable { let lines = Mutex<[String]>([]) }
+        let logs = [Log(), Log()]
+        for (db, log) in zip(dbs, logs) {
+            try await db.applyServerPut(at: "data", .object(children))
+            let ordered = try db.reference("data").queryOrdered(byChild: "likes")
+            for (name, query) in [("last5", try ordered.queryLimited(toLast: 5)), ("first3", try ordered.queryLimited(toFirst: 3))] {
+                for type in DataEventType.allCases {
+                    _ = query.observe(type) { s in
+                        let what = type == .value ? s.children.map { $0.key! }.joined(separator: ",") : "\(s.key!)=\(String(describing: s.value))"
+                        log.lines.withLock { $0.append("\(name) \(type) \(what)") }
+                    }
+                }
+            }
+        }
+        #expect(dbs[0].engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) }, "the index is built before the changes")
+        var ids: [[Int64]] = [[], []]
+        for step in 0..<400 {
+            let op = Int.random(in: 0..<8, using: &g)
+            var k = "k\(Int.random(in: 0..<320, using: &g))"
+            if op == 0 || op == 3, let window = logs[1].lines.withLock({ $0.last { $0.hasPrefix("last5 value") } }) {
+                // A child of the window leaves it (or drops), and the next one must come in.
+                let keys = window.dropFirst("last5 value ".count).split(separator: ",")
+                if !keys.isEmpty { k = String(keys[Int.random(in: 0..<keys.count, using: &g)]) }
+            }
+            let likes = Value.int(Int64.random(in: -5...45, using: &g))
+            let through = Int.random(in: 0..<3, using: &g)
+            for (i, db) in dbs.enumerated() {
+                if step % 10 == 0 {
+                    // Each view shows what the filter over the store's whole data shows.
+                    let node = try LazySnapshotTests.materialized(db, "data")
+                    let ordered = try db.reference("data").queryOrdered(byChild: "likes")
+                    for (name, query) in [("last5", try ordered.queryLimited(toLast: 5)), ("first3", try ordered.queryLimited(toFirst: 3))] {
+                        let truth = IndexedNode(query.params.filtered(node), index: query.params.index).ordered.map(\.name).joined(separator: ",")
+                        let shown = logs[i].lines.withLock { $0.last { $0.hasPrefix("\(name) value") } }
+                        #expect(shown == "\(name) value \(truth)", "seed \(seed), step \(step), index: \(i == 0)")
+                    }
+                }
+                let child = try db.reference("data").child(k)
+                switch op {
+                case 0: ids[i].append(try await child.child("likes").setValue(.int(-9)).writeID!)
+                case 1, 2: ids[i].append(try await child.child("likes").setValue(likes).writeID!)
+                case 3: ids[i].append(try await child.setValue(.null).writeID!)
+                case 4: try await db.applyServerMerge(at: "data/\(k)", ["likes": likes])
+                case 5: try await db.applyServerPut(at: "data/\(k)", step % 2 == 0 ? .null : ["likes": likes])
+                case 6: ids[i].append(try await child.setValue(["likes": likes, "n": .int(Int64(step))]).writeID!)
+                default:
+                    // The server answers the oldest pending writes, rejecting one now and then.
+                    if ids[i].count > through {
+                        let rejected = through == 0 ? [WriteRejection(writeID: ids[i][0], status: 401, message: "no")] : []
+                        try await db.acknowledgeWrites(through: ids[i][through], rejecting: rejected)
+                        ids[i].removeFirst(through + 1)
+                    }
+                }
+            }
+        }
+        let (indexed, plain) = (logs[0].lines.withLock { $0 }, logs[1].lines.withLock { $0 })
+        #expect(indexed.count == plain.count)
+        for (n, (a, b)) in zip(indexed, plain).enumerated() where a != b {
+            Issue.record("seed \(seed): event \(n) differs: indexed \(a), without \(b)")
+            break
+        }
+        #expect(plain.filter { $0.contains("child_removed") }.count > 20, "windows changed often enough to pull in next children")
+        #expect(dbs[0].engine.withLock { $0.indexedChildLookups } > 20, "the indexed views found next children from the index")
+        for db in dbs { try await db.close() }
+    }
+
+    /// A sort key longer than the longest key a checkpoint holds (a string value of 9,000
+    /// characters: 27 KB) leaves its index out of the checkpoint, which stays loadable; the
+    /// next open builds the index again when a query needs it.
+    @Test func anIndexWithAVeryLongSortKeyIsLeftOutOfTheCheckpointNotTheCheckpoint() async throws {
+        let dir = try TemporaryDirectory()
+        var options = quietOptions(.none)
+        options.indexes = [ChildIndex(location: "data", child: "likes")]
+        var db = try Database.open(at: dir.path, options: options)
+        var children: [String: Value] = [:]
+        for i in 0..<50 { children["k\(i)"] = ["likes": .int(Int64(i))] }
+        children["long"] = ["likes": .string(String(repeating: "é", count: 9_000))]
+        try await db.applyServerPut(at: "data", .object(children))
+        let query = try db.reference("data").queryOrdered(byChild: "likes").queryLimited(toLast: 2)
+        let before = try await query.getData().children.map { $0.key! }
+        #expect(before == ["k49", "long"])
+        try await db.close()
+        options.checkpointOnClose = false
+        db = try Database.open(at: dir.path, options: options)
+        #expect(db.engine.withLock { $0.checkpointLSN } > 0, "the checkpoint loads")
+        #expect(db.engine.withLock { $0.childIndexes.allSatisfy(\.needsRebuild) }, "without the index")
+        let again = try db.reference("data").queryOrdered(byChild: "likes").queryLimited(toLast: 2)
+        #expect(try await again.getData().children.map { $0.key! } == before)
+        #expect(db.engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) }, "built again by the query")
         try await db.close()
     }
 

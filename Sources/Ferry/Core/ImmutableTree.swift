@@ -136,8 +136,13 @@ struct CompoundWrite: Sendable {
 
     func addingCompoundWrite(_ other: CompoundWrite, at path: Path) -> CompoundWrite {
         var result = self
-        other.tree.forEach { p, n in result.addWrite(n, at: path.child(p)) }
+        result.addCompoundWrite(other, at: path)
         return result
+    }
+
+    /// ``addingCompoundWrite(_:at:)`` in place.
+    mutating func addCompoundWrite(_ other: CompoundWrite, at path: Path) {
+        other.tree.forEach { p, n in addWrite(n, at: path.child(p)) }
     }
 
     /// Removes the write at `path` and any below it (not one above it).
@@ -174,23 +179,28 @@ struct CompoundWrite: Sendable {
 
     func forEachWrite(_ body: (Path, Node) throws -> Void) rethrows { try tree.forEach(body) }
 
-    func apply(to node: Node) -> Node { Self.apply(tree, at: .root, to: node) }
+    func apply(to node: Node) -> Node { Self.apply(tree, to: node) }
 
-    private static func apply(_ write: ImmutableTree<Node>, at relative: Path, to node: Node) -> Node {
-        if let v = write.value { return node.updatingChild(relative, v) }
+    /// `write` laid over `node`, a level at a time: each child's new node is worked out from
+    /// the child as it was, and the level's children are then replaced in one pass (as
+    /// ``Node/updatingImmediateChildren(_:)`` does, which gives what one change at a time in
+    /// key order gives — a write per child used to copy the level's children each time:
+    /// O(n²) for n written children).
+    private static func apply(_ write: ImmutableTree<Node>, to node: Node) -> Node {
+        if let v = write.value { return v }
         var priorityWrite: Node?
-        var result = node
+        var changes: [(String, Node)] = []
+        changes.reserveCapacity(write.children.count)
         for key in write.sortedChildKeys {
             let child = write.children[key]!
             if key == ".priority" {
                 priorityWrite = child.value  // applied last, and only to a non-empty node
             } else {
-                result = apply(child, at: relative.child(key), to: result)
+                changes.append((key, apply(child, to: node.getImmediateChild(key))))
             }
         }
-        if let p = priorityWrite, !result.getChild(relative).isEmpty {
-            result = result.updatingChild(relative.child(".priority"), p)
-        }
+        var result = changes.isEmpty ? node : node.updatingImmediateChildren(changes)
+        if let p = priorityWrite, !result.isEmpty { result = result.updatingPriority(p) }
         return result
     }
 }

@@ -53,6 +53,13 @@ struct WriteTreeCompleteChildSource: CompleteChildSource {
     }
 
     func child(after post: NamedNode, index: QueryIndex, reverse: Bool) -> NamedNode? {
-        writes.calcNextNode(after: post, completeServerData: completeServerCache ?? viewCache.completeServerSnap, reverse: reverse, index: index)
+        // Over complete, unfiltered server data the next child is the next in the visible data,
+        // which an index over it finds in O(log n) (the pass below is O(n)). Over a filtered
+        // cache (a window the server sent) it must come from the window: no index then.
+        if completeServerCache != nil || (viewCache.serverCache.isFullyInitialized && !viewCache.serverCache.isFiltered),
+           let found = writes.indexedChild(after: post, index: index, reverse: reverse) {
+            return found
+        }
+        return writes.calcNextNode(after: post, completeServerData: completeServerCache ?? viewCache.completeServerSnap, reverse: reverse, index: index)
     }
 }

@@ -220,7 +220,7 @@ struct ViewProcessor {
             if ackPath.isEmpty {
                 // Acked at this location without full data: re-apply what we have as a merge.
                 var changed = CompoundWrite.empty
-                serverCache.node.forEachChild { k, n in changed = changed.addingWrite(n, at: Path(keys: [k])) }
+                serverCache.node.forEachChild { k, n in changed.addWrite(n, at: Path(keys: [k])) }
                 return applyServerMerge(viewCache, ackPath, changed, writes, completeCache, filterServer, accumulator)
             }
             return viewCache
@@ -230,7 +230,7 @@ struct ViewProcessor {
         affected.forEach { mergePath, _ in
             let serverCachePath = ackPath.child(mergePath)
             if serverCache.isComplete(forPath: serverCachePath) {
-                changed = changed.addingWrite(serverCache.node.getChild(serverCachePath), at: mergePath)
+                changed.addWrite(serverCache.node.getChild(serverCachePath), at: mergePath)
             }
         }
         return applyServerMerge(viewCache, ackPath, changed, writes, completeCache, filterServer, accumulator)

@@ -40,8 +40,20 @@ protocol StoredValues: ValueReader {
 /// The layered writes live in an index from path to value (the overlay) rather than in a tree
 /// of nodes: an entry below another is newer and overrides that part of it. Values are read
 /// (from the log, for a persistent store) only where a view or a read needs them.
+/// Children in a query's order from an index over the visible data (the database's
+/// child-value indexes), so that a limited view finds the child after its window without a
+/// pass over every child.
+protocol IndexedChildSource: AnyObject {
+    /// The child right after `post` (before it, with `reverse`) at `location` in `index`'s
+    /// order, in the visible data: `.some(nil)` when there is none; nil when no index there can
+    /// say (then the caller works it out from the data).
+    func indexedChild(at location: Path, after post: NamedNode, index: QueryIndex, reverse: Bool) -> NamedNode??
+}
+
 final class WriteTree {
     let overlay = LayeredIndex()
+    /// Indexes over the visible data, when the database declares some.
+    weak var indexedChildren: (any IndexedChildSource)?
     private(set) var pending = PendingList()
     private(set) var lastWriteID: Int64 = -1
     /// Ids of invisible (transaction) writes.
@@ -174,7 +186,7 @@ final class WriteTree {
 
     /// Re-layers every visible pending write, oldest first.
     private func rebuildOverlay() {
-        overlay.removeAll()
+        overlay.removeAll(eachKey: true)  // (child-value indexes move the children named, not rebuild)
         for i in 0..<pending.count where pending.isVisible(at: i) {
             let id = pending.id(at: i)
             if let record = pending.inlineRecord(id) {
@@ -223,13 +235,16 @@ final class WriteTree {
 
     /// Puts back a batch of pending writes as a checkpoint kept them (format 6): their ids
     /// (rising, after every id here), flags, and path keys end to end (`keyEnds` the end of
-    /// each). False, and nothing changed, when an id does not rise or a key is not a path's.
+    /// each). False, and nothing changed, when an id does not rise, a flag is unknown, a key is
+    /// not a path's, or the keys would not fit the list.
     func restorePending(ids: [Int64], flags: UnsafeRawBufferPointer, keys: UnsafeRawBufferPointer, keyEnds: [UInt32]) -> Bool {
         precondition(ids.count == flags.count && ids.count == keyEnds.count)
+        // (Offsets into the list's path bytes are 32-bit.)
+        guard pending.keyBytes + keys.count <= Int(UInt32.max) else { return false }
         var last = lastWriteID, start = 0
         for i in ids.indices {
             let end = Int(keyEnds[i])
-            guard ids[i] > last, start <= end, end <= keys.count,
+            guard ids[i] > last, flags[i] <= PendingList.overwriteFlag | PendingList.visibleFlag, start <= end, end <= keys.count,
                   PathKey.depth(UnsafeRawBufferPointer(rebasing: keys[start..<end])) != nil else { return false }
             last = ids[i]
             start = end
@@ -253,7 +268,7 @@ final class WriteTree {
     static func childCompoundWrite(_ overlay: LayeredIndex, at path: Path) -> CompoundWrite {
         if let node = overlay.completeNode(at: path) { return CompoundWrite(tree: ImmutableTree(node)) }
         var result = CompoundWrite.empty
-        for (relative, e) in overlay.entries(below: path) { result = result.addingWrite(overlay.value(e), at: relative) }
+        for (relative, e) in overlay.entries(below: path) { result.addWrite(overlay.value(e), at: relative) }
         return result
     }
 
@@ -361,19 +376,19 @@ final class WriteTree {
             switch record.change {
             case .overwrite(let node):
                 if root.contains(record.path) {
-                    result = result.addingWrite(node, at: root.relative(to: record.path))
+                    result.addWrite(node, at: root.relative(to: record.path))
                 } else if record.path.contains(root) {
-                    result = result.addingWrite(node.getChild(record.path.relative(to: root)), at: .root)
+                    result.addWrite(node.getChild(record.path.relative(to: root)), at: .root)
                 }
             case .merge(let merge):
                 if root.contains(record.path) {
-                    result = result.addingCompoundWrite(merge, at: root.relative(to: record.path))
+                    result.addCompoundWrite(merge, at: root.relative(to: record.path))
                 } else if record.path.contains(root) {
                     let relative = record.path.relative(to: root)
                     if relative.isEmpty {
-                        result = result.addingCompoundWrite(merge, at: .root)
+                        result.addCompoundWrite(merge, at: .root)
                     } else if let child = merge.completeNode(at: relative) {
-                        result = result.addingWrite(child, at: .root)
+                        result.addWrite(child, at: .root)
                     }
                 }
             }
@@ -402,6 +417,11 @@ struct WriteTreeRef {
     }
 
     func shadowingWrite(_ relative: Path) -> Node? { tree.shadowingWrite(path.child(relative)) }
+
+    /// ``IndexedChildSource/indexedChild(at:after:index:reverse:)`` here.
+    func indexedChild(after post: NamedNode, index: QueryIndex, reverse: Bool) -> NamedNode?? {
+        tree.indexedChildren?.indexedChild(at: path, after: post, index: index, reverse: reverse)
+    }
 
     func calcNextNode(after post: NamedNode, completeServerData: Node?, reverse: Bool, index: QueryIndex) -> NamedNode? {
         tree.calcNextNode(path, after: post, completeServerData: completeServerData, reverse: reverse, index: index)

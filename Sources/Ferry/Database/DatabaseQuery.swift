@@ -209,6 +209,10 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         let registration = EventRegistration(id: id, types: types, includeMetadataChanges: includeMetadataChanges) { event, metadata in
             handler(DataEvent(event, metadata: metadata, database: db))
         }
+        // A limited view over an indexed location finds the child after its window from the
+        // index: built first, outside the lock, if it must be (a failure to read stops the
+        // database, which then refuses the registration below).
+        try? buildIndexIfNeeded()
         // A big location's view is built outside the lock (from frozen data), so that writes
         // from other tasks do not wait for it; it is installed if nothing changed meanwhile.
         let prepared = database.engine.withLock { e -> (FrozenData, LocationWatch)? in
@@ -328,12 +332,11 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             case node(Node)
             case frozen(FrozenData)
             case small(FrozenData)
-            case rebuild(ChildValueIndex, FrozenData)
         }
         let query = spec
         let database = database
-        // (Told asynchronously: a frozen read may run under the lock, finishing an index rebuild.)
-        let onFailure: @Sendable (DatabaseError) -> Void = { e in DispatchQueue.global().async { database.engine.withLock { $0.failReading(e) } } }
+        if buildingIndex { try buildIndexIfNeeded() }
+        let onFailure = Self.onReadFailure(database)
         let result = try database.engine.withLock { e -> (Found, SnapshotMetadata)? in
             try e.checkUsable()
             if let view = e.syncTree.view(for: query), view.eventCache.isFullyInitialized {
@@ -341,10 +344,6 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             }
             if let index = e.childIndex(for: query), e.isComplete(query.path) {
                 index.refresh()
-                if index.needsRebuild, buildingIndex, !index.isRebuilding, let frozen = e.freeze(onFailure: onFailure) {
-                    index.beginRebuild()
-                    return (.rebuild(index, frozen), e.metadata(for: query))
-                }
                 if !index.needsRebuild && !index.unusable {
                     // The window's children: the index orders them exactly, the filter builds
                     // the window from them as from all children.
@@ -386,20 +385,6 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             if let failure = frozen.reader.error { throw failed(failure) }
             guard let node else { return nil }
             return DataSnapshot(ref: ref, node: query.loadsAllData ? node : query.params.filtered(node), index: params.index, metadata: metadata)
-        case .rebuild(let index, let frozen):
-            let built = ChildValueIndex.build(frozen, location: index.location, child: index.child)
-            if let failure = frozen.reader.error {
-                database.engine.withLock { _ in index.cancelRebuild() }
-                throw failed(failure)
-            }
-            database.engine.withLock { _ in
-                if let built {
-                    _ = index.finishRebuild(built.0, usable: built.usable, frozen: frozen)
-                } else {
-                    index.cancelRebuild()
-                }
-            }
-            return try cachedSnapshot(buildingIndex: false)  // (with the index; or, if the data changed above it meanwhile, without)
         case .frozen(let frozen):
             guard let location = LazyLocation.make(frozen, at: query.path) else { return nil }
             if query.loadsAllData {
@@ -409,6 +394,45 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             let filtered = location.filtered(by: query.params)
             if let failure = frozen.reader.error { throw failed(failure) }
             return DataSnapshot(ref: ref, node: filtered, index: params.index, metadata: metadata)
+        }
+    }
+}
+
+extension DatabaseQuery {
+    /// A read failure found outside the lock, told asynchronously (a frozen read may run under
+    /// the lock, finishing an index rebuild).
+    static func onReadFailure(_ database: Database) -> @Sendable (DatabaseError) -> Void {
+        { e in DispatchQueue.global().async { database.engine.withLock { $0.failReading(e) } } }
+    }
+
+    /// Builds the child-value index that orders this query (``DatabaseOptions/indexes``) when
+    /// it must be built, outside the lock from frozen data; it is installed unless the data
+    /// changed at or above its location meanwhile (then the query reads without it).
+    func buildIndexIfNeeded() throws {
+        let query = spec
+        let database = database
+        let onFailure = Self.onReadFailure(database)
+        let job = database.engine.withLock { e -> (ChildValueIndex, FrozenData)? in
+            guard e.stopReason == nil, let index = e.childIndex(for: query), e.isComplete(query.path) else { return nil }
+            index.refresh()
+            guard index.needsRebuild, !index.isRebuilding, let frozen = e.freeze(onFailure: onFailure) else { return nil }
+            index.beginRebuild()
+            return (index, frozen)
+        }
+        guard let (index, frozen) = job else { return }
+        let built = ChildValueIndex.build(frozen, location: index.location, child: index.child)
+        if let failure = frozen.reader.error {
+            database.engine.withLock { _ in index.cancelRebuild() }
+            database.engine.withLock { $0.failReading(failure) }
+            database.endObserversIfStopped()
+            throw failure
+        }
+        database.engine.withLock { _ in
+            if let built {
+                _ = index.finishRebuild(built.0, usable: built.usable, frozen: frozen)
+            } else {
+                index.cancelRebuild()
+            }
         }
     }
 }

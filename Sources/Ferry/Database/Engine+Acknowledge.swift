@@ -91,12 +91,20 @@ extension Engine {
             values = writeTree.write(id).map(valueHandles(of:)) ?? []
         }
         if applied { for (p, h, empty) in values { server.set(h, empty: empty, at: p) } }
+        var events: [Event] = []
+        if applied && live && syncTree.hasSyncPoint(relatedTo: base) {
+            // The views' server data takes the acknowledged values too, as from the server
+            // (while the write still shadows them: no events), so that a view answers what a
+            // read of the store answers — a query view, whose server data would otherwise keep
+            // the old values once the write is gone, dropped children the store still had.
+            for (p, _, _) in values { events += syncTree.applyServerOverwrite(p, server.completeNode(at: p) ?? .empty) }
+        }
         let written = isOverwrite ? [base] : values.map(\.0)
         let mayShow = writeTree.removeOldest(id, writtenPaths: written)
-        guard live, mayShow, syncTree.hasSyncPoint(relatedTo: base) else { return [] }
+        guard live, mayShow, syncTree.hasSyncPoint(relatedTo: base) else { return events }
         var affected = ImmutableTree<Bool>.empty
         for p in written { affected = affected.setting(true, at: base.relative(to: p)) }
-        return syncTree.applyAcknowledgement(at: base, affected: affected, revert: false)
+        return events + syncTree.applyAcknowledgement(at: base, affected: affected, revert: false)
     }
 
     /// Reverts a pending write the server refused and keeps it, with the server's answer, in

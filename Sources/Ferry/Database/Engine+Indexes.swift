@@ -26,6 +26,7 @@ extension Engine {
             writeTree.overlay.observers.append(index)
             childIndexes.append(index)
         }
+        if !childIndexes.isEmpty { writeTree.indexedChildren = self }
     }
 
     /// The declared index that orders `query`'s window, when the query can be answered from
@@ -86,3 +87,14 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+
+extension Engine: IndexedChildSource {
+    func indexedChild(at location: Path, after post: NamedNode, index: QueryIndex, reverse: Bool) -> NamedNode?? {
+        guard case .child(let child) = index, !childIndexes.isEmpty,
+              let found = childIndexes.first(where: { $0.location == location && $0.child == child }),
+              isComplete(location), let name = found.child(after: post, reverse: reverse) else { return nil }
+        indexedChildLookups += 1
+        guard let name else { return .some(nil) }
+        return .some(NamedNode(name: name, node: visibleNode(at: location.child(name)) ?? .empty))
+    }
+}

@@ -109,8 +109,10 @@ import Logging
             }
         }
         var loader = CheckpointLoader(engine: engine, storeID: storeID, expectedLSN: lsn, firstLSN: 1, nextLSN: lsn)
-        for block in blocks { try block.withUnsafeBytes { try loader.block($0) } }
-        try loader.finish()
+        _ = try loader.load { body in
+            for block in blocks { try block.withUnsafeBytes { try body($0) } }
+            return true
+        }
         return loader.counts.server + loader.counts.pending + loader.counts.overlay + loader.counts.rejected
     }
 

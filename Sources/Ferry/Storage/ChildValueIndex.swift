@@ -189,6 +189,20 @@ final class ChildValueIndex: LayeredChangeObserver {
         return out
     }
 
+    /// The name of the child right after `post` (before it, with `reverse`) in the index's
+    /// order, by the data as it is now: `.some(nil)` when there is none, nil when the index
+    /// cannot say (not built, or `post`'s value cannot be ordered by bytes). O(log n) plus
+    /// the marked children put in their places.
+    func child(after post: NamedNode, reverse: Bool) -> String?? {
+        refresh()
+        guard !needsRebuild && !unusable else { return nil }
+        var key: [UInt8] = []
+        guard SortKey.encode(value: post.node.getChild(child), key: post.name, into: &key) else { return nil }
+        guard let next = sorted.neighbour(of: key, after: !reverse) else { return .some(nil) }
+        guard let name = SortKey.key(of: next) else { return nil }
+        return .some(name)
+    }
+
     /// Puts every marked child in its place (under the engine's lock).
     func refresh() {
         guard !needsRebuild, !marked.isEmpty else { return }

@@ -268,8 +268,15 @@ final class LayeredIndex {
         for (k, e) in below { _ = index.set(k, e) }
     }
 
-    func removeAll() {
-        for o in observers { o.willChangeEverything() }
+    /// Removes every entry, telling the observers that everything may change (`eachKey`
+    /// false) or naming each entry's key (true: for a removal before the same entries, or
+    /// nearly, are set again — an index then moves only the children named).
+    func removeAll(eachKey: Bool = false) {
+        if eachKey {
+            if !observers.isEmpty { index.forEach(withPrefix: []) { k, _ in for o in observers { o.willChange(k) } } }
+        } else {
+            for o in observers { o.willChangeEverything() }
+        }
         index.removeAll()
         inline = [:]
         for d in depthCounts.indices { depthCounts[d] = 0 }

@@ -305,6 +305,19 @@ struct PathIndex<Entry> {
         return set(k, entry)
     }
 
+    /// The length of the longest key.
+    var longestKey: Int {
+        var longest = 0
+        for chunk in chunks {
+            var start: UInt32 = 0
+            for end in chunk.ends {
+                longest = max(longest, chunk.prefix.count + Int(end - start))
+                start = end
+            }
+        }
+        return longest
+    }
+
     /// Appends a whole chunk: `count` keys, each `prefix` followed by its slice of
     /// `suffixes` (ending at its `ends` offset), with their entries. The caller has checked
     /// that the keys rise and sort after every key already here, and that there are at most
@@ -471,6 +484,34 @@ struct PathIndex<Entry> {
                 chunk += 1
                 slot = 0
             }
+        }
+    }
+
+    /// The key right after `key` (right before it when `after` is false), whether or not
+    /// `key` is here; nil at the end.
+    func neighbour(of key: [UInt8], after: Bool) -> [UInt8]? {
+        guard !chunks.isEmpty else { return nil }
+        return key.withUnsafeBytes { k -> [UInt8]? in
+            var ci = chunkIndex(k)
+            var (i, found) = chunks[ci].search(k)
+            if after {
+                if found { i += 1 }
+                while i >= chunks[ci].count {
+                    ci += 1
+                    i = 0
+                    if ci == chunks.count { return nil }
+                }
+            } else {
+                i -= 1  // (the slot before the one `key` is in, or would go to)
+                while i < 0 {
+                    ci -= 1
+                    if ci < 0 { return nil }
+                    i = chunks[ci].count - 1
+                }
+            }
+            var out: [UInt8] = []
+            chunks[ci].key(i, into: &out)
+            return out
         }
     }
 
