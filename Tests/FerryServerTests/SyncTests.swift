@@ -1,4 +1,4 @@
-@_spi(Server) import Ferry
+@testable @_spi(Server) import Ferry
 import FerrySync
 import FerryTestSupport
 import FerryWire
@@ -22,9 +22,11 @@ struct Client {
     let sync: SyncClient
 
     /// Short retry delays; `configure` changes the options further.
-    init(_ path: String, port: Int, ns: String = "t", batches: Bool = true,
+    init(_ path: String, port: Int, ns: String = "t", batches: Bool = true, indexes: [ChildIndex] = [],
          _ configure: (inout SyncOptions) -> Void = { _ in }) async throws {
-        db = try Database.open(at: path)
+        var databaseOptions = DatabaseOptions()
+        databaseOptions.indexes = indexes
+        db = try Database.open(at: path, options: databaseOptions)
         var options = SyncOptions()
         options.usesBatches = batches
         options.retryDelay = .milliseconds(20)
@@ -379,6 +381,44 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         // Another writer raises p2 into the window.
         #expect(try TestHTTP.request(server.port, "PUT", "/posts/p2/likes.json?ns=t", json: "8").status == 200)
         #expect(await eventually { last.withLock { $0?.children.map(\.key) } == ["p2", "p3"] })
+        top.removeObserver(withHandle: handle)
+        try await b.close()
+        #expect(server.terminate() == 0)
+    }
+
+    /// A limited listener over an indexed, cached location holds its window alone, read from
+    /// the store while offline; once online, the server's window for the query is the truth
+    /// (a child deleted on the server while the client was away leaves the window).
+    @Test func anIndexedLimitedListenerShowsTheCacheOfflineAndTheServersWindowOnline() async throws {
+        let dir = try TemporaryDirectory("sync-indexed-query")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let seed = #"{"p1": {"likes": 5}, "p2": {"likes": 1}, "p3": {"likes": 9}, "p4": {"likes": 7}}"#
+        #expect(try TestHTTP.request(server.port, "PUT", "/posts.json?ns=t", json: seed).status == 200)
+        let b = try await Client(dir.sub("b"), port: server.port, indexes: [ChildIndex(location: "posts", child: "likes")])
+        await b.sync.goOnline()
+        // A listener of the whole location caches it whole.
+        let posts = try b.db.reference("posts")
+        let count = Mutex(0)
+        let all = posts.observe(.value) { s in count.withLock { $0 = Int(s.childrenCount) } }
+        #expect(await eventually { count.withLock { $0 } == 4 })
+        posts.removeObserver(withHandle: all)
+        await b.sync.goOffline()
+        #expect(try TestHTTP.request(server.port, "DELETE", "/posts/p3.json?ns=t").status == 200)
+
+        let top = try b.db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 2)
+        let last = Mutex<DataSnapshot?>(nil)
+        let handle = top.observe(.value) { s in last.withLock { $0 = s } }
+        #expect(last.withLock { $0?.children.map(\.key) } == ["p4", "p3"], "offline: the cache's window, at once")
+        #expect(b.db.engine.withLock { $0.syncTree.view(for: top.spec)?.storeBacked } == true)
+        // A local write moves the window while offline.
+        _ = try await b.db.reference("posts/p2/likes").setValue(8)
+        #expect(last.withLock { $0?.children.map(\.key) } == ["p2", "p3"])
+
+        await b.sync.goOnline()
+        #expect(await eventually { last.withLock { $0?.children.map(\.key) } == ["p4", "p2"] }, "online: p3 is gone on the server")
+        #expect(await eventually { last.withLock { $0?.metadata.fromCache } == false })
+        #expect(try TestHTTP.request(server.port, "PUT", "/posts/p1/likes.json?ns=t", json: "10").status == 200)
+        #expect(await eventually { last.withLock { $0?.children.map(\.key) } == ["p2", "p1"] })
         top.removeObserver(withHandle: handle)
         try await b.close()
         #expect(server.terminate() == 0)

@@ -158,6 +158,9 @@ import Testing
             }
         }
         #expect(dbs[0].engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) }, "the index is built before the changes")
+        let spec = try dbs[0].reference("data").queryOrdered(byChild: "likes").queryLimited(toLast: 5).spec
+        #expect(dbs[0].engine.withLock { $0.syncTree.view(for: spec)?.storeBacked } == true, "the indexed view holds its window only")
+        #expect(dbs[1].engine.withLock { $0.syncTree.view(for: spec)?.storeBacked } == false)
         var ids: [[Int64]] = [[], []]
         for step in 0..<400 {
             let op = Int.random(in: 0..<8, using: &g)

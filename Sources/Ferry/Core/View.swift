@@ -5,6 +5,12 @@ final class View {
     let processor: ViewProcessor
     private(set) var viewCache: ViewCache
     private(set) var registrations: [EventRegistration] = []
+    /// A limited view of an indexed location that holds its window only: each operation that
+    /// reaches it reads the window again from the index (O(k log n) for k children of n),
+    /// instead of keeping every child's server data to work the window out from. It holds no
+    /// server data (``completeServerCache(for:)`` is nil), until the server sends the query's
+    /// own data (tagged): from then on it is the server-filtered view Firebase makes.
+    private(set) var storeBacked = false
 
     init(query: QuerySpec, initial: ViewCache) {
         self.query = query
@@ -18,6 +24,16 @@ final class View {
         viewCache = ViewCache(
             eventCache: CacheNode(indexed: event, isFullyInitialized: initial.eventCache.isFullyInitialized, isFiltered: filter.filtersNodes),
             serverCache: CacheNode(indexed: server, isFullyInitialized: initial.serverCache.isFullyInitialized, isFiltered: indexFilter.filtersNodes))
+    }
+
+    /// A store-backed view (see ``storeBacked``) showing `window`, the query's window now.
+    init(storeBacked query: QuerySpec, window: Node) {
+        self.query = query
+        processor = ViewProcessor(filter: query.params.nodeFilter)
+        let indexed = IndexedNode(window, index: query.index)
+        viewCache = ViewCache(eventCache: CacheNode(indexed: indexed, isFullyInitialized: true, isFiltered: true),
+                              serverCache: CacheNode(indexed: IndexedNode(.empty, index: query.index), isFullyInitialized: false, isFiltered: true))
+        storeBacked = true
     }
 
     var isEmpty: Bool { registrations.isEmpty }
@@ -49,11 +65,27 @@ final class View {
     }
 
     func apply(_ operation: Operation, writes: WriteTreeRef, completeServerCache: Node?) -> (changes: [Change], events: [Event]) {
-        let (newCache, changes) = processor.apply(operation, to: viewCache, writes: writes, completeCache: completeServerCache)
+        if storeBacked, case .overwrite(let source, let path, _) = operation, source.tagged, path.isEmpty {
+            storeBacked = false  // the server's window for this query: the processor takes it from here
+        }
+        let (newCache, changes) = storeBacked
+            ? rereadWindow(writes)
+            : processor.apply(operation, to: viewCache, writes: writes, completeCache: completeServerCache)
         precondition(newCache.serverCache.isFullyInitialized || !viewCache.serverCache.isFullyInitialized,
                      "a complete server cache never becomes incomplete")
         viewCache = newCache
         return (changes, EventGenerator.events(for: changes, eventCache: newCache.eventCache.indexed, registrations: registrations, query: query))
+    }
+
+    /// A store-backed view's caches after an operation: the window read again, and the changes
+    /// from the old window to it (what the filter's full update finds).
+    private func rereadWindow(_ writes: WriteTreeRef) -> (ViewCache, [Change]) {
+        guard let source = writes.tree.indexedChildren else { preconditionFailure("a store-backed view without its store") }
+        let accumulator = ChildChangeAccumulator()
+        let window = source.window(of: query)
+        let event = processor.filter.updateFullNode(viewCache.eventCache.indexed, IndexedNode(window, index: query.index), accumulator: accumulator)
+        let new = viewCache.updatingEventSnap(event, complete: true, filtered: true)
+        return (new, processor.maybeAddValue(old: viewCache, new: new, changes: accumulator.all))
     }
 
     /// The events a new registration gets at once: a child_added per child, and a value event

@@ -32,7 +32,7 @@ struct ViewProcessor {
         return (new, maybeAddValue(old: old, new: new, changes: accumulator.all))
     }
 
-    private func maybeAddValue(old: ViewCache, new: ViewCache, changes: [Change]) -> [Change] {
+    func maybeAddValue(old: ViewCache, new: ViewCache, changes: [Change]) -> [Change] {
         let event = new.eventCache
         guard event.isFullyInitialized else { return changes }
         let isLeafOrEmpty = event.node.isLeaf || event.node.isEmpty

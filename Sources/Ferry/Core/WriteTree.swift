@@ -48,6 +48,9 @@ protocol IndexedChildSource: AnyObject {
     /// order, in the visible data: `.some(nil)` when there is none; nil when no index there can
     /// say (then the caller works it out from the data).
     func indexedChild(at location: Path, after post: NamedNode, index: QueryIndex, reverse: Bool) -> NamedNode??
+    /// What `query` shows now — its window of the visible data — read from the index that
+    /// orders it (a walk of every child only when no index can answer).
+    func window(of query: QuerySpec) -> Node
 }
 
 final class WriteTree {

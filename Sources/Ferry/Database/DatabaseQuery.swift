@@ -217,6 +217,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         // from other tasks do not wait for it; it is installed if nothing changed meanwhile.
         let prepared = database.engine.withLock { e -> (FrozenData, LocationWatch)? in
             guard e.stopReason == nil, e.syncTree.canTakePrebuiltView(for: query), e.isBig(query.path),
+                  e.childIndex(for: query)?.isCurrent != true,  // (then the view is its window alone)
                   let frozen = e.freeze(onFailure: { _ in }) else { return nil }
             return (frozen, e.watch(query.path))
         }
@@ -229,8 +230,11 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             }
             if let watch = prepared?.1 { e.unwatch(watch) }
             e.registrations[id] = RegistrationState(registration: registration, query: query, lastMetadata: nil, onEnd: onEnd)
-            let current = prebuilt != nil && prepared?.1.changed == false && e.syncTree.canTakePrebuiltView(for: query)
-            return e.syncTree.addEventRegistration(registration, for: query, prebuilt: current ? prebuilt : nil)
+            var view = prebuilt != nil && prepared?.1.changed == false && e.syncTree.canTakePrebuiltView(for: query) ? prebuilt : nil
+            if view == nil, e.syncTree.canTakePrebuiltView(for: query), let window = e.indexedWindow(query) {
+                view = View(storeBacked: query, window: window)
+            }
+            return e.syncTree.addEventRegistration(registration, for: query, prebuilt: view)
         }
         if let refused { onEnd?(refused) }  // closed or failed already: end at once
         return ObserverHandle(id: id)
