@@ -274,8 +274,11 @@ extension Engine {
 /// queue only, and by the reading thread once that queue is drained.
 private final class SideLoader: @unchecked Sendable {
     let queue = DispatchQueue(label: "ferry.checkpoint-load")
-    /// Blocks handed over and not yet loaded, at most this many: memory stays a few blocks.
-    let slots = DispatchSemaphore(value: 4)
+    /// Blocks handed over and not yet loaded, at most this many (about 16 MiB): enough for the
+    /// reading thread to go on to the overlay, which follows the pending writes, while this
+    /// one restores them (with 4, it waited for them: an open of a million pending posts took
+    /// 0.14 s instead of 0.12 s), and still a bound.
+    let slots = DispatchSemaphore(value: 64)
     var loader: CheckpointLoader?
     /// The first error of either thread: both stop at it.
     let failure = Mutex<(any Error)?>(nil)
