@@ -65,12 +65,25 @@ final class View {
     }
 
     func apply(_ operation: Operation, writes: WriteTreeRef, completeServerCache: Node?) -> (changes: [Change], events: [Event]) {
-        if storeBacked, case .overwrite(let source, let path, _) = operation, source.tagged, path.isEmpty {
-            storeBacked = false  // the server's window for this query: the processor takes it from here
+        if storeBacked, operation.source.tagged, operation.source.queryParams == query.params {
+            // The server's data for this query: from here on the processor takes it, as for any
+            // view (its first, a whole window, replaces the server data; anything else meets
+            // the stored data first).
+            if case .overwrite(_, let path, _) = operation, path.isEmpty {
+                storeBacked = false
+            } else {
+                return finish(demote(writes))  // (the stored data holds this operation's data already)
+            }
         }
-        let (newCache, changes) = storeBacked
-            ? rereadWindow(writes)
-            : processor.apply(operation, to: viewCache, writes: writes, completeCache: completeServerCache)
+        if storeBacked, let window = writes.tree.indexedChildren?.window(of: query) {
+            return finish(rereadWindow(window))
+        }
+        if storeBacked { return finish(demote(writes)) }
+        return finish(processor.apply(operation, to: viewCache, writes: writes, completeCache: completeServerCache))
+    }
+
+    private func finish(_ result: (ViewCache, [Change])) -> (changes: [Change], events: [Event]) {
+        let (newCache, changes) = result
         precondition(newCache.serverCache.isFullyInitialized || !viewCache.serverCache.isFullyInitialized,
                      "a complete server cache never becomes incomplete")
         viewCache = newCache
@@ -79,12 +92,32 @@ final class View {
 
     /// A store-backed view's caches after an operation: the window read again, and the changes
     /// from the old window to it (what the filter's full update finds).
-    private func rereadWindow(_ writes: WriteTreeRef) -> (ViewCache, [Change]) {
-        guard let source = writes.tree.indexedChildren else { preconditionFailure("a store-backed view without its store") }
+    private func rereadWindow(_ window: Node) -> (ViewCache, [Change]) {
         let accumulator = ChildChangeAccumulator()
-        let window = source.window(of: query)
         let event = processor.filter.updateFullNode(viewCache.eventCache.indexed, IndexedNode(window, index: query.index), accumulator: accumulator)
         let new = viewCache.updatingEventSnap(event, complete: true, filtered: true)
+        return (new, processor.maybeAddValue(old: viewCache, new: new, changes: accumulator.all))
+    }
+
+    /// A store-backed view whose index cannot answer (it needs a rebuild, cannot order a value,
+    /// or the data is no longer complete) becomes a view like any other, once: its caches made
+    /// from the stored data as a new view's are (O(n), under the lock), and the changes from its
+    /// window to what they show.
+    private func demote(_ writes: WriteTreeRef) -> (ViewCache, [Change]) {
+        storeBacked = false
+        guard let source = writes.tree.indexedChildren else { preconditionFailure("a store-backed view without its store") }
+        let server = source.serverCache(for: query)
+        var event = writes.calcCompleteEventCache(server.isFullyInitialized ? server.node : nil)
+        var complete = true
+        if event == nil {
+            event = writes.calcCompleteEventChildren(server.node)
+            complete = false
+        }
+        let accumulator = ChildChangeAccumulator()
+        let filtered = processor.filter.updateFullNode(viewCache.eventCache.indexed, IndexedNode(event!, index: query.index), accumulator: accumulator)
+        let serverIndexed = processor.filter.indexedFilter.updateFullNode(IndexedNode(.empty, index: query.index), server.indexed, accumulator: nil)
+        let new = ViewCache(eventCache: CacheNode(indexed: filtered, isFullyInitialized: complete, isFiltered: processor.filter.filtersNodes),
+                            serverCache: CacheNode(indexed: serverIndexed, isFullyInitialized: server.isFullyInitialized, isFiltered: false))
         return (new, processor.maybeAddValue(old: viewCache, new: new, changes: accumulator.all))
     }
 
@@ -117,7 +150,12 @@ final class SyncPoint {
     func apply(_ operation: Operation, writes: WriteTreeRef, completeServerCache: Node?) -> [Event] {
         if let params = operation.source.queryParams {
             guard let view = views.first(where: { $0.params == params })?.view else { return [] }
-            return view.apply(operation, writes: writes, completeServerCache: completeServerCache).events
+            var events = view.apply(operation, writes: writes, completeServerCache: completeServerCache).events
+            // Another query's data is stored too: store-backed views here read it now.
+            for (other, v) in views where other != params && v.storeBacked {
+                events += v.apply(operation, writes: writes, completeServerCache: completeServerCache).events
+            }
+            return events
         }
         var events: [Event] = []
         for (_, view) in views { events += view.apply(operation, writes: writes, completeServerCache: completeServerCache).events }

@@ -48,9 +48,12 @@ protocol IndexedChildSource: AnyObject {
     /// order, in the visible data: `.some(nil)` when there is none; nil when no index there can
     /// say (then the caller works it out from the data).
     func indexedChild(at location: Path, after post: NamedNode, index: QueryIndex, reverse: Bool) -> NamedNode??
-    /// What `query` shows now — its window of the visible data — read from the index that
-    /// orders it (a walk of every child only when no index can answer).
-    func window(of query: QuerySpec) -> Node
+    /// What `query` shows now — its window of the complete visible data — read from the index
+    /// that orders it; nil when the index cannot say at once (not current, unusable, or the
+    /// data there not complete).
+    func window(of query: QuerySpec) -> Node?
+    /// The stored server data for `query` (complete or partial), as a new view starts with.
+    func serverCache(for query: QuerySpec) -> CacheNode
 }
 
 final class WriteTree {
@@ -207,7 +210,7 @@ final class WriteTree {
     func removeAllWrites() -> [WriteRecord] {
         let all = (0..<pending.count).compactMap { record(at: $0) }
         pending.removeAll()
-        overlay.removeAll()
+        overlay.removeAll(eachKey: true)
         hidden = []
         return all
     }

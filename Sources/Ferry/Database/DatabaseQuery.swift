@@ -217,7 +217,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         // from other tasks do not wait for it; it is installed if nothing changed meanwhile.
         let prepared = database.engine.withLock { e -> (FrozenData, LocationWatch)? in
             guard e.stopReason == nil, e.syncTree.canTakePrebuiltView(for: query), e.isBig(query.path),
-                  e.childIndex(for: query)?.isCurrent != true,  // (then the view is its window alone)
+                  e.indexedWindow(query) == nil,  // (else the view is its window alone)
                   let frozen = e.freeze(onFailure: { _ in }) else { return nil }
             return (frozen, e.watch(query.path))
         }

@@ -91,20 +91,33 @@ extension Engine {
             values = writeTree.write(id).map(valueHandles(of:)) ?? []
         }
         if applied { for (p, h, empty) in values { server.set(h, empty: empty, at: p) } }
-        var events: [Event] = []
-        if applied && live && syncTree.hasSyncPoint(relatedTo: base) {
-            // The views' server data takes the acknowledged values too, as from the server
-            // (while the write still shadows them: no events), so that a view answers what a
-            // read of the store answers — a query view, whose server data would otherwise keep
-            // the old values once the write is gone, dropped children the store still had.
-            for (p, _, _) in values { events += syncTree.applyServerOverwrite(p, server.completeNode(at: p) ?? .empty) }
-        }
+        let events = applied && live ? showAcknowledgedValues(values.map(\.0)) : []
         let written = isOverwrite ? [base] : values.map(\.0)
         let mayShow = writeTree.removeOldest(id, writtenPaths: written)
         guard live, mayShow, syncTree.hasSyncPoint(relatedTo: base) else { return events }
         var affected = ImmutableTree<Bool>.empty
         for p in written { affected = affected.setting(true, at: base.relative(to: p)) }
         return events + syncTree.applyAcknowledgement(at: base, affected: affected, revert: false)
+    }
+
+    /// Acknowledged values just copied into the stored server data reach the views as server
+    /// data too (while the write still shadows them: no events), so that a view answers what a
+    /// read of the store answers — a query view, whose server data would otherwise keep the old
+    /// values once the write is gone, dropped children the store still had. Not where a live
+    /// listen at, above or below a path keeps it: the server's own data is the truth there.
+    func showAcknowledgedValues(_ paths: [Path]) -> [Event] {
+        var events: [Event] = []
+        for p in paths where syncTree.hasSyncPoint(relatedTo: p) && !hasLiveListen(touching: p) {
+            guard let node = server.completeNode(at: p) else { continue }
+            events += syncTree.applyServerOverwrite(p, node)
+        }
+        return events
+    }
+
+    /// Whether a listen the server keeps up to date is at, above or below `path`.
+    func hasLiveListen(touching path: Path) -> Bool {
+        livePaths.contains { $0.contains(path) || path.contains($0) }
+            || liveQueries.contains { $0.path.contains(path) || path.contains($0.path) }
     }
 
     /// Reverts a pending write the server refused and keeps it, with the server's answer, in

@@ -137,7 +137,7 @@ extension Engine {
         let values = applied ? valueHandles(of: write) : []
         let lsn = try append(.ack, RecordCodec.ack(writeID: writeID, revert: revert, applied: applied))
         for (p, h, empty) in values { server.set(h, empty: empty, at: p) }
-        let events = syncTree.ackUserWrite(writeID, revert: revert)
+        let events = showAcknowledgedValues(values.map(\.0)) + syncTree.ackUserWrite(writeID, revert: revert)
         settle(writeID, recordLSN: lsn,
                revert ? DatabaseError(.writeRejected, "the server rejected write \(writeID); it was reverted locally") : nil)
         return (events, lsn)

@@ -89,38 +89,17 @@ import Darwin
 #endif
 
 extension Engine: IndexedChildSource {
-    func window(of query: QuerySpec) -> Node {
-        if let index = childIndex(for: query), isComplete(query.path) {
-            index.refresh()
-            if index.needsRebuild, !index.isRebuilding, let frozen = freeze(onFailure: { _ in }) {
-                // (Changed at or above the location since: built again here, once, under the lock.)
-                index.beginRebuild()
-                let built = ChildValueIndex.build(frozen, location: index.location, child: index.child)
-                if let failure = frozen.reader.error {
-                    index.cancelRebuild()
-                    failReading(failure)
-                } else if let built {
-                    _ = index.finishRebuild(built.0, usable: built.usable, frozen: frozen)
-                } else {
-                    index.cancelRebuild()
-                }
-            }
-            if !index.needsRebuild && !index.unusable {
-                indexedChildLookups += 1
-                let keys = index.keys(first: query.params.limit ?? 0, fromEnd: !query.params.isViewFromLeft)
-                return query.params.filtered(Node.empty.updatingImmediateChildren(keys.map { ($0, visibleNode(at: query.path.child($0)) ?? .empty) }))
-            }
-        }
-        return query.params.filtered(visibleNode(at: query.path) ?? .empty)
+    func window(of query: QuerySpec) -> Node? {
+        guard let index = childIndex(for: query), isComplete(query.path) else { return nil }
+        index.refresh()
+        guard index.isCurrent else { return nil }  // (never rebuilt here, under the lock)
+        indexedChildLookups += 1
+        let keys = index.keys(first: query.params.limit ?? 0, fromEnd: !query.params.isViewFromLeft)
+        return query.params.filtered(Node.empty.updatingImmediateChildren(keys.map { ($0, visibleNode(at: query.path.child($0)) ?? .empty) }))
     }
 
     /// The window of `query` when a current index orders it, for a store-backed view.
-    func indexedWindow(_ query: QuerySpec) -> Node? {
-        guard let index = childIndex(for: query), isComplete(query.path) else { return nil }
-        index.refresh()
-        guard index.isCurrent else { return nil }
-        return window(of: query)
-    }
+    func indexedWindow(_ query: QuerySpec) -> Node? { window(of: query) }
 
     func indexedChild(at location: Path, after post: NamedNode, index: QueryIndex, reverse: Bool) -> NamedNode?? {
         guard case .child(let child) = index, !childIndexes.isEmpty,
