@@ -14,16 +14,35 @@ final class View {
 
     init(query: QuerySpec, initial: ViewCache) {
         self.query = query
-        let filter = query.params.nodeFilter
-        processor = ViewProcessor(filter: filter)
-        let indexFilter = IndexedFilter(index: query.index)
-        let empty = IndexedNode(.empty, index: query.index)
-        // The server cache is only indexed here; filtering it waits for tagged data.
-        let server = indexFilter.updateFullNode(empty, IndexedNode(initial.serverCache.node, index: query.index), accumulator: nil)
-        let event = filter.updateFullNode(empty, IndexedNode(initial.eventCache.node, index: query.index), accumulator: nil)
-        viewCache = ViewCache(
+        processor = ViewProcessor(filter: query.params.nodeFilter)
+        viewCache = Self.caches(query, processor, initial, from: IndexedNode(.empty, index: query.index), accumulator: nil)
+    }
+
+    /// The caches a view of `query` keeps for `initial` (made by ``initial(_:writes:serverCache:)``):
+    /// the server data indexed (filtering it waits for tagged data), the event data filtered
+    /// from `old` on, its changes told to `accumulator`.
+    private static func caches(_ query: QuerySpec, _ processor: ViewProcessor, _ initial: ViewCache, from old: IndexedNode,
+                               accumulator: ChildChangeAccumulator?) -> ViewCache {
+        let filter = processor.filter
+        let server = filter.indexedFilter.updateFullNode(IndexedNode(.empty, index: query.index), IndexedNode(initial.serverCache.node, index: query.index), accumulator: nil)
+        let event = filter.updateFullNode(old, IndexedNode(initial.eventCache.node, index: query.index), accumulator: accumulator)
+        return ViewCache(
             eventCache: CacheNode(indexed: event, isFullyInitialized: initial.eventCache.isFullyInitialized, isFiltered: filter.filtersNodes),
-            serverCache: CacheNode(indexed: server, isFullyInitialized: initial.serverCache.isFullyInitialized, isFiltered: indexFilter.filtersNodes))
+            serverCache: CacheNode(indexed: server, isFullyInitialized: initial.serverCache.isFullyInitialized, isFiltered: filter.indexedFilter.filtersNodes))
+    }
+
+    /// What a new view of `query` starts from: `serverCache` and the writes over it (complete
+    /// when either makes the data complete, else the complete children).
+    static func initial(_ query: QuerySpec, writes: WriteTreeRef, serverCache: CacheNode) -> ViewCache {
+        var eventCache = writes.calcCompleteEventCache(serverCache.isFullyInitialized ? serverCache.node : nil)
+        var complete = true
+        if eventCache == nil {
+            eventCache = writes.calcCompleteEventChildren(serverCache.node)
+            complete = false
+        }
+        return ViewCache(
+            eventCache: CacheNode(indexed: IndexedNode(eventCache!, index: query.index), isFullyInitialized: complete, isFiltered: false),
+            serverCache: serverCache)
     }
 
     /// A store-backed view (see ``storeBacked``) showing `window`, the query's window now.
@@ -106,18 +125,9 @@ final class View {
     private func demote(_ writes: WriteTreeRef) -> (ViewCache, [Change]) {
         storeBacked = false
         guard let source = writes.tree.indexedChildren else { preconditionFailure("a store-backed view without its store") }
-        let server = source.serverCache(for: query)
-        var event = writes.calcCompleteEventCache(server.isFullyInitialized ? server.node : nil)
-        var complete = true
-        if event == nil {
-            event = writes.calcCompleteEventChildren(server.node)
-            complete = false
-        }
+        let initial = Self.initial(query, writes: writes, serverCache: source.serverCache(for: query))
         let accumulator = ChildChangeAccumulator()
-        let filtered = processor.filter.updateFullNode(viewCache.eventCache.indexed, IndexedNode(event!, index: query.index), accumulator: accumulator)
-        let serverIndexed = processor.filter.indexedFilter.updateFullNode(IndexedNode(.empty, index: query.index), server.indexed, accumulator: nil)
-        let new = ViewCache(eventCache: CacheNode(indexed: filtered, isFullyInitialized: complete, isFiltered: processor.filter.filtersNodes),
-                            serverCache: CacheNode(indexed: serverIndexed, isFullyInitialized: server.isFullyInitialized, isFiltered: false))
+        let new = Self.caches(query, processor, initial, from: viewCache.eventCache.indexed, accumulator: accumulator)
         return (new, processor.maybeAddValue(old: viewCache, new: new, changes: accumulator.all))
     }
 
@@ -165,16 +175,7 @@ final class SyncPoint {
     /// The view for `query`, created from the writes and server cache when missing (not added).
     func makeView(_ query: QuerySpec, writes: WriteTreeRef, serverCache: CacheNode) -> View {
         if let existing = view(for: query) { return existing }
-        var eventCache = writes.calcCompleteEventCache(serverCache.isFullyInitialized ? serverCache.node : nil)
-        var complete = true
-        if eventCache == nil {
-            eventCache = writes.calcCompleteEventChildren(serverCache.node)
-            complete = false
-        }
-        let initial = ViewCache(
-            eventCache: CacheNode(indexed: IndexedNode(eventCache!, index: query.index), isFullyInitialized: complete, isFiltered: false),
-            serverCache: serverCache)
-        return View(query: query, initial: initial)
+        return View(query: query, initial: View.initial(query, writes: writes, serverCache: serverCache))
     }
 
     func addRegistration(_ registration: EventRegistration, query: QuerySpec, writes: WriteTreeRef, serverCache: CacheNode) -> [Event] {

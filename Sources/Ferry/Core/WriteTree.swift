@@ -34,12 +34,6 @@ protocol StoredValues: ValueReader {
     func writeValues(_ id: Int64) -> [(Path, ValueHandle, Bool)]
 }
 
-/// Every pending local write, and the result of layering the visible ones, so that views can
-/// compute what the user sees: server data with local writes on top.
-///
-/// The layered writes live in an index from path to value (the overlay) rather than in a tree
-/// of nodes: an entry below another is newer and overrides that part of it. Values are read
-/// (from the log, for a persistent store) only where a view or a read needs them.
 /// Children in a query's order from an index over the visible data (the database's
 /// child-value indexes), so that a limited view finds the child after its window without a
 /// pass over every child.
@@ -56,6 +50,12 @@ protocol IndexedChildSource: AnyObject {
     func serverCache(for query: QuerySpec) -> CacheNode
 }
 
+/// Every pending local write, and the result of layering the visible ones, so that views can
+/// compute what the user sees: server data with local writes on top.
+///
+/// The layered writes live in an index from path to value (the overlay) rather than in a tree
+/// of nodes: an entry below another is newer and overrides that part of it. Values are read
+/// (from the log, for a persistent store) only where a view or a read needs them.
 final class WriteTree {
     let overlay = LayeredIndex()
     /// Indexes over the visible data, when the database declares some.

@@ -283,7 +283,8 @@ private final class SideLoader: @unchecked Sendable {
     /// The first error of either thread: both stop at it.
     let failure = Mutex<(any Error)?>(nil)
 
-    var failed: Bool { failure.withLock { $0 != nil } }
+    var error: (any Error)? { failure.withLock { $0 } }
+    var failed: Bool { error != nil }
     func fail(_ error: any Error) { failure.withLock { if $0 == nil { $0 = error } } }
 }
 
@@ -368,9 +369,9 @@ struct CheckpointLoader {
                 engine.pins.insert(PathKey.decode(keys.previous))
                 counts.pins += 1
             case .childIndexes:
-                counts.indexes += 1
                 let kind = try r.u8()
                 if kind == 0 {
+                    counts.indexes += 1
                     closeIndex()
                     func pathKey() throws -> [UInt8] {
                         let n = try r.varintCount()
@@ -385,13 +386,13 @@ struct CheckpointLoader {
                     hasLastKey = false
                 } else if version >= 6 {
                     guard kind == 2 else { throw Checkpoint.damaged("an index record of an unknown kind") }
-                    counts.indexes -= 1  // (counted below, a key at a time)
                     let chunk = try chunkKeys(&r) { SortKey.keyStart($0) != nil }
                     guard let chunk else { throw Checkpoint.damaged("an index key is not a sort key, or keys are out of order") }
                     counts.indexes += UInt64(chunk.ends.count)
                     indexKeys.read += UInt64(chunk.ends.count)
                     currentIndex?.restoreChunk(prefix: chunk.prefix, suffixes: chunk.suffixes, ends: chunk.ends)
                 } else {
+                    counts.indexes += 1
                     let rises = try keys.read(&r)
                     guard first || rises else { throw Checkpoint.damaged("index keys out of order") }
                     indexKeys.read += 1
@@ -437,7 +438,6 @@ struct CheckpointLoader {
                 guard engine.writeTree.restorePending(ids: ids, flags: flags, keys: keyBytes, keyEnds: ends) else {
                     throw Checkpoint.damaged("pending writes out of order, unknown flags, or a path that is not a path")
                 }
-                lastID = ids[n - 1]
                 counts.pending += UInt64(n)
             case .pending:
                 let id = previousID &+ (try r.signed())
@@ -583,7 +583,7 @@ struct CheckpointLoader {
                         side.loader = self  // (the header's facts; nothing restored yet)
                         return
                     }
-                    if let error = side.failure.withLock({ $0 }) { throw error }
+                    if let error = side.error { throw error }
                     guard let section = bytes.first, section >= lastSection else { throw Checkpoint.damaged("blocks out of order") }
                     lastSection = section
                     guard section == Checkpoint.Section.pending.rawValue || section == Checkpoint.Section.childIndexes.rawValue else {
@@ -602,7 +602,7 @@ struct CheckpointLoader {
                 throw error
             }
         }
-        if let error = side.failure.withLock({ $0 }) { throw error }
+        if let error = side.error { throw error }
         guard found else { return false }
         if let other = side.loader { merge(other) }
         try finish()

@@ -217,7 +217,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         // from other tasks do not wait for it; it is installed if nothing changed meanwhile.
         let prepared = database.engine.withLock { e -> (FrozenData, LocationWatch)? in
             guard e.stopReason == nil, e.syncTree.canTakePrebuiltView(for: query), e.isBig(query.path),
-                  e.indexedWindow(query) == nil,  // (else the view is its window alone)
+                  e.currentIndex(for: query) == nil,  // (else the view is its window alone)
                   let frozen = e.freeze(onFailure: { _ in }) else { return nil }
             return (frozen, e.watch(query.path))
         }
@@ -231,7 +231,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             if let watch = prepared?.1 { e.unwatch(watch) }
             e.registrations[id] = RegistrationState(registration: registration, query: query, lastMetadata: nil, onEnd: onEnd)
             var view = prebuilt != nil && prepared?.1.changed == false && e.syncTree.canTakePrebuiltView(for: query) ? prebuilt : nil
-            if view == nil, e.syncTree.canTakePrebuiltView(for: query), let window = e.indexedWindow(query) {
+            if view == nil, e.syncTree.canTakePrebuiltView(for: query), let window = e.window(of: query) {
                 view = View(storeBacked: query, window: window)
             }
             return e.syncTree.addEventRegistration(registration, for: query, prebuilt: view)
@@ -346,15 +346,8 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             if let view = e.syncTree.view(for: query), view.eventCache.isFullyInitialized {
                 return (.node(view.eventCache.node), e.metadata(for: query))
             }
-            if let index = e.childIndex(for: query), e.isComplete(query.path) {
-                index.refresh()
-                if !index.needsRebuild && !index.unusable {
-                    // The window's children: the index orders them exactly, the filter builds
-                    // the window from them as from all children.
-                    let keys = index.keys(first: query.params.limit ?? 0, fromEnd: !query.params.isViewFromLeft)
-                    let children = keys.map { ($0, e.visibleNode(at: query.path.child($0)) ?? .empty) }
-                    return (.node(query.params.filtered(Node.empty.updatingImmediateChildren(children))), e.metadata(for: query))
-                }
+            if let window = e.window(of: query) {  // (a current index orders the query: its window alone)
+                return (.node(window), e.metadata(for: query))
             }
             if e.isBig(query.path), let frozen = e.freeze(onFailure: onFailure) {
                 return (.frozen(frozen), e.metadata(for: query))
@@ -426,8 +419,10 @@ extension DatabaseQuery {
         guard let (index, frozen) = job else { return }
         let built = ChildValueIndex.build(frozen, location: index.location, child: index.child)
         if let failure = frozen.reader.error {
-            database.engine.withLock { _ in index.cancelRebuild() }
-            database.engine.withLock { $0.failReading(failure) }
+            database.engine.withLock { e in
+                index.cancelRebuild()
+                e.failReading(failure)
+            }
             database.endObserversIfStopped()
             throw failure
         }

@@ -90,19 +90,24 @@ import Darwin
 
 extension Engine: IndexedChildSource {
     func window(of query: QuerySpec) -> Node? {
-        guard let index = childIndex(for: query), isComplete(query.path) else { return nil }
-        index.refresh()
-        guard index.isCurrent else { return nil }  // (never rebuilt here, under the lock)
+        guard let index = currentIndex(for: query) else { return nil }  // (never rebuilt here, under the lock)
         indexedChildLookups += 1
+        // The window's children: the index orders them exactly; the filter builds the window
+        // from them as from all children.
         let keys = index.keys(first: query.params.limit ?? 0, fromEnd: !query.params.isViewFromLeft)
         return query.params.filtered(Node.empty.updatingImmediateChildren(keys.map { ($0, visibleNode(at: query.path.child($0)) ?? .empty) }))
     }
 
-    /// The window of `query` when a current index orders it, for a store-backed view.
-    func indexedWindow(_ query: QuerySpec) -> Node? { window(of: query) }
+    /// The index that orders `query` when it can answer at once: the data there complete, the
+    /// index built, usable and with its marked children in their places.
+    func currentIndex(for query: QuerySpec) -> ChildValueIndex? {
+        guard let index = childIndex(for: query), isComplete(query.path) else { return nil }
+        index.refresh()
+        return index.isCurrent ? index : nil
+    }
 
     func indexedChild(at location: Path, after post: NamedNode, index: QueryIndex, reverse: Bool) -> NamedNode?? {
-        guard case .child(let child) = index, !childIndexes.isEmpty,
+        guard case .child(let child) = index,
               let found = childIndexes.first(where: { $0.location == location && $0.child == child }),
               isComplete(location), let name = found.child(after: post, reverse: reverse) else { return nil }
         indexedChildLookups += 1

@@ -72,7 +72,7 @@ final class Engine: StoredValues, ServerCacheSource {
     var settledWaiters: [(waiter: AckWaiter, outcome: DatabaseError?)] = []
     /// The LSN the last checkpoint covers up to (records below it are in it).
     var checkpointLSN: UInt64 = 0
-    /// How often a limited view found the child after its window from a child-value index.
+    /// How often a child-value index answered a limited query's window, or the child after it.
     var indexedChildLookups = 0
     /// Paths pinned with `keepSynced(true)` (records of kind 11; see Engine+Space.swift).
     var pins: Set<Path> = []
