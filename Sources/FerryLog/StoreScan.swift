@@ -5,6 +5,8 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Dispatch
+import Synchronization
 
 /// A problem found in a store, with the file and byte offset where it is.
 public struct StoreProblem: Sendable, Equatable, CustomStringConvertible {
@@ -119,10 +121,10 @@ struct StoreScan: Sendable {
             return s
         }
 
+        let scans = scanSegments(found.map { ($0.name, $0.seq, $0.lsn) }, in: directory, deep: deep, resync: resync)
         for (i, f) in found.enumerated() {
             let isNewest = i == found.count - 1
-            let seg = try SegmentScanner.scan(directory: directory, name: f.name, seq: f.seq, firstLSN: f.lsn,
-                                              options: .init(isNewest: isNewest, deep: deep, resync: resync))
+            let seg = try scans[i].get()
             if let h = seg.header {
                 if let id = s.storeID, id != h.storeID {
                     s.problems.append(StoreProblem(severity: .corruption, file: f.name, offset: 0,
@@ -170,6 +172,41 @@ struct StoreScan: Sendable {
             s.segments.append(seg)
         }
         return s
+    }
+
+    /// Scans the segments `found` (in sequence order) on up to two threads: each scan reads
+    /// one file and modifies nothing, so scanning them at once finds what scanning them in turn
+    /// finds, and the caller looks at the results in order as it would have. (Reading and
+    /// checksumming a million posts' segments took 14 ms of a 0.1 s open on one thread.) A
+    /// scan's error is kept for its place: the caller meets it where it would have.
+    private static func scanSegments(_ found: [(name: String, seq: UInt64, lsn: LSN)], in directory: StoreDirectory,
+                                     deep: Bool, resync: Bool) -> [Result<SegmentScan, any Error>] {
+        @Sendable func scan(_ i: Int) -> Result<SegmentScan, any Error> {
+            let f = found[i]
+            return Result {
+                try SegmentScanner.scan(directory: directory, name: f.name, seq: f.seq, firstLSN: f.lsn,
+                                        options: .init(isNewest: i == found.count - 1, deep: deep, resync: resync))
+            }
+        }
+        guard found.count >= 4 else { return found.indices.map(scan) }
+        final class Results: @unchecked Sendable {
+            // Each slot is written by one iteration only, and read after all of them.
+            var slots: [Result<SegmentScan, any Error>?]
+            let next = Mutex(0)
+            init(_ count: Int) { slots = Array(repeating: nil, count: count) }
+        }
+        let results = Results(found.count)
+        results.slots.withUnsafeMutableBufferPointer { slots in
+            nonisolated(unsafe) let slots = slots
+            DispatchQueue.concurrentPerform(iterations: 2) { _ in
+                while true {
+                    let i = results.next.withLock { n in defer { n += 1 }; return n }
+                    guard i < found.count else { return }
+                    slots[i] = scan(i)
+                }
+            }
+        }
+        return results.slots.map { $0! }
     }
 
     /// A summary a person can read: the first problem, or that the store is sound.

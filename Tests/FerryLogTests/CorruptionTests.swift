@@ -47,6 +47,29 @@ import Testing
         #expect(e?.offset == Int64(seal.offset))
     }
 
+    /// Segments are scanned on two threads: with damage in two of them, the open still names
+    /// the first in log order, whichever scan finished first, and a later strict open of the
+    /// same files names it again.
+    @Test func theFirstDamageInLogOrderIsReportedThoughSegmentsAreScannedTogether() async throws {
+        let dir = try await multiSegmentStore(records: 600, segmentSize: 8192)
+        let names = try segmentFiles(dir.path)
+        #expect(names.count >= 8)
+        var offsets: [String: Int] = [:]
+        for name in [names[2], names[names.count - 3]] {
+            let frames = parseFrames(try Files.read(dir.sub(name)))
+            let victim = frames[frames.count / 2]
+            offsets[name] = victim.offset
+            try Files.flipBit(dir.sub(name), byte: victim.offset + 40, bit: 3)
+        }
+        for _ in 0..<5 {
+            let e = logError { _ = try WriteAheadLog.open(at: dir.path, options: testOptions()) }
+            #expect(e?.code == .corruption)
+            #expect(e?.file == dir.sub(names[2]))
+            #expect(e?.offset == Int64(offsets[names[2]]!))
+        }
+        #expect(try LogInspection.inspect(dir.path).firstProblem?.file == names[2])
+    }
+
     @Test func aMissingMiddleSegmentIsDetected() async throws {
         let dir = try await multiSegmentStore(records: 300, segmentSize: 8192)
         let names = try segmentFiles(dir.path)
