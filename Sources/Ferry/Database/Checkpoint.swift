@@ -337,7 +337,7 @@ struct CheckpointLoader {
                 var depths: [Int] = []
                 depths.reserveCapacity(PathIndex<LayeredEntry>.chunkCapacity)
                 let chunk = try chunkKeys(&r) { key in
-                    guard let depth = key.withUnsafeBytes({ PathKey.depth($0) }) else { return false }
+                    guard let depth = PathKey.depth(key) else { return false }
                     depths.append(depth)
                     return true
                 }
@@ -479,46 +479,47 @@ struct CheckpointLoader {
     /// The keys of one chunk (format 6): their count, the prefix they share, the rest of each
     /// end to end, and each rest's length. Nil when a key fails `check` or the keys do not rise
     /// (from the section's previous key on); the chunk's parts as ``PathIndex`` keeps them.
-    private mutating func chunkKeys(_ r: inout ByteReader, _ check: ([UInt8]) -> Bool) throws -> (prefix: [UInt8], suffixes: [UInt8], ends: [UInt32])? {
+    private mutating func chunkKeys(_ r: inout ByteReader, _ check: (UnsafeRawBufferPointer) -> Bool) throws -> (prefix: [UInt8], suffixes: [UInt8], ends: [UInt32])? {
         let n = try r.varintCount()
         let prefixCount = try r.varintCount()
         guard n >= 1, n <= PathIndex<UInt8>.chunkCapacity, prefixCount <= Checkpoint.maxKeyBytes, prefixCount <= r.bytes.count - r.offset else {
             throw Checkpoint.damaged("a chunk of keys does not fit its block")
         }
-        let prefix = Array(r.bytes[r.offset..<(r.offset + prefixCount)])
+        let prefix = UnsafeRawBufferPointer(rebasing: r.bytes[r.offset..<(r.offset + prefixCount)])
         r.offset += prefixCount
         let suffixCount = try r.varintCount()
         guard suffixCount <= r.bytes.count - r.offset else { throw Checkpoint.damaged("a chunk of keys does not fit its block") }
-        let suffixStart = r.offset
+        let suffixes = UnsafeRawBufferPointer(rebasing: r.bytes[r.offset..<(r.offset + suffixCount)])
         r.offset += suffixCount
         var ends: [UInt32] = []
         ends.reserveCapacity(n)
-        var key = prefix  // each whole key in turn
-        key.reserveCapacity(prefixCount + 64)
-        var start = 0
+        // Each whole key in turn, in one buffer: the prefix, then the key's rest.
+        let key = UnsafeMutableRawBufferPointer.allocate(byteCount: prefixCount + suffixCount, alignment: 1)
+        defer { key.deallocate() }
+        if prefixCount > 0 { key.baseAddress!.copyMemory(from: prefix.baseAddress!, byteCount: prefixCount) }
+        var start = 0, previousStart = 0
         for i in 0..<n {
             let length = try r.varintCount()
             guard length <= suffixCount - start, prefixCount + length <= Checkpoint.maxKeyBytes else {
                 throw Checkpoint.damaged("a chunk of keys does not fit its block")
             }
-            let rest = UnsafeRawBufferPointer(rebasing: r.bytes[(suffixStart + start)..<(suffixStart + start + length)])
+            let rest = UnsafeRawBufferPointer(rebasing: suffixes[start..<(start + length)])
             // Keys share the prefix: the rests must rise.
-            let rises: Bool = key.withUnsafeBytes { k in
-                let previousRest = UnsafeRawBufferPointer(rebasing: k[prefixCount...])
-                return i == 0 || compareBytes(previousRest, rest) < 0
-            }
-            guard rises else { return nil }
-            key.removeSubrange(prefixCount...)
-            key.append(contentsOf: rest)
-            if i == 0 && hasLastKey && key.withUnsafeBytes({ k in lastKey.withUnsafeBytes { compareBytes(k, $0) } }) <= 0 { return nil }
-            guard check(key) else { return nil }
+            guard i == 0 || compareBytes(UnsafeRawBufferPointer(rebasing: suffixes[previousStart..<start]), rest) < 0 else { return nil }
+            if length > 0 { (key.baseAddress! + prefixCount).copyMemory(from: rest.baseAddress!, byteCount: length) }
+            let whole = UnsafeRawBufferPointer(rebasing: key[0..<(prefixCount + length)])
+            if i == 0 && hasLastKey && lastKey.withUnsafeBytes({ compareBytes(whole, $0) }) <= 0 { return nil }
+            guard check(whole) else { return nil }
+            previousStart = start
             start += length
             ends.append(UInt32(start))
         }
         guard start == suffixCount else { throw Checkpoint.damaged("a chunk of keys does not fit its block") }
-        swap(&lastKey, &key)
+        lastKey.removeAll(keepingCapacity: true)
+        lastKey.append(contentsOf: prefix)
+        lastKey.append(contentsOf: UnsafeRawBufferPointer(rebasing: suffixes[previousStart..<start]))
         hasLastKey = true
-        return (prefix, Array(r.bytes[suffixStart..<(suffixStart + suffixCount)]), ends)
+        return (Array(prefix), Array(suffixes), ends)
     }
 
     private mutating func header(_ r: inout ByteReader) throws {

@@ -66,13 +66,33 @@ struct ByteReader {
 
     static func damaged(_ why: String) -> DatabaseError { DatabaseError(.storage, "a stored record is damaged: \(why)") }
 
+    @inline(__always)
     mutating func u8() throws -> UInt8 {
-        guard offset < bytes.count else { throw Self.damaged("unexpected end") }
+        guard offset < bytes.count else { throw Self.unexpectedEnd() }
         defer { offset += 1 }
         return bytes[offset]
     }
 
+    /// (Kept out of line: building the error is most of the code of a read.)
+    @inline(never)
+    static func unexpectedEnd() -> DatabaseError { damaged("unexpected end") }
+
+    /// A varint: one byte inline (most of what checkpoints and records hold), longer ones out
+    /// of line.
+    @inline(__always)
     mutating func varint() throws -> UInt64 {
+        if offset < bytes.count {
+            let b = bytes[offset]
+            if b < 0x80 {
+                offset += 1
+                return UInt64(b)
+            }
+        }
+        return try longVarint()
+    }
+
+    @inline(never)
+    mutating func longVarint() throws -> UInt64 {
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while true {
@@ -85,12 +105,17 @@ struct ByteReader {
     }
 
     /// A varint that counts something (bytes, keys, entries): one above `Int.max` is damage.
+    @inline(__always)
     mutating func varintCount() throws -> Int {
         let v = try varint()
-        guard v <= UInt64(Int.max) else { throw Self.damaged("a count of \(v)") }
+        guard v <= UInt64(Int.max) else { throw Self.badCount(v) }
         return Int(v)
     }
 
+    @inline(never)
+    static func badCount(_ v: UInt64) -> DatabaseError { damaged("a count of \(v)") }
+
+    @inline(__always)
     mutating func signed() throws -> Int64 {
         let v = try varint()
         return Int64(bitPattern: (v >> 1) ^ (0 &- (v & 1)))
