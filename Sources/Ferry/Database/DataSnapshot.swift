@@ -131,10 +131,11 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
 
     /// Calls `body` with each child in the query's order (key order for a plain location),
     /// decoding one child at a time: the memory a walk over a million children needs is what
-    /// `body` keeps. Ordering by priority looks first for a child with a priority (index
-    /// entries say which values carry one); if there is one, and when ordering by value or by
-    /// a child's value, every child is read once to sort them, keeping only their keys and the
-    /// values ordered by.
+    /// `body` keeps. Ordering by priority gives the children without a priority as they are
+    /// read (they come first, in key order), keeping only the keys and priorities of those with
+    /// one, which then come sorted, each read again. Ordering by value or by a child's value
+    /// reads every child once to sort them, keeping only their keys and the values ordered by,
+    /// then reads each again.
     ///
     /// - Throws: what `body` throws; ``DatabaseError`` (``DatabaseError/Code/storage``) when a
     ///   stored value cannot be read (the database stops, as it does when its own read fails).
@@ -147,12 +148,8 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
             if let e = l.data.reader.error { throw e }
             try body(child(key, node))
         }
-        if let order = l.indexOrder(index) {
-            for key in order { try give(key, l.child(key)) }
-        } else {
-            var cursor = ChildCursor(l, decode: true)
-            while let (key, node) = cursor.next() { try give(key, node ?? .empty) }
-        }
+        var walk = OrderedChildWalk(l, index: index)
+        while let (key, node) = walk.next() { try give(key, node) }
         if let e = l.data.reader.error { throw e }
     }
 

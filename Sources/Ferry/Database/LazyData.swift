@@ -20,6 +20,7 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
     /// read fails).
     private let onFailure: @Sendable (DatabaseError) -> Void
     private let failure = Mutex<DatabaseError?>(nil)
+    private let failedFlag = Atomic(false)
 
     init(recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])], log: LogReadSnapshot?, live: WriteAheadLog? = nil, store: String?,
          onFailure: @escaping @Sendable (DatabaseError) -> Void) {
@@ -31,7 +32,9 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
     }
 
     /// The first read that failed, if any.
-    var error: DatabaseError? { failure.withLock { $0 } }
+    var error: DatabaseError? { failed ? failure.withLock { $0 } : nil }
+    /// Whether a read failed (cheap enough to ask once per child).
+    var failed: Bool { failedFlag.load(ordering: .acquiring) }
 
     /// Calls `body` with the encoded value `ref` names.
     func withValue<R>(_ ref: ValueRef, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
@@ -86,6 +89,7 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
         let first = failure.withLock { f -> Bool in
             if f != nil { return false }
             f = e
+            failedFlag.store(true, ordering: .releasing)
             return true
         }
         if first { onFailure(e) }
@@ -465,6 +469,61 @@ struct ChildCursor {
     }
 }
 
+/// A lazily read location's children in an index's order, each decoded once where it can be:
+/// in key order the cursor's children as they come; by priority, the children without one as
+/// they come (they sort first, in key order, and are nearly always all of them), then those
+/// with one, sorted by it (only their keys and priorities are kept meanwhile, and each is read
+/// again); by value or a child's value, the keys sorted by ``LazyLocation/indexOrder(_:)``,
+/// each child read again. Used by ``DataSnapshot/forEachChild(_:)`` and ``ChildStream``.
+struct OrderedChildWalk {
+    private let location: LazyLocation
+    /// The cursor's children, all of them (key order) or those without a priority; nil once
+    /// it is done. (Kept apart from the rest, so that moving it copies nothing.)
+    private var cursor: ChildCursor?
+    private let priorityFirst: Bool
+    /// By priority: the children with one, in key order, met so far.
+    private var withPriority: [(key: String, priority: Node)] = []
+    /// Then: the keys to read again, in order.
+    private var sorted: [String] = []
+    private var nextSorted = 0
+
+    init(_ location: LazyLocation, index: QueryIndex) {
+        self.location = location
+        priorityFirst = index == .priority
+        if index == .key || index == .priority {
+            cursor = ChildCursor(location, decode: true)
+        } else if let order = location.indexOrder(index) {
+            sorted = order
+        } else {
+            cursor = ChildCursor(location, decode: true)
+        }
+    }
+
+    mutating func next() -> (String, Node)? {
+        if cursor != nil {
+            while let (key, decoded) = cursor!.next() {
+                let node = decoded ?? .empty
+                if priorityFirst && !node.priority.isEmpty {
+                    withPriority.append((key, node.priority))
+                    continue
+                }
+                return (key, node)
+            }
+            cursor = nil
+            // Ties keep key order, as the index's own comparison does.
+            let order = withPriority.indices.sorted { i, j in
+                let c = Node.compare(withPriority[i].priority, withPriority[j].priority)
+                return c != 0 ? c < 0 : i < j
+            }
+            sorted = order.map { withPriority[$0].key }
+            withPriority = []
+        }
+        guard nextSorted < sorted.count else { return nil }
+        defer { nextSorted += 1 }
+        return (sorted[nextSorted], location.child(sorted[nextSorted]))
+    }
+}
+
 /// The children of a snapshot as an asynchronous sequence (``DataSnapshot/childStream``).
 public struct ChildStream: AsyncSequence, Sendable {
     /// Each child's snapshot.
@@ -507,8 +566,7 @@ public struct ChildStream: AsyncSequence, Sendable {
 final class ChildSource: @unchecked Sendable {
     private enum Walk {
         case materialized([DataSnapshot], Int)
-        case keyOrder(ChildCursor)
-        case sorted([String], Int)
+        case ordered(OrderedChildWalk)
         case done
     }
 
@@ -541,13 +599,10 @@ final class ChildSource: @unchecked Sendable {
             case .materialized(let all, var i):
                 while out.count < batchSize && i < all.count { out.append(all[i]); i += 1 }
                 walk = .materialized(all, i)
-            case .keyOrder(var cursor):
-                while out.count < batchSize, let (k, n) = cursor.next() { out.append(child(k, n ?? .empty)) }
-                walk = out.count < batchSize ? .done : .keyOrder(cursor)
-            case .sorted(let keys, var i):
-                guard case .lazy(let l) = snapshot.content else { break }
-                while out.count < batchSize && i < keys.count { out.append(child(keys[i], l.child(keys[i]))); i += 1 }
-                walk = .sorted(keys, i)
+            case .ordered(var children):
+                walk = .done  // (so that the walk is not copied while it moves)
+                while out.count < batchSize, let (k, n) = children.next() { out.append(child(k, n)) }
+                if out.count == batchSize { walk = .ordered(children) }
             case .done:
                 break
             }
@@ -558,8 +613,7 @@ final class ChildSource: @unchecked Sendable {
 
     private func start() -> Walk {
         guard case .lazy(let l) = snapshot.content, l.plan != nil else { return .materialized(snapshot.children, 0) }
-        if let order = l.indexOrder(snapshot.index) { return .sorted(order, 0) }
-        return .keyOrder(ChildCursor(l, decode: true))
+        return .ordered(OrderedChildWalk(l, index: snapshot.index))
     }
 }
 
