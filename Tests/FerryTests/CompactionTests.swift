@@ -175,10 +175,11 @@ import Testing
     @Test func theDatabaseCompactsByItselfOnceEnoughSegmentsAreAcknowledged() async throws {
         let dir = try TemporaryDirectory()
         let db = try await Self.open(dir, Self.options(automatic: 3))
+        // (Read before the writes: under load the compaction can be over before they are.)
+        let firstSegment = db.log!.segments.first!.name
         try await Self.fill(db, rounds: 30)
         let before = try await Self.everything(db)
         // The compaction runs in the background; wait for it to have deleted something.
-        let firstSegment = db.log!.segments.first!.name
         var waited = 0
         while db.log!.segments.first!.name == firstSegment && waited < 2000 {
             try await Task.sleep(for: .milliseconds(10))
@@ -202,7 +203,8 @@ import Testing
         let dir = try TemporaryDirectory()
         let db = try await Self.open(dir)
         try await Self.fill(db, rounds: 5)
-        try await db.compact()
+        let report = try await db.compact()
+        #expect(report.restatedEntries > 0)
         let before = try await Self.everything(db)
         try await db.close()
         let log = try LogInspection.inspect(dir.path)
@@ -212,7 +214,10 @@ import Testing
             if let d = RecordDescription.describe(kind: r.kind, payload: r.payload) { described.append(d) }
             try replayer.apply(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload)
         }
-        #expect(described.contains { $0.hasPrefix("server data carried forward /posts/p0") || $0.contains("/posts/p0: ") })
+        // (Which posts are carried forward depends on where segments ended: under load the
+        // writer puts more records in a frame, they compress better, and the last rounds can
+        // all stay in the segment being written.)
+        #expect(described.contains { $0.hasPrefix("server data carried forward ") && $0.contains("/posts/p") })
         #expect(replayer.visible(at: "/") == before)
     }
 }
