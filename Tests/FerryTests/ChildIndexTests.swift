@@ -130,21 +130,24 @@ import Testing
     /// A limited listener over an indexed location finds the child after its window from the
     /// index (O(log n)); it must raise exactly the events an unindexed one raises (which works
     /// it out from every child) through writes, removals, server data, answers and reverts —
-    /// and both show what the store's data shows (answered writes once showed old values).
+    /// and all show what the store's data shows (answered writes once showed old values). The
+    /// three databases: the index declared; none declared, so the listeners get one made for
+    /// them (``DatabaseOptions/automaticIndexes``: the location is big enough); no index at all.
     @Test(arguments: [UInt64(11), 12, 13])
     func aLimitedListenerOverAnIndexRaisesWhatOneWithoutRaises(seed: UInt64) async throws {
-        let dirs = [try TemporaryDirectory(), try TemporaryDirectory()]
+        let dirs = [try TemporaryDirectory(), try TemporaryDirectory(), try TemporaryDirectory()]
         var dbs: [Database] = []
         for (i, dir) in dirs.enumerated() {
             var options = quietOptions(.none)
             if i == 0 { options.indexes = [ChildIndex(location: "data", child: "likes")] }
+            if i == 2 { options.automaticIndexes = false }
             dbs.append(try Database.open(at: dir.path, options: options))
         }
         var g = SplitMix(seed: seed)
         var children: [String: Value] = [:]
-        for i in 0..<300 { children["k\(i)"] = Value.object(["likes": .int(Int64.random(in: 0...40, using: &g)), "n": .int(Int64(i))]) }
+        for i in 0..<600 { children["k\(i)"] = Value.object(["likes": .int(Int64.random(in: 0...40, using: &g)), "n": .int(Int64(i))]) }
         final class Log: Sendable { let lines = Mutex<[String]>([]) }
-        let logs = [Log(), Log()]
+        let logs = [Log(), Log(), Log()]
         for (db, log) in zip(dbs, logs) {
             try await db.applyServerPut(at: "data", .object(children))
             let ordered = try db.reference("data").queryOrdered(byChild: "likes")
@@ -157,16 +160,22 @@ import Testing
                 }
             }
         }
-        #expect(dbs[0].engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) }, "the index is built before the changes")
+        for db in dbs.prefix(2) {
+            #expect(db.engine.withLock { $0.childIndexes.count == 1 && $0.childIndexes.allSatisfy(\.isCurrent) }, "the index is built before the changes")
+        }
+        #expect(dbs[1].engine.withLock { $0.childIndexes.allSatisfy(\.automatic) })
+        #expect(dbs[2].engine.withLock { $0.childIndexes.isEmpty })
         let spec = try dbs[0].reference("data").queryOrdered(byChild: "likes").queryLimited(toLast: 5).spec
-        #expect(dbs[0].engine.withLock { $0.syncTree.view(for: spec)?.storeBacked } == true, "the indexed view holds its window only")
-        #expect(dbs[1].engine.withLock { $0.syncTree.view(for: spec)?.storeBacked } == false)
-        let lookupsBefore = dbs[0].engine.withLock { $0.indexedChildLookups }
-        var ids: [[Int64]] = [[], []]
+        for db in dbs.prefix(2) {
+            #expect(db.engine.withLock { $0.syncTree.view(for: spec)?.storeBacked } == true, "the indexed view holds its window only")
+        }
+        #expect(dbs[2].engine.withLock { $0.syncTree.view(for: spec)?.storeBacked } == false)
+        let lookupsBefore = dbs.map { db in db.engine.withLock { $0.indexedChildLookups } }
+        var ids: [[Int64]] = [[], [], []]
         for step in 0..<400 {
             let op = Int.random(in: 0..<8, using: &g)
-            var k = "k\(Int.random(in: 0..<320, using: &g))"
-            if op == 0 || op == 3, let window = logs[1].lines.withLock({ $0.last { $0.hasPrefix("last5 value") } }) {
+            var k = "k\(Int.random(in: 0..<620, using: &g))"
+            if op == 0 || op == 3, let window = logs[2].lines.withLock({ $0.last { $0.hasPrefix("last5 value") } }) {
                 // A child of the window leaves it (or drops), and the next one must come in.
                 let keys = window.dropFirst("last5 value ".count).split(separator: ",")
                 if !keys.isEmpty { k = String(keys[Int.random(in: 0..<keys.count, using: &g)]) }
@@ -181,7 +190,7 @@ import Testing
                     for (name, query) in [("last5", try ordered.queryLimited(toLast: 5)), ("first3", try ordered.queryLimited(toFirst: 3))] {
                         let truth = IndexedNode(query.params.filtered(node), index: query.params.index).ordered.map(\.name).joined(separator: ",")
                         let shown = logs[i].lines.withLock { $0.last { $0.hasPrefix("\(name) value") } }
-                        #expect(shown == "\(name) value \(truth)", "seed \(seed), step \(step), index: \(i == 0)")
+                        #expect(shown == "\(name) value \(truth)", "seed \(seed), step \(step), database \(i)")
                     }
                 }
                 let child = try db.reference("data").child(k)
@@ -191,7 +200,7 @@ import Testing
                     try await db.applyServerPut(at: "data", .object(children.filter { $0.key.hasSuffix("7") == false }))
                     continue
                 }
-                if step == 300, i == 0 {
+                if step == 300, i < 2 {
                     #expect(db.engine.withLock { $0.syncTree.view(for: spec)?.storeBacked } == false, "demoted at step 150")
                 }
                 switch op {
@@ -213,15 +222,58 @@ import Testing
                 }
             }
         }
-        let (indexed, plain) = (logs[0].lines.withLock { $0 }, logs[1].lines.withLock { $0 })
-        #expect(indexed.count == plain.count)
-        for (n, (a, b)) in zip(indexed, plain).enumerated() where a != b {
-            Issue.record("seed \(seed): event \(n) differs: indexed \(a), without \(b)")
-            break
+        let plain = logs[2].lines.withLock { $0 }
+        for (i, name) in ["declared", "automatic"].enumerated() {
+            let indexed = logs[i].lines.withLock { $0 }
+            #expect(indexed.count == plain.count, "\(name)")
+            for (n, (a, b)) in zip(indexed, plain).enumerated() where a != b {
+                Issue.record("seed \(seed): event \(n) differs: \(name) index \(a), without \(b)")
+                break
+            }
+            #expect(dbs[i].engine.withLock { $0.indexedChildLookups } - lookupsBefore[i] > 20, "the \(name) index's views read their windows from it")
         }
         #expect(plain.filter { $0.contains("child_removed") }.count > 20, "windows changed often enough to pull in next children")
-        #expect(dbs[0].engine.withLock { $0.indexedChildLookups } - lookupsBefore > 20, "the indexed views read their windows from the index")
+        #expect(dbs[2].engine.withLock { $0.indexedChildLookups } == lookupsBefore[2])
         for db in dbs { try await db.close() }
+    }
+
+    /// A listener of a limited query ordered by a child over a big location that no declared
+    /// index orders gets an index made for it: built before its first event, used to find the
+    /// child after its window when a write moves one out (no walk of every child under the
+    /// lock), never written into a checkpoint, kept while a listener of that location and
+    /// child remains, then dropped. A small location, or a database that turned the option
+    /// off, gets none.
+    @Test func aListenerOfALimitedQueryOverABigLocationGetsAnIndexWhileItListens() async throws {
+        for automatic in [true, false] {
+            let dir = try TemporaryDirectory()
+            var options = quietOptions(.none)
+            options.automaticIndexes = automatic
+            let db = try Database.open(at: dir.path, options: options)
+            var children: [String: Value] = [:]
+            for i in 0..<1_000 { children["k\(i)"] = ["likes": .int(Int64(i))] }
+            try await db.applyServerPut(at: "big", .object(children))
+            try await db.applyServerPut(at: "small", ["a": ["likes": 1], "b": ["likes": 2]])
+            let top = try db.reference("big").queryOrdered(byChild: "likes").queryLimited(toLast: 3)
+            let bottom = try db.reference("big").queryOrdered(byChild: "likes").queryLimited(toFirst: 2)
+            let shown = Mutex<[String]>([])
+            let first = top.observe(.value) { s in shown.withLock { $0 = s.children.map { $0.key! } } }
+            let second = bottom.observe(.value) { _ in }
+            let small = try db.reference("small").queryOrdered(byChild: "likes").queryLimited(toLast: 1).observe(.value) { _ in }
+            #expect(db.engine.withLock { $0.childIndexes.map(\.location) } == (automatic ? [Path("big")] : []), "automatic: \(automatic)")
+            #expect(db.engine.withLock { $0.childIndexes.allSatisfy { $0.automatic && $0.isCurrent } })
+            #expect(db.engine.withLock { $0.checkpointImage.childIndexes.isEmpty }, "never in a checkpoint")
+            #expect(shown.withLock { $0 } == ["k997", "k998", "k999"])
+            let lookups = db.engine.withLock { $0.indexedChildLookups }
+            try await db.reference("big/k999/likes").setValue(.int(-1))  // out of the window: k996 comes in
+            #expect(shown.withLock { $0 } == ["k996", "k997", "k998"])
+            #expect(db.engine.withLock { $0.indexedChildLookups } > lookups || !automatic, "the next child came from the index")
+            try db.reference("big").queryOrdered(byChild: "likes").queryLimited(toLast: 3).removeObserver(withHandle: first)
+            #expect(db.engine.withLock { $0.childIndexes.count } == (automatic ? 1 : 0), "another listener still uses it")
+            try db.reference("small").removeObserver(withHandle: small)
+            bottom.removeObserver(withHandle: second)
+            #expect(db.engine.withLock { $0.childIndexes.isEmpty && $0.writeTree.indexedChildren == nil }, "dropped with its last listener")
+            try await db.close()
+        }
     }
 
     /// A sort key longer than the longest key a checkpoint holds (a string value of 9,000

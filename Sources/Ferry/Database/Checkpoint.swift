@@ -241,7 +241,7 @@ extension Engine {
         return CheckpointImage(server: server.index, pending: writeTree.pending, overlay: writeTree.overlay.index,
                                ackedThrough: ackedThrough, rejected: rejected.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
                                pins: pins.map { PathKey.encode($0) }.sorted { a, b in a.lexicographicallyPrecedes(b) },
-                               childIndexes: childIndexes.filter(\.isCurrent).map { ($0.locationKey, PathKey.encode($0.child), $0.sorted) })
+                               childIndexes: childIndexes.filter { $0.isCurrent && !$0.automatic }.map { ($0.locationKey, PathKey.encode($0.child), $0.sorted) })
     }
 
     /// Loads the newest checkpoint that checks out; returns the LSN replay starts at (the

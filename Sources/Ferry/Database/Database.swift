@@ -58,6 +58,15 @@ public struct DatabaseOptions: Sendable {
     /// checkpoints so that an open does not walk them again). Writes below an indexed
     /// location cost a little more: the changed child's value is read to move its entry.
     public var indexes: [ChildIndex] = []
+    /// Whether a listener (``DatabaseQuery/observe(_:includeMetadataChanges:with:)`` and the
+    /// other `observe` forms) of such a query over a big location (512 children or more, or
+    /// as many stored entries below it) that no declared index orders gets an index made for it, as if declared: built
+    /// outside the engine's lock when the listener is made, kept in step while any listener of
+    /// that location and child remains, then dropped (never kept in a checkpoint). Without
+    /// one, each write that moves a child out of the listener's window has the view look for
+    /// the child after the window among all children, under the lock: seconds over a million
+    /// children, while every other write waits. Default true.
+    public var automaticIndexes = true
     /// The system calls the log makes; tests replace them to inject faults or cut the power.
     @_spi(Testing) public var system: SystemCalls = .live
 

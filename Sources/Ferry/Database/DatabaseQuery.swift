@@ -211,7 +211,11 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         }
         // A limited view over an indexed location finds the child after its window from the
         // index: built first, outside the lock, if it must be (a failure to read stops the
-        // database, which then refuses the registration below).
+        // database, which then refuses the registration below). A big location no declared
+        // index orders gets one made for its listeners (DatabaseOptions.automaticIndexes).
+        if database.options.automaticIndexes {
+            database.engine.withLock { e in if e.stopReason == nil { e.addAutomaticIndex(for: query) } }
+        }
         try? buildIndexIfNeeded()
         // A big location's view is built outside the lock (from frozen data), so that writes
         // from other tasks do not wait for it; it is installed if nothing changed meanwhile.
@@ -247,6 +251,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         let end = database.engine.withLock { e -> (@Sendable (DatabaseError?) -> Void)? in
             guard let state = e.registrations.removeValue(forKey: handle.id) else { return nil }
             e.syncTree.removeEventRegistration(state.registration, for: state.query)
+            e.dropUnusedAutomaticIndexes()
             return state.onEnd
         }
         end?(nil)  // outside the lock: a stream's end removes its observer again (a no-op now)
@@ -260,6 +265,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
             let removed = e.registrations.filter { query.isDefault ? $0.value.query.path == query.path : $0.value.query == query }
             for (id, _) in removed { e.registrations[id] = nil }
             e.syncTree.removeEventRegistration(nil, for: query)
+            e.dropUnusedAutomaticIndexes()
             return removed.values.compactMap(\.onEnd)
         }
         for end in ends { end(nil) }

@@ -20,13 +20,42 @@ extension Engine {
             guard !child.isEmpty, !child.keys.contains(".priority") else {
                 throw DatabaseError(.invalidData, "the index of \(spec.location) by \(spec.child): the child must be a path of keys below each child")
             }
-            let index = ChildValueIndex(location: location, child: child)
-            index.source = self
-            server.observers.append(index)
-            writeTree.overlay.observers.append(index)
-            childIndexes.append(index)
+            addIndex(location: location, child: child)
         }
-        if !childIndexes.isEmpty { writeTree.indexedChildren = self }
+    }
+
+    @discardableResult
+    private func addIndex(location: Path, child: Path) -> ChildValueIndex {
+        let index = ChildValueIndex(location: location, child: child)
+        index.source = self
+        server.observers.append(index)
+        writeTree.overlay.observers.append(index)
+        childIndexes.append(index)
+        writeTree.indexedChildren = self
+        return index
+    }
+
+    /// Makes an index for a listener of `query` (see ``DatabaseOptions/automaticIndexes``)
+    /// when no index orders it, it is limited, unranged and ordered by a child, and its
+    /// location is big: many stored entries below it, or a node of many children (as one
+    /// server put stores them). The index is empty: the caller builds it outside the lock.
+    func addAutomaticIndex(for query: QuerySpec) {
+        guard case .child(let child) = query.index, query.params.limit != nil, !query.params.startSet, !query.params.endSet,
+              !child.isEmpty, !child.keys.contains(".priority"), childIndex(for: query) == nil else { return }
+        guard isBig(query.path) || (visibleNode(at: query.path)?.numChildren ?? 0) >= LazyLocation.lazyThreshold else { return }
+        addIndex(location: query.path, child: child).automatic = true
+    }
+
+    /// Drops the automatic indexes no listener's query uses any more.
+    func dropUnusedAutomaticIndexes() {
+        let unused = childIndexes.filter { index in
+            index.automatic && !registrations.values.contains { childIndex(for: $0.query) === index }
+        }
+        guard !unused.isEmpty else { return }
+        childIndexes.removeAll { index in unused.contains { $0 === index } }
+        server.observers.removeAll { o in unused.contains { $0 === o } }
+        writeTree.overlay.observers.removeAll { o in unused.contains { $0 === o } }
+        if childIndexes.isEmpty { writeTree.indexedChildren = nil }
     }
 
     /// The declared index that orders `query`'s window, when the query can be answered from

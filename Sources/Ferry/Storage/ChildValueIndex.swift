@@ -128,6 +128,9 @@ final class ChildValueIndex: LayeredChangeObserver {
     private var markedDuringRebuild: Set<String>?
     /// How the current data at a path is read (the engine's visible node).
     weak var source: Engine?
+    /// Made for listeners, not declared (``DatabaseOptions/automaticIndexes``): dropped when
+    /// they are gone, never kept in a checkpoint.
+    var automatic = false
     private var buffer: [UInt8] = []
 
     init(location: Path, child: Path) {
