@@ -55,6 +55,22 @@ import Testing
     /// arrays and objects, numbers at the edges of 64 bits, priorities, server values — encode
     /// straight from the text to the same bytes as parsing them into a Value and building a
     /// node; a text one route refuses, the other refuses too.
+    /// Decoding the node at a path alone (an index reads one field of each child so) gives
+    /// what decoding the whole value and taking that child gives, on random values with
+    /// priorities, arrays and leaves, for paths that exist and paths that do not.
+    @Test func decodingOneChildAloneGivesThatChildOfTheWholeValue() throws {
+        var g = SplitMix(seed: 4242)
+        for _ in 0..<2_000 {
+            let node = try Node(LazySnapshotTests.value(&g))
+            let bytes = ValueCodec.encode(node)
+            for keys in [["x"], ["likes"], ["1"], ["x", "y"], ["likes", "x"], ["y", "1", "x"], ["nothing"], ["0"]] {
+                let path = Path(keys: keys)
+                let alone = try bytes.withUnsafeBytes { try ValueCodec.decode($0, at: path) }
+                #expect(alone == node.getChild(path), "\(node) at \(path)")
+            }
+        }
+    }
+
     @Test func encodingJSONTextDirectlyGivesTheSameBytesAsThroughAValue() {
         var g = SplitMix(seed: 1234)
         func pick<T>(_ xs: [T]) -> T { xs[Int(g.next() % UInt64(xs.count))] }

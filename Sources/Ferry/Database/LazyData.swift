@@ -72,6 +72,16 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
         }
     }
 
+    /// The node at `path` below the value `ref` names, decoding only that node.
+    func node(_ ref: ValueRef, at path: Path) -> Node {
+        do {
+            return try withValue(ref) { try ValueCodec.decode($0, at: path) }
+        } catch {
+            report(error, ref.lsn)
+            return .empty
+        }
+    }
+
     /// Whether the stored value `ref` names carries a priority, read from its first byte.
     func hasPriority(_ ref: ValueRef) -> Bool {
         do {
@@ -312,7 +322,23 @@ final class LazyLocation: @unchecked Sendable {
         }
         var kept: [NamedNode] = []
         if let limited = filter as? LimitedFilter {
-            kept = limited.selectWindow(walk)
+            switch params.index {
+            case .child(let child):
+                // The window is chosen by each child's value at `child` alone (decoded alone,
+                // in a node holding just it); then the chosen children are read whole.
+                kept = limited.selectWindow { body in
+                    var cursor = ChildCursor(self, decode: true, projection: child)
+                    while let (k, n) = cursor.next() { body(k, Node.empty.updatingChild(child, n ?? .empty)) }
+                }.map { NamedNode(name: $0.name, node: self.child($0.name)) }
+            case .key:
+                // Chosen by key alone: nothing is decoded until the window's children are read.
+                kept = limited.selectWindow { body in
+                    var cursor = ChildCursor(self, decode: false)
+                    while let (k, _) = cursor.next() { body(k, .empty) }
+                }.map { NamedNode(name: $0.name, node: self.child($0.name)) }
+            default:
+                kept = limited.selectWindow(walk)
+            }
         } else if let ranged = filter as? RangedFilter {
             walk { k, n in if ranged.matches(k, n) { kept.append(NamedNode(name: k, node: n)) } }
         } else {
@@ -342,6 +368,9 @@ struct ChildCursor {
     let decode: Bool
     /// Give each child's priority (its node, or a node carrying that priority).
     let priorities: Bool
+    /// Give, for each child, only the node at this path below it (decoding nothing else of a
+    /// stored value); nil: the child's whole node.
+    let projection: Path?
     private let reader: FrozenReader
     private let layers: [LayeredIndex]
     private var walkers: [PathIndex<LayeredEntry>.Walker] = []
@@ -355,10 +384,11 @@ struct ChildCursor {
     private var smallest: [UInt8] = []
     private var childKey: [UInt8] = []
 
-    init(_ location: LazyLocation, decode: Bool, priorities: Bool = false) {
+    init(_ location: LazyLocation, decode: Bool, priorities: Bool = false, projection: Path? = nil) {
         self.location = location
         self.decode = decode
         self.priorities = priorities
+        self.projection = projection
         reader = location.data.reader
         pathKey = location.pathKey
         guard let plan = location.plan else {
@@ -394,14 +424,14 @@ struct ChildCursor {
         guard location.plan != nil else {
             guard baseNext < baseChildren.count else { return nil }
             defer { baseNext += 1 }
-            return (baseChildren[baseNext].name, baseChildren[baseNext].node)
+            return (baseChildren[baseNext].name, projected(baseChildren[baseNext].node))
         }
         if let sortedKeys {
             while nextSorted < sortedKeys.count {
                 let k = sortedKeys[nextSorted]
                 nextSorted += 1
                 let node = location.child(k)
-                if !node.isEmpty { return (k, node) }
+                if !node.isEmpty { return (k, projected(node)) }
             }
             return nil
         }
@@ -448,7 +478,7 @@ struct ChildCursor {
                 }
             }
             let name = String(decoding: smallest, as: UTF8.self)
-            if count == 0, let fromBase { return (name, fromBase) }
+            if count == 0, let fromBase { return (name, projected(fromBase)) }
             if count == 1, fromBase == nil, let (layer, entry) = single {
                 if entry.isEmpty { continue }
                 if decode { return (name, value(entry, layer)) }
@@ -459,13 +489,20 @@ struct ChildCursor {
             }
             let node = location.data.visibleNode(at: location.path.child(name)) ?? .empty
             if node.isEmpty { continue }
-            return (name, node)
+            return (name, projected(node))
         }
     }
 
+    private func projected(_ node: Node) -> Node {
+        guard let projection else { return node }
+        return node.getChild(projection)
+    }
+
     private func value(_ entry: LayeredEntry, _ layer: Int) -> Node {
-        if entry.isInline { return layers[layer].value(entry) }
-        return entry.ref.length == 0 ? .empty : reader.node(entry.ref)
+        if entry.isInline { return projected(layers[layer].value(entry)) }
+        if entry.ref.length == 0 { return .empty }
+        if let projection { return reader.node(entry.ref, at: projection) }
+        return reader.node(entry.ref)
     }
 }
 

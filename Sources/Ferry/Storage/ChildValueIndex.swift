@@ -232,17 +232,23 @@ final class ChildValueIndex: LayeredChangeObserver {
     /// Builds the index from `data` (a frozen copy, outside the lock): the sort keys in order.
     static func build(_ data: FrozenData, location: Path, child: Path) -> (PathIndex<UInt8>, usable: Bool)? {
         guard let lazy = LazyLocation.make(data, at: location) else { return nil }
-        var keys: [[UInt8]] = []
+        // The sort keys end to end in one buffer (not an array each), sorted by position.
+        var bytes: [UInt8] = [], starts: [Int] = [0]
         var usable = true
-        var cursor = ChildCursor(lazy, decode: true)
-        while let (name, node) = cursor.next() {
-            var out: [UInt8] = []
-            if !SortKey.encode(value: (node ?? .empty).getChild(child), key: name, into: &out) { usable = false }
-            keys.append(out)
+        var out: [UInt8] = []
+        var cursor = ChildCursor(lazy, decode: true, projection: child)  // (each child's indexed value alone)
+        while let (name, value) = cursor.next() {
+            if !SortKey.encode(value: value ?? .empty, key: name, into: &out) { usable = false }
+            bytes.append(contentsOf: out)
+            starts.append(bytes.count)
         }
-        keys.sort { $0.lexicographicallyPrecedes($1) }
         var index = PathIndex<UInt8>()
-        for k in keys { _ = k.withUnsafeBytes { index.append($0, 0) } }
+        bytes.withUnsafeBytes { all in
+            func key(_ i: Int) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: all[starts[i]..<starts[i + 1]]) }
+            var order = Array(0..<(starts.count - 1))
+            order.sort { compareBytes(key($0), key($1)) < 0 }
+            for i in order { _ = index.append(key(i), 0) }
+        }
         return (index, usable)
     }
 

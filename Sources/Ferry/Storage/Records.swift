@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 /// The kinds of records the database writes to the log (the log's kind byte).
 enum RecordKind: UInt8, CaseIterable {
     /// A local set (overwrite) at a path; its LSN is its write id.
@@ -388,6 +393,43 @@ enum RecordCodec {
 }
 
 extension ValueCodec {
+    /// The node at `path` below the encoded value (empty where there is none), decoding that
+    /// node alone: the values beside it on the way are stepped over, not built (an index of a
+    /// child's value reads one field of each child this way).
+    static func decode(_ bytes: UnsafeRawBufferPointer, at path: Path) throws -> Node {
+        var r = ByteReader(bytes)
+        var depth = 0
+        for key in path.keys {
+            guard var tag = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
+            if tag == .withPriority {
+                try skip(&r, depth: depth + 1)
+                guard let inner = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
+                tag = inner
+            }
+            guard tag == .children else { return .empty }  // (a leaf: nothing below it)
+            let n = try r.varintCount()
+            guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
+            var found = false
+            var wanted = key
+            try wanted.withUTF8 { wanted in
+                for _ in 0..<n {
+                    let k = try r.varintCount()
+                    guard k <= r.bytes.count - r.offset else { throw ByteReader.damaged("key longer than the record") }
+                    let name = UnsafeRawBufferPointer(rebasing: r.bytes[r.offset..<(r.offset + k)])
+                    r.offset += k
+                    if k == wanted.count && (k == 0 || memcmp(name.baseAddress!, wanted.baseAddress!, k) == 0) {
+                        found = true
+                        return
+                    }
+                    try skip(&r, depth: depth + 1)
+                }
+            }
+            guard found else { return .empty }
+            depth += 1
+        }
+        return try decode(&r, depth: depth)
+    }
+
     /// Steps over one encoded value without building it.
     static func skip(_ r: inout ByteReader, depth: Int = 0) throws {
         guard depth < 600 else { throw ByteReader.damaged("a value nested too deeply") }
