@@ -77,6 +77,11 @@ struct CompareBench: AsyncParsableCommand {
                         var listener = try child("limited-observe", "ferry-indexed", dir)
                         listener.payloadBytes = indexed.payloadBytes
                         results["limited", default: [:]]["ferry-listener", default: []].append(listener)
+                        // And without a declared index: the listener gets one made for it
+                        // (DatabaseOptions.automaticIndexes), built from every post at the open.
+                        var plain = try child("limited-observe", "ferry", dir)
+                        plain.payloadBytes = indexed.payloadBytes
+                        results["limited", default: [:]]["ferry-listener-plain", default: []].append(plain)
                     }
                     remove(dir)
                 }
@@ -85,7 +90,7 @@ struct CompareBench: AsyncParsableCommand {
 
         var report = Report(json: common.json)
         for workload in Self.workloads where wants(workload) {
-            for engine in Self.engines + ["ferry-replay", "ferry-indexed", "ferry-listener"] {
+            for engine in Self.engines + ["ferry-replay", "ferry-indexed", "ferry-listener", "ferry-listener-plain"] {
                 guard let runs = results[workload]?[engine] else { continue }
                 report.add(measurement(workload, engine, runs))
             }
@@ -123,6 +128,7 @@ struct CompareBench: AsyncParsableCommand {
         if engine == "ferry-replay" { notes.append("no checkpoint") }
         if engine == "ferry-indexed" { notes.append("child-value index") }
         if engine == "ferry-listener", let note = runs.last?.note { notes.append("observe, child-value index; " + note) }
+        if engine == "ferry-listener-plain", let note = runs.last?.note { notes.append("observe, no declared index (one made for it); " + note) }
         m.note = notes.joined(separator: " ")
         return m
     }
@@ -211,6 +217,11 @@ struct Summary {
             if w == "limited", let listener = find(w, "ferry-listener") {
                 var cells = ["limited, a listener (`observe`) with the index", human(listener.opsPerSecond), "", "", ""]
                 for e in ["leveldb", "sqlite", "raw"] { cells.append(ratio(w, e, ferry: "ferry-listener").map { String(format: "%.2f×", $0) } ?? "–") }
+                lines.append("| " + cells.joined(separator: " | ") + " |")
+            }
+            if w == "limited", let plain = find(w, "ferry-listener-plain") {
+                var cells = ["limited, a listener without a declared index (one made for it)", human(plain.opsPerSecond), "", "", ""]
+                for e in ["leveldb", "sqlite", "raw"] { cells.append(ratio(w, e, ferry: "ferry-listener-plain").map { String(format: "%.2f×", $0) } ?? "–") }
                 lines.append("| " + cells.joined(separator: " | ") + " |")
             }
             if w == "reopen", let replay = find(w, "ferry-replay") {
