@@ -57,16 +57,19 @@ import Testing
     /// node; a text one route refuses, the other refuses too.
     /// Decoding the node at a path alone (an index reads one field of each child so) gives
     /// what decoding the whole value and taking that child gives, on random values with
-    /// priorities, arrays and leaves, for paths that exist and paths that do not.
+    /// priorities, arrays and leaves, for paths that exist and paths that do not; so does the
+    /// count of its children read from its header.
     @Test func decodingOneChildAloneGivesThatChildOfTheWholeValue() throws {
         var g = SplitMix(seed: 4242)
         for _ in 0..<2_000 {
             let node = try Node(LazySnapshotTests.value(&g))
             let bytes = ValueCodec.encode(node)
-            for keys in [["x"], ["likes"], ["1"], ["x", "y"], ["likes", "x"], ["y", "1", "x"], ["nothing"], ["0"]] {
+            for keys in [[], ["x"], ["likes"], ["1"], ["x", "y"], ["likes", "x"], ["y", "1", "x"], ["nothing"], ["0"]] {
                 let path = Path(keys: keys)
                 let alone = try bytes.withUnsafeBytes { try ValueCodec.decode($0, at: path) }
                 #expect(alone == node.getChild(path), "\(node) at \(path)")
+                let count = try bytes.withUnsafeBytes { try ValueCodec.childCount($0, at: path) }
+                #expect(count == node.getChild(path).numChildren, "\(node) at \(path)")
             }
         }
     }

@@ -42,8 +42,31 @@ extension Engine {
     func addAutomaticIndex(for query: QuerySpec) {
         guard case .child(let child) = query.index, query.params.limit != nil, !query.params.startSet, !query.params.endSet,
               !child.isEmpty, !child.keys.contains(".priority"), childIndex(for: query) == nil else { return }
-        guard isBig(query.path) || (visibleNode(at: query.path)?.numChildren ?? 0) >= LazyLocation.lazyThreshold else { return }
+        guard isBig(query.path) || storedChildCount(query.path) >= LazyLocation.lazyThreshold else { return }
         addIndex(location: query.path, child: child).automatic = true
+    }
+
+    /// How many children the stored node that holds `path` whole has there (the server's or
+    /// a local write's, at or above it, whichever has more), read from the value's header:
+    /// nothing is decoded under the lock.
+    private func storedChildCount(_ path: Path) -> Int {
+        var most = 0
+        for layer in [server, writeTree.overlay] {
+            guard let (at, entry) = layer.deepestChainEntry(path), !entry.isEmpty else { continue }
+            let below = at.relative(to: path)
+            if entry.isInline {
+                most = max(most, layer.value(entry).getChild(below).numChildren)
+            } else if entry.ref.length > 0 {
+                let ref = entry.ref
+                let n = try? withPayload(ref.lsn) { _, payload -> Int in
+                    let start = Int(ref.offset), end = start + Int(ref.length)
+                    guard end <= payload.count else { return 0 }
+                    return try ValueCodec.childCount(UnsafeRawBufferPointer(rebasing: payload[start..<end]), at: below)
+                }
+                most = max(most, n ?? 0)
+            }
+        }
+        return most
     }
 
     /// Drops the automatic indexes no listener's query uses any more.

@@ -398,15 +398,34 @@ extension ValueCodec {
     /// child's value reads one field of each child this way).
     static func decode(_ bytes: UnsafeRawBufferPointer, at path: Path) throws -> Node {
         var r = ByteReader(bytes)
-        var depth = 0
-        for key in path.keys {
-            guard var tag = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
-            if tag == .withPriority {
-                try skip(&r, depth: depth + 1)
-                guard let inner = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
-                tag = inner
-            }
-            guard tag == .children else { return .empty }  // (a leaf: nothing below it)
+        guard try seek(&r, to: path) else { return .empty }
+        return try decode(&r, depth: path.count)
+    }
+
+    /// How many children the node at `path` below the encoded value has, read from its header
+    /// (nothing is decoded).
+    static func childCount(_ bytes: UnsafeRawBufferPointer, at path: Path) throws -> Int {
+        var r = ByteReader(bytes)
+        guard try seek(&r, to: path), let tag = try childrenTag(&r, depth: path.count), tag == .children else { return 0 }
+        return try r.varintCount()
+    }
+
+    /// Reads a value's tag, stepping over a priority before it.
+    private static func childrenTag(_ r: inout ByteReader, depth: Int) throws -> Tag? {
+        guard var tag = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
+        if tag == .withPriority {
+            try skip(&r, depth: depth + 1)
+            guard let inner = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
+            tag = inner
+        }
+        return tag
+    }
+
+    /// Moves `r` from the start of a value to the start of the value at `path` below it; false
+    /// when there is none.
+    private static func seek(_ r: inout ByteReader, to path: Path) throws -> Bool {
+        for (depth, key) in path.keys.enumerated() {
+            guard try childrenTag(&r, depth: depth) == .children else { return false }  // (a leaf: nothing below it)
             let n = try r.varintCount()
             guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
             var found = false
@@ -424,10 +443,9 @@ extension ValueCodec {
                     try skip(&r, depth: depth + 1)
                 }
             }
-            guard found else { return .empty }
-            depth += 1
+            guard found else { return false }
         }
-        return try decode(&r, depth: depth)
+        return true
     }
 
     /// Steps over one encoded value without building it.
