@@ -124,7 +124,11 @@ struct StoreScan: Sendable {
         let scans = scanSegments(found.map { ($0.name, $0.seq, $0.lsn) }, in: directory, deep: deep, resync: resync)
         for (i, f) in found.enumerated() {
             let isNewest = i == found.count - 1
-            let seg = try scans[i].get()
+            // (Scanned here when not scanned ahead: few segments, or past a problem that ends a
+            // strict scan, which returns before reaching it.)
+            let seg = try (i < scans.count ? scans[i] : nil)?.get()
+                ?? SegmentScanner.scan(directory: directory, name: f.name, seq: f.seq, firstLSN: f.lsn,
+                                       options: .init(isNewest: isNewest, deep: deep, resync: resync))
             if let h = seg.header {
                 if let id = s.storeID, id != h.storeID {
                     s.problems.append(StoreProblem(severity: .corruption, file: f.name, offset: 0,
@@ -178,9 +182,11 @@ struct StoreScan: Sendable {
     /// one file and modifies nothing, so scanning them at once finds what scanning them in turn
     /// finds, and the caller looks at the results in order as it would have. (Reading and
     /// checksumming a million posts' segments took 14 ms of a 0.1 s open on one thread.) A
-    /// scan's error is kept for its place: the caller meets it where it would have.
+    /// scan's error is kept for its place: the caller meets it where it would have. Segments
+    /// after one whose problem ends a strict scan are left unscanned (nil), as are all of
+    /// them when there are few (empty): the caller scans what it reaches itself.
     private static func scanSegments(_ found: [(name: String, seq: UInt64, lsn: LSN)], in directory: StoreDirectory,
-                                     deep: Bool, resync: Bool) -> [Result<SegmentScan, any Error>] {
+                                     deep: Bool, resync: Bool) -> [Result<SegmentScan, any Error>?] {
         @Sendable func scan(_ i: Int) -> Result<SegmentScan, any Error> {
             let f = found[i]
             return Result {
@@ -188,11 +194,13 @@ struct StoreScan: Sendable {
                                         options: .init(isNewest: i == found.count - 1, deep: deep, resync: resync))
             }
         }
-        guard found.count >= 4 else { return found.indices.map(scan) }
+        guard found.count >= 4 else { return [] }  // (the caller scans them in turn)
         final class Results: @unchecked Sendable {
             // Each slot is written by one iteration only, and read after all of them.
             var slots: [Result<SegmentScan, any Error>?]
-            let next = Mutex(0)
+            /// The next segment to scan, and the first whose problem ends a strict scan (none
+            /// after it is needed: the caller stops there).
+            let state = Mutex((next: 0, stop: Int.max))
             init(_ count: Int) { slots = Array(repeating: nil, count: count) }
         }
         let results = Results(found.count)
@@ -200,13 +208,19 @@ struct StoreScan: Sendable {
             nonisolated(unsafe) let slots = slots
             DispatchQueue.concurrentPerform(iterations: 2) { _ in
                 while true {
-                    let i = results.next.withLock { n in defer { n += 1 }; return n }
-                    guard i < found.count else { return }
-                    slots[i] = scan(i)
+                    let i = results.state.withLock { s in defer { s.next += 1 }; return s.next }
+                    guard i < found.count, i <= results.state.withLock({ $0.stop }) else { return }
+                    let result = scan(i)
+                    slots[i] = result
+                    let ends: Bool = switch result {
+                    case .failure: true
+                    case .success(let seg): seg.problem.map { $0.kind == .unsupported || ($0.kind == .corruption && !resync) } ?? false
+                    }
+                    if ends { results.state.withLock { $0.stop = min($0.stop, i) } }
                 }
             }
         }
-        return results.slots.map { $0! }
+        return results.slots
     }
 
     /// A summary a person can read: the first problem, or that the store is sound.

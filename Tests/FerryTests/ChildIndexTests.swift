@@ -240,9 +240,9 @@ import Testing
     /// A listener of a limited query ordered by a child over a big location that no declared
     /// index orders gets an index made for it: built before its first event, used to find the
     /// child after its window when a write moves one out (no walk of every child under the
-    /// lock), never written into a checkpoint, kept while a listener of that location and
-    /// child remains, then dropped. A small location, or a database that turned the option
-    /// off, gets none.
+    /// lock), built again in the background when the server replaces the location, never
+    /// written into a checkpoint, kept while a listener of that location and child remains,
+    /// then dropped. A small location, or a database that turned the option off, gets none.
     @Test func aListenerOfALimitedQueryOverABigLocationGetsAnIndexWhileItListens() async throws {
         for automatic in [true, false] {
             let dir = try TemporaryDirectory()
@@ -267,6 +267,22 @@ import Testing
             try await db.reference("big/k999/likes").setValue(.int(-1))  // out of the window: k996 comes in
             #expect(shown.withLock { $0 } == ["k996", "k997", "k998"])
             #expect(db.engine.withLock { $0.indexedChildLookups } > lookups || !automatic, "the next child came from the index")
+            // The server replaces the whole location: the index is built again in the
+            // background (no query asks for it), and the window's changes use it again.
+            var replaced: [String: Value] = [:]
+            for i in 0..<1_000 { replaced["n\(i)"] = ["likes": .int(Int64(i))] }
+            try await db.applyServerPut(at: "big", .object(replaced))
+            #expect(shown.withLock { $0 } == ["n997", "n998", "n999"])
+            var waited = 0
+            while automatic, db.engine.withLock({ !$0.childIndexes[0].isCurrent }), waited < 500 {
+                try await Task.sleep(for: .milliseconds(10))
+                waited += 1
+            }
+            #expect(db.engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) }, "rebuilt while its listeners listen")
+            let lookupsAfter = db.engine.withLock { $0.indexedChildLookups }
+            try await db.reference("big/n999/likes").setValue(.int(-1))
+            #expect(shown.withLock { $0 } == ["n996", "n997", "n998"])
+            #expect(db.engine.withLock { $0.indexedChildLookups } > lookupsAfter || !automatic, "the rebuilt index gave the next child")
             try db.reference("big").queryOrdered(byChild: "likes").queryLimited(toLast: 3).removeObserver(withHandle: first)
             #expect(db.engine.withLock { $0.childIndexes.count } == (automatic ? 1 : 0), "another listener still uses it")
             try db.reference("small").removeObserver(withHandle: small)

@@ -51,10 +51,6 @@ import Testing
         #expect(nonEmpty > 1_000 && withServerValues > 100)
     }
 
-    /// Random JSON texts — keys in any order, duplicates, escapes, whitespace, nulls inside
-    /// arrays and objects, numbers at the edges of 64 bits, priorities, server values — encode
-    /// straight from the text to the same bytes as parsing them into a Value and building a
-    /// node; a text one route refuses, the other refuses too.
     /// Decoding the node at a path alone (an index reads one field of each child so) gives
     /// what decoding the whole value and taking that child gives, on random values with
     /// priorities, arrays and leaves, for paths that exist and paths that do not; so does the
@@ -64,7 +60,7 @@ import Testing
         for _ in 0..<2_000 {
             let node = try Node(LazySnapshotTests.value(&g))
             let bytes = ValueCodec.encode(node)
-            for keys in [[], ["x"], ["likes"], ["1"], ["x", "y"], ["likes", "x"], ["y", "1", "x"], ["nothing"], ["0"]] {
+            for keys in [[], ["x"], ["likes"], ["1"], ["x", "y"], ["likes", "x"], ["y", "1", "x"], ["nothing"], ["0"], [".priority"], ["x", ".priority"]] {
                 let path = Path(keys: keys)
                 let alone = try bytes.withUnsafeBytes { try ValueCodec.decode($0, at: path) }
                 #expect(alone == node.getChild(path), "\(node) at \(path)")
@@ -74,6 +70,10 @@ import Testing
         }
     }
 
+    /// Random JSON texts — keys in any order, duplicates, escapes, whitespace, nulls inside
+    /// arrays and objects, numbers at the edges of 64 bits, priorities, server values — encode
+    /// straight from the text to the same bytes as parsing them into a Value and building a
+    /// node; a text one route refuses, the other refuses too.
     @Test func encodingJSONTextDirectlyGivesTheSameBytesAsThroughAValue() {
         var g = SplitMix(seed: 1234)
         func pick<T>(_ xs: [T]) -> T { xs[Int(g.next() % UInt64(xs.count))] }

@@ -59,13 +59,16 @@ public struct DatabaseOptions: Sendable {
     /// location cost a little more: the changed child's value is read to move its entry.
     public var indexes: [ChildIndex] = []
     /// Whether a listener (``DatabaseQuery/observe(_:includeMetadataChanges:with:)`` and the
-    /// other `observe` forms) of such a query over a big location (512 children or more, or
-    /// as many stored entries below it) that no declared index orders gets an index made for it, as if declared: built
-    /// outside the engine's lock when the listener is made, kept in step while any listener of
-    /// that location and child remains, then dropped (never kept in a checkpoint). Without
-    /// one, each write that moves a child out of the listener's window has the view look for
-    /// the child after the window among all children, under the lock: seconds over a million
-    /// children, while every other write waits. Default true.
+    /// other `observe` forms) of such a query — limited, unranged, ordered by a child — gets
+    /// an index made for it, as if declared, when no declared index orders it and its location
+    /// is big when the listener is added (512 children or more, or as many stored entries
+    /// below it). The index is built outside the engine's lock before the listener's first
+    /// event, built again outside the lock when a change at or above the location calls for
+    /// it, kept while any such listener of that location and child remains, then dropped;
+    /// it is never kept in a checkpoint. Without one, each write that moves a child out of
+    /// the listener's window has the view look for the child after the window among all
+    /// children, under the lock: seconds over a million children, while every other write
+    /// waits. Default true.
     public var automaticIndexes = true
     /// The system calls the log makes; tests replace them to inject faults or cut the power.
     @_spi(Testing) public var system: SystemCalls = .live
@@ -280,6 +283,7 @@ public final class Database: Sendable {
     /// raised, without waiting for anything: returns its id and the events' delivery number.
     func apply(_ body: (Engine) throws -> (Int64?, [Event])) throws -> (Int64?, UInt64) {
         var stopped = false  // (the lock is taken again only then)
+        var rebuild = false
         defer { if stopped { endObserversIfStopped() } }
         let (id, seq) = try engine.withLock { e -> (Int64?, UInt64) in
             let (id, events): (Int64?, [Event])
@@ -295,8 +299,10 @@ public final class Database: Sendable {
             let delivered = e.finish(events)
             e.refreshIndexesIfDue()
             e.pruneRecent()
+            rebuild = e.takeIndexRebuildsDue()
             return (id, delivery.enqueue(delivered))
         }
+        if rebuild { scheduleIndexRebuilds() }
         delivery.drain()
         return (id, seq)
     }
@@ -304,6 +310,7 @@ public final class Database: Sendable {
     /// Like ``perform(_:)`` for operations that write nothing (registrations).
     func raise(_ body: (Engine) throws -> [Event]) rethrows {
         var stopped = false
+        var rebuild = false
         defer { if stopped { endObserversIfStopped() } }
         try engine.withLock { e in
             let events = try body(e)
@@ -312,7 +319,9 @@ public final class Database: Sendable {
                 return
             }
             _ = delivery.enqueue(e.finish(events))
+            rebuild = e.takeIndexRebuildsDue()
         }
+        if rebuild { scheduleIndexRebuilds() }
         delivery.drain()
     }
 

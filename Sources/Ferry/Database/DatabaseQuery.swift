@@ -213,8 +213,8 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         // index: built first, outside the lock, if it must be (a failure to read stops the
         // database, which then refuses the registration below). A big location no declared
         // index orders gets one made for its listeners (DatabaseOptions.automaticIndexes).
-        if database.options.automaticIndexes {
-            database.engine.withLock { e in if e.stopReason == nil { e.addAutomaticIndex(for: query) } }
+        let automatic = !database.options.automaticIndexes ? nil : database.engine.withLock { e in
+            e.stopReason == nil ? e.addAutomaticIndex(for: query) : nil
         }
         try? buildIndexIfNeeded()
         // A big location's view is built outside the lock (from frozen data), so that writes
@@ -228,6 +228,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         let prebuilt = prepared.flatMap { View.prebuilt(query, from: $0.0) }
         var refused: DatabaseError?
         database.raise { e in
+            defer { if let automatic { e.listenerArrived(automatic) } }  // (registered, or refused)
             if let reason = e.stopReason {
                 refused = reason
                 return []
@@ -413,7 +414,6 @@ extension DatabaseQuery {
     /// changed at or above its location meanwhile (then the query reads without it).
     func buildIndexIfNeeded() throws {
         let query = spec
-        let database = database
         let onFailure = Self.onReadFailure(database)
         let job = database.engine.withLock { e -> (ChildValueIndex, FrozenData)? in
             guard e.stopReason == nil, let index = e.childIndex(for: query), e.isComplete(query.path) else { return nil }
@@ -423,22 +423,59 @@ extension DatabaseQuery {
             return (index, frozen)
         }
         guard let (index, frozen) = job else { return }
+        try database.build(index, from: frozen)
+    }
+}
+
+extension Database {
+    /// Builds `index` (its rebuild begun under the lock) from `frozen`, outside the lock, and
+    /// installs it unless the data changed at or above its location meanwhile.
+    func build(_ index: ChildValueIndex, from frozen: FrozenData) throws {
         let built = ChildValueIndex.build(frozen, location: index.location, child: index.child)
         if let failure = frozen.reader.error {
-            database.engine.withLock { e in
+            engine.withLock { e in
                 index.cancelRebuild()
                 e.failReading(failure)
             }
-            database.endObserversIfStopped()
+            endObserversIfStopped()
             throw failure
         }
-        database.engine.withLock { _ in
+        engine.withLock { _ in
             if let built {
                 _ = index.finishRebuild(built.0, usable: built.usable, frozen: frozen)
             } else {
                 index.cancelRebuild()
             }
         }
+    }
+
+    /// Builds again, outside the lock, the indexes listeners use that an operation left
+    /// needing it (``Engine/takeIndexRebuildsDue()``): else each of their window changes
+    /// would look for the next child among all children, under the lock.
+    func rebuildListenedIndexes() {
+        let onFailure = DatabaseQuery.onReadFailure(self)
+        let job = engine.withLock { e -> ([ChildValueIndex], FrozenData)? in
+            let due = e.childIndexes.filter(\.rebuildScheduled)
+            for index in due { index.rebuildScheduled = false }
+            guard e.stopReason == nil else { return nil }
+            let ready = due.filter { $0.needsRebuild && !$0.isRebuilding && e.isComplete($0.location) }
+            guard !ready.isEmpty, let frozen = e.freeze(onFailure: onFailure) else { return nil }
+            for index in ready { index.beginRebuild() }
+            return (ready, frozen)
+        }
+        guard let (indexes, frozen) = job else { return }
+        for (i, index) in indexes.enumerated() {
+            do { try build(index, from: frozen) } catch {
+                engine.withLock { _ in for later in indexes[(i + 1)...] { later.cancelRebuild() } }
+                return
+            }
+        }
+    }
+
+    /// Schedules ``rebuildListenedIndexes()`` on a thread outside Swift's cooperative pool (it
+    /// reads the log).
+    func scheduleIndexRebuilds() {
+        DispatchQueue.global().async { [weak self] in self?.rebuildListenedIndexes() }
     }
 }
 

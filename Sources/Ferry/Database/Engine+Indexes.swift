@@ -39,11 +39,42 @@ extension Engine {
     /// when no index orders it, it is limited, unranged and ordered by a child, and its
     /// location is big: many stored entries below it, or a node of many children (as one
     /// server put stores them). The index is empty: the caller builds it outside the lock.
-    func addAutomaticIndex(for query: QuerySpec) {
+    /// Returns the automatic index the listener will use (new or already there), counted as
+    /// arriving until the caller has registered the listener or given up (``listenerArrived(_:)``).
+    func addAutomaticIndex(for query: QuerySpec) -> ChildValueIndex? {
+        if let existing = childIndex(for: query) {
+            guard existing.automatic else { return nil }
+            existing.arrivingListeners += 1
+            return existing
+        }
         guard case .child(let child) = query.index, query.params.limit != nil, !query.params.startSet, !query.params.endSet,
-              !child.isEmpty, !child.keys.contains(".priority"), childIndex(for: query) == nil else { return }
-        guard isBig(query.path) || storedChildCount(query.path) >= LazyLocation.lazyThreshold else { return }
-        addIndex(location: query.path, child: child).automatic = true
+              !child.isEmpty, !child.keys.contains(".priority") else { return nil }
+        guard isBig(query.path) || storedChildCount(query.path) >= LazyLocation.lazyThreshold else { return nil }
+        let index = addIndex(location: query.path, child: child)
+        index.automatic = true
+        index.arrivingListeners = 1
+        return index
+    }
+
+    /// The listener counted by ``addAutomaticIndex(for:)`` is registered, or was refused.
+    func listenerArrived(_ index: ChildValueIndex) {
+        index.arrivingListeners -= 1
+        dropUnusedAutomaticIndexes()
+    }
+
+    /// Whether an index a listener uses must be built again and can be (a write at or above its
+    /// location, or its data complete at last): then the caller has
+    /// ``Database/rebuildListenedIndexes()`` run outside the lock. Each such index is marked
+    /// scheduled, so that it is asked once.
+    func takeIndexRebuildsDue() -> Bool {
+        guard !childIndexes.isEmpty else { return false }
+        var due = false
+        for index in childIndexes where index.needsRebuild && !index.isRebuilding && !index.rebuildScheduled {
+            guard isComplete(index.location), registrations.values.contains(where: { childIndex(for: $0.query) === index }) else { continue }
+            index.rebuildScheduled = true
+            due = true
+        }
+        return due
     }
 
     /// How many children the stored node that holds `path` whole has there (the server's or
@@ -72,7 +103,7 @@ extension Engine {
     /// Drops the automatic indexes no listener's query uses any more.
     func dropUnusedAutomaticIndexes() {
         let unused = childIndexes.filter { index in
-            index.automatic && !registrations.values.contains { childIndex(for: $0.query) === index }
+            index.automatic && index.arrivingListeners == 0 && !registrations.values.contains { childIndex(for: $0.query) === index }
         }
         guard !unused.isEmpty else { return }
         childIndexes.removeAll { index in unused.contains { $0 === index } }

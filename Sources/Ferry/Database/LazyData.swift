@@ -331,7 +331,8 @@ final class LazyLocation: @unchecked Sendable {
                     while let (k, n) = cursor.next() { body(k, Node.empty.updatingChild(child, n ?? .empty)) }
                 }.map { NamedNode(name: $0.name, node: self.child($0.name)) }
             case .key:
-                // Chosen by key alone: nothing is decoded until the window's children are read.
+                // Chosen by key alone: for plain keys nothing is decoded until the window's
+                // children are read (other keys are looked up one by one by the cursor).
                 kept = limited.selectWindow { body in
                     var cursor = ChildCursor(self, decode: false)
                     while let (k, _) = cursor.next() { body(k, .empty) }
@@ -369,7 +370,8 @@ struct ChildCursor {
     /// Give each child's priority (its node, or a node carrying that priority).
     let priorities: Bool
     /// Give, for each child, only the node at this path below it (decoding nothing else of a
-    /// stored value); nil: the child's whole node.
+    /// stored value; empty for a child that has nothing there — the child is still given);
+    /// nil: the child's whole node.
     let projection: Path?
     private let reader: FrozenReader
     private let layers: [LayeredIndex]

@@ -131,6 +131,11 @@ final class ChildValueIndex: LayeredChangeObserver {
     /// Made for listeners, not declared (``DatabaseOptions/automaticIndexes``): dropped when
     /// they are gone, never kept in a checkpoint.
     var automatic = false
+    /// Listeners being added that will use this index (it is built before they are
+    /// registered): an automatic index is not dropped while there are any.
+    var arrivingListeners = 0
+    /// A rebuild outside the lock is scheduled (see ``Engine/takeIndexRebuildsDue()``).
+    var rebuildScheduled = false
     private var buffer: [UInt8] = []
 
     init(location: Path, child: Path) {

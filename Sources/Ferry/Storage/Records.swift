@@ -397,6 +397,8 @@ extension ValueCodec {
     /// node alone: the values beside it on the way are stepped over, not built (an index of a
     /// child's value reads one field of each child this way).
     static func decode(_ bytes: UnsafeRawBufferPointer, at path: Path) throws -> Node {
+        // (A priority is not a child: that path is read the long way.)
+        if path.keys.contains(".priority") { return try decode(bytes).getChild(path) }
         var r = ByteReader(bytes)
         guard try seek(&r, to: path) else { return .empty }
         return try decode(&r, depth: path.count)
@@ -405,6 +407,7 @@ extension ValueCodec {
     /// How many children the node at `path` below the encoded value has, read from its header
     /// (nothing is decoded).
     static func childCount(_ bytes: UnsafeRawBufferPointer, at path: Path) throws -> Int {
+        if path.keys.contains(".priority") { return 0 }  // (a priority has no children)
         var r = ByteReader(bytes)
         guard try seek(&r, to: path), let tag = try childrenTag(&r, depth: path.count), tag == .children else { return 0 }
         return try r.varintCount()
