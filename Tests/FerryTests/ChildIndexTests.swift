@@ -274,11 +274,12 @@ import Testing
             try await db.applyServerPut(at: "big", .object(replaced))
             #expect(shown.withLock { $0 } == ["n997", "n998", "n999"])
             var waited = 0
-            while automatic, db.engine.withLock({ !$0.childIndexes[0].isCurrent }), waited < 500 {
+            while automatic, db.engine.withLock({ $0.childIndexes.first?.isCurrent != true }), waited < 500 {
                 try await Task.sleep(for: .milliseconds(10))
                 waited += 1
             }
             #expect(db.engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) }, "rebuilt while its listeners listen")
+            #expect(db.engine.withLock { $0.backgroundIndexRebuilds } == (automatic ? 1 : 0))
             let lookupsAfter = db.engine.withLock { $0.indexedChildLookups }
             try await db.reference("big/n999/likes").setValue(.int(-1))
             #expect(shown.withLock { $0 } == ["n996", "n997", "n998"])
@@ -371,19 +372,54 @@ import Testing
         let db = try await Self.store(dir)
         let index = try #require(db.engine.withLock { $0.childIndexes.first })
         // A first reader's rebuild, begun by hand on a frozen copy.
-        let frozen = try #require(db.engine.withLock { e -> FrozenData? in
-            index.beginRebuild()
-            return e.freeze { _ in }
+        let (token, frozen) = try #require(db.engine.withLock { e -> (UInt64, FrozenData)? in
+            let token = index.beginRebuild()
+            return e.freeze { _ in }.map { (token, $0) }
         })
         _ = try await db.reference("data/k1500/likes").setValue(-100)
         // A second reader meanwhile answers from a walk, and starts no rebuild of its own.
         #expect(try await Self.top(db, 1) == ["k1500"])
         #expect(index.isRebuilding)
         let built = try #require(ChildValueIndex.build(frozen, location: index.location, child: index.child))
-        #expect(db.engine.withLock { _ in index.finishRebuild(built.0, usable: built.usable, frozen: frozen) })
+        #expect(db.engine.withLock { _ in index.finishRebuild(built.0, usable: built.usable, frozen: frozen, token: token) })
         #expect(db.engine.withLock { _ in index.isCurrent })
         #expect(try await Self.top(db, 1) == ["k1500"], "the change made during the rebuild moved the child")
         #expect(try await Self.top(db, 5, fromLeft: false) == Self.expected(db, 5, fromLeft: false))
+        try await db.close()
+        withExtendedLifetime(dir) {}
+    }
+
+    /// A rebuild that a reset made stale (the server replaced the location while it ran) is
+    /// refused when it finishes, no second rebuild starts while it runs, and, as a listener
+    /// uses the index, the index is then built again from the new data in the background.
+    @Test func aRebuildMadeStaleByAResetIsRefusedAndTheIndexIsBuiltFromTheNewData() async throws {
+        let dir = try TemporaryDirectory()
+        let db = try await Self.store(dir)
+        let index = try #require(db.engine.withLock { $0.childIndexes.first })
+        let query = try db.reference("data").queryOrdered(byChild: "likes").queryLimited(toLast: 2)
+        let handle = query.observe(.value) { _ in }
+        #expect(db.engine.withLock { _ in index.isCurrent })
+        try await db.applyServerPut(at: "data/k1000", ["likes": 1])  // (a change below: no reset)
+        let (token, frozen) = try #require(db.engine.withLock { e -> (UInt64, FrozenData)? in
+            e.childIndexes[0].refresh()
+            index.willChangeEverything()  // (as a reset would leave it, so that a rebuild may begin)
+            let token = index.beginRebuild()
+            return e.freeze { _ in }.map { (token, $0) }
+        })
+        try await db.applyServerPut(at: "data", ["x": ["likes": 1], "y": ["likes": 2], "z": ["likes": 0]])
+        #expect(db.engine.withLock { _ in index.isRebuilding }, "no second rebuild begins while the stale one runs")
+        let built = try #require(ChildValueIndex.build(frozen, location: index.location, child: index.child))
+        #expect(db.engine.withLock { _ in !index.finishRebuild(built.0, usable: built.usable, frozen: frozen, token: token) }, "refused")
+        #expect(db.engine.withLock { _ in !index.isCurrent && !index.isRebuilding })
+        try await db.reference("elsewhere").setValue(1)  // (any operation: the listener's index is due)
+        var waited = 0
+        while db.engine.withLock({ _ in !index.isCurrent }), waited < 500 {
+            try await Task.sleep(for: .milliseconds(10))
+            waited += 1
+        }
+        #expect(db.engine.withLock { _ in index.isCurrent })
+        #expect(db.engine.withLock { _ in index.keys(first: 10, fromEnd: false) } == ["z", "x", "y"], "the new data's children alone")
+        query.removeObserver(withHandle: handle)
         try await db.close()
         withExtendedLifetime(dir) {}
     }
@@ -393,6 +429,15 @@ import Testing
         let db = try await Self.store(dir)
         _ = try await db.reference("data/k1001/likes").setValue(.int(1 << 60))
         #expect(try await Self.top(db, 2, fromLeft: false) == Self.expected(db, 2, fromLeft: false))
+        // While it cannot order a value, a listener's writes below the location schedule no
+        // rebuild in the background (it would walk every child at each write, to no use).
+        let handle = try db.reference("data").queryOrdered(byChild: "likes").queryLimited(toLast: 2).observe(.value) { _ in }
+        let rebuilds = db.engine.withLock { $0.backgroundIndexRebuilds }
+        for i in 0..<5 { _ = try await db.reference("data/k10\(10 + i)/likes").setValue(.int(Int64(i))) }
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(db.engine.withLock { e in e.childIndexes.allSatisfy { !$0.rebuildScheduled && !$0.isRebuilding } })
+        #expect(db.engine.withLock { $0.backgroundIndexRebuilds } == rebuilds)
+        try db.reference("data").queryOrdered(byChild: "likes").queryLimited(toLast: 2).removeObserver(withHandle: handle)
         _ = try await db.reference("data/k1001/likes").setValue(5)
         #expect(try await Self.top(db, 4) == Self.expected(db, 4))
         #expect(db.engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) }, "rebuilt and usable again")

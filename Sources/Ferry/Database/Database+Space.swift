@@ -276,7 +276,8 @@ extension Database {
         }
         guard due else { return }
         let started = ContinuousClock.now
-        let dropped = engine.withLock { $0.dropUnkeptInlineEntries() }
+        let (dropped, rebuild) = engine.withLock { e in (e.dropUnkeptInlineEntries(), e.takeIndexRebuildsDue()) }
+        if rebuild { scheduleIndexRebuilds() }
         space.state.withLock {
             $0.lastEviction = MaintenanceRun(bytesFreed: 0, duration: ContinuousClock.now - started, segmentsDeleted: 0,
                                              entriesKept: 0, entriesEvicted: dropped)
@@ -362,7 +363,9 @@ extension Database {
                 engine.withLock { $0.dropServerEntries(found[start..<end], into: &droppedKeys) }
                 start = end
             }
-            let dropped = droppedKeys.count + engine.withLock { $0.dropMarkers(above: droppedKeys) }
+            let (markers, rebuild) = engine.withLock { e in (e.dropMarkers(above: droppedKeys), e.takeIndexRebuildsDue()) }
+            if rebuild { scheduleIndexRebuilds() }
+            let dropped = droppedKeys.count + markers
             try await log.sync()
             CrashPoint.hit("eviction.afterEvictRecord")
             try await writeCheckpoint(log)

@@ -415,38 +415,41 @@ extension DatabaseQuery {
     func buildIndexIfNeeded() throws {
         let query = spec
         let onFailure = Self.onReadFailure(database)
-        let job = database.engine.withLock { e -> (ChildValueIndex, FrozenData)? in
+        let job = database.engine.withLock { e -> (ChildValueIndex, UInt64, FrozenData)? in
             guard e.stopReason == nil, let index = e.childIndex(for: query), e.isComplete(query.path) else { return nil }
             index.refresh()
             guard index.needsRebuild, !index.isRebuilding, let frozen = e.freeze(onFailure: onFailure) else { return nil }
-            index.beginRebuild()
-            return (index, frozen)
+            return (index, index.beginRebuild(), frozen)
         }
-        guard let (index, frozen) = job else { return }
-        try database.build(index, from: frozen)
+        guard let (index, token, frozen) = job else { return }
+        try database.build(index, token: token, from: frozen)
     }
 }
 
 extension Database {
-    /// Builds `index` (its rebuild begun under the lock) from `frozen`, outside the lock, and
-    /// installs it unless the data changed at or above its location meanwhile.
-    func build(_ index: ChildValueIndex, from frozen: FrozenData) throws {
+    /// Builds `index` (its rebuild begun under the lock, `token` its token) from `frozen`,
+    /// outside the lock, and installs it unless a reset meanwhile (a change at or above its
+    /// location) made it stale or the database stopped. A stale build is thrown away, and the
+    /// index is built again if a listener uses it.
+    func build(_ index: ChildValueIndex, token: UInt64, from frozen: FrozenData) throws {
         let built = ChildValueIndex.build(frozen, location: index.location, child: index.child)
         if let failure = frozen.reader.error {
             engine.withLock { e in
-                index.cancelRebuild()
+                index.cancelRebuild(token)
                 e.failReading(failure)
             }
             endObserversIfStopped()
             throw failure
         }
-        engine.withLock { _ in
-            if let built {
-                _ = index.finishRebuild(built.0, usable: built.usable, frozen: frozen)
-            } else {
-                index.cancelRebuild()
+        let again = engine.withLock { e -> Bool in
+            guard e.stopReason == nil, let built else {
+                index.cancelRebuild(token)
+                return false
             }
+            if index.finishRebuild(built.0, usable: built.usable, frozen: frozen, token: token) { return false }
+            return e.takeIndexRebuildsDue()  // (stale: the reset's rebuild waited for this one)
         }
+        if again { scheduleIndexRebuilds() }
     }
 
     /// Builds again, outside the lock, the indexes listeners use that an operation left
@@ -454,19 +457,25 @@ extension Database {
     /// would look for the next child among all children, under the lock.
     func rebuildListenedIndexes() {
         let onFailure = DatabaseQuery.onReadFailure(self)
-        let job = engine.withLock { e -> ([ChildValueIndex], FrozenData)? in
+        let job = engine.withLock { e -> ([(ChildValueIndex, UInt64)], FrozenData)? in
             let due = e.childIndexes.filter(\.rebuildScheduled)
             for index in due { index.rebuildScheduled = false }
             guard e.stopReason == nil else { return nil }
             let ready = due.filter { $0.needsRebuild && !$0.isRebuilding && e.isComplete($0.location) }
-            guard !ready.isEmpty, let frozen = e.freeze(onFailure: onFailure) else { return nil }
-            for index in ready { index.beginRebuild() }
-            return (ready, frozen)
+            guard !ready.isEmpty else { return nil }
+            guard let frozen = e.freeze(onFailure: onFailure) else {
+                // (No read snapshot now, e.g. no file descriptors: not asked again until the
+                // listeners change or a query builds it.)
+                for index in ready { index.idleAt = e.registrationsVersion }
+                return nil
+            }
+            e.backgroundIndexRebuilds += ready.count
+            return (ready.map { ($0, $0.beginRebuild()) }, frozen)
         }
         guard let (indexes, frozen) = job else { return }
-        for (i, index) in indexes.enumerated() {
-            do { try build(index, from: frozen) } catch {
-                engine.withLock { _ in for later in indexes[(i + 1)...] { later.cancelRebuild() } }
+        for (i, (index, token)) in indexes.enumerated() {
+            do { try build(index, token: token, from: frozen) } catch {
+                engine.withLock { _ in for (later, token) in indexes[(i + 1)...] { later.cancelRebuild(token) } }
                 return
             }
         }

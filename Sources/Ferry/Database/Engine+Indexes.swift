@@ -66,11 +66,20 @@ extension Engine {
     /// location, or its data complete at last): then the caller has
     /// ``Database/rebuildListenedIndexes()`` run outside the lock. Each such index is marked
     /// scheduled, so that it is asked once.
+    ///
+    /// Cheap when nothing is due: the listeners are looked for only for an index that needs a
+    /// rebuild, and not again until they change (``registrationsVersion``); an index reset
+    /// because it could not order a value is left to the next query (``ChildValueIndex/resetForUnusable``).
     func takeIndexRebuildsDue() -> Bool {
         guard !childIndexes.isEmpty else { return false }
         var due = false
-        for index in childIndexes where index.needsRebuild && !index.isRebuilding && !index.rebuildScheduled {
-            guard isComplete(index.location), registrations.values.contains(where: { childIndex(for: $0.query) === index }) else { continue }
+        for index in childIndexes where index.needsRebuild && !index.isRebuilding && !index.rebuildScheduled && !index.resetForUnusable {
+            if index.idleAt == registrationsVersion { continue }
+            guard registrations.values.contains(where: { childIndex(for: $0.query) === index }) else {
+                index.idleAt = registrationsVersion
+                continue
+            }
+            guard isComplete(index.location) else { continue }
             index.rebuildScheduled = true
             due = true
         }

@@ -39,7 +39,9 @@ final class Engine: StoredValues, ServerCacheSource {
     /// Records and payload bytes appended since ``pruneRecent()`` last looked at the log.
     private var appendedSincePrune = (records: 0, bytes: 0)
     private var nextMemoryID: Int64 = 1
-    var registrations: [UInt64: RegistrationState] = [:]
+    var registrations: [UInt64: RegistrationState] = [:] { didSet { registrationsVersion &+= 1 } }
+    /// Bumped by every change of ``registrations`` (see ``ChildValueIndex/idleAt``).
+    private(set) var registrationsVersion: UInt64 = 0
     var nextRegistrationID: UInt64 = 1
     /// Locations a server listen has completed at (their data is not just from the cache).
     var livePaths: Set<Path> = []
@@ -74,6 +76,8 @@ final class Engine: StoredValues, ServerCacheSource {
     var checkpointLSN: UInt64 = 0
     /// How often a child-value index answered a limited query's window, or the child after it.
     var indexedChildLookups = 0
+    /// Index rebuilds begun in the background for listeners (``Database/rebuildListenedIndexes()``; for tests).
+    var backgroundIndexRebuilds = 0
     /// Paths pinned with `keepSynced(true)` (records of kind 11; see Engine+Space.swift).
     var pins: Set<Path> = []
     /// A memory-only database's pending writes that hold server values, as the user wrote them

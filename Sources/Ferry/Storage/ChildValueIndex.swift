@@ -136,6 +136,15 @@ final class ChildValueIndex: LayeredChangeObserver {
     var arrivingListeners = 0
     /// A rebuild outside the lock is scheduled (see ``Engine/takeIndexRebuildsDue()``).
     var rebuildScheduled = false
+    /// The engine's registrations as they were when no listener was found using this index
+    /// (``Engine/registrationsVersion``): not asked again until they change.
+    var idleAt: UInt64?
+    /// The index was reset because it could not order a value and a child changed (the value
+    /// may be gone): the next query rebuilds it, but no background rebuild is scheduled for
+    /// that (it would run at every write below the location while the value stays).
+    private(set) var resetForUnusable = false
+    /// Bumped by every reset: a rebuild begun before one is refused when it finishes.
+    private var generation: UInt64 = 0
     private var buffer: [UInt8] = []
 
     init(location: Path, child: Path) {
@@ -157,7 +166,11 @@ final class ChildValueIndex: LayeredChangeObserver {
             if name == ".priority" { return }  // the location's own priority: not a child
             if markedDuringRebuild != nil { markedDuringRebuild!.insert(name) }
             // An index that could not order a value is built again (the value may be gone).
-            if unusable && !needsRebuild { return willChangeEverything() }
+            if unusable && !needsRebuild {
+                willChangeEverything()
+                resetForUnusable = true
+                return
+            }
             if needsRebuild || marked[name] != nil { return }
             marked.updateValue(currentSortKey(name), forKey: name)
         } else if locationKey.withUnsafeBytes({ $0.starts(with: key) }) {
@@ -175,9 +188,11 @@ final class ChildValueIndex: LayeredChangeObserver {
     func willChangeEverything() {
         needsRebuild = true
         unusable = false
+        resetForUnusable = false
         marked = [:]
         sorted.removeAll()
-        markedDuringRebuild = nil
+        markedDuringRebuild = nil  // (a rebuild under way is stale: refused when it finishes)
+        generation &+= 1
     }
 
     /// The sort key child `name` has in the current data (nil when it has no data).
@@ -221,18 +236,25 @@ final class ChildValueIndex: LayeredChangeObserver {
         marked = [:]
     }
 
-    /// Whether a rebuild is under way (only one at a time: a second would lose the first's
-    /// record of the changes made meanwhile).
-    var isRebuilding: Bool { markedDuringRebuild != nil }
+    /// Whether a rebuild is running outside the lock — until it finishes or is cancelled, even
+    /// when a reset made it stale (only one at a time: a second would lose the first's record
+    /// of the changes made meanwhile, and a stale one could install over it).
+    private(set) var isRebuilding = false
 
-    /// Starts a rebuild (under the lock): later changes are remembered by key.
-    func beginRebuild() {
-        precondition(markedDuringRebuild == nil, "one rebuild at a time")
+    /// Starts a rebuild (under the lock): later changes are remembered by key. Returns the
+    /// token its finish or cancellation gives back.
+    func beginRebuild() -> UInt64 {
+        precondition(!isRebuilding, "one rebuild at a time")
+        isRebuilding = true
         markedDuringRebuild = []
+        return generation
     }
 
-    /// Gives up a rebuild (the data was not complete).
-    func cancelRebuild() { markedDuringRebuild = nil }
+    /// Gives up the rebuild begun with `token` (the data was not complete, or could not be read).
+    func cancelRebuild(_ token: UInt64) {
+        isRebuilding = false
+        if token == generation { markedDuringRebuild = nil }
+    }
 
     /// Builds the index from `data` (a frozen copy, outside the lock): the sort keys in order.
     static func build(_ data: FrozenData, location: Path, child: Path) -> (PathIndex<UInt8>, usable: Bool)? {
@@ -260,8 +282,9 @@ final class ChildValueIndex: LayeredChangeObserver {
     /// Installs a rebuilt index (under the lock): children changed while it was built move
     /// from where the frozen data had them to where the current data has them. False when the
     /// location itself changed meanwhile (the rebuild is thrown away).
-    func finishRebuild(_ built: PathIndex<UInt8>, usable: Bool, frozen: FrozenData) -> Bool {
-        guard let changed = markedDuringRebuild else { return false }
+    func finishRebuild(_ built: PathIndex<UInt8>, usable: Bool, frozen: FrozenData, token: UInt64) -> Bool {
+        isRebuilding = false
+        guard token == generation, let changed = markedDuringRebuild else { return false }
         markedDuringRebuild = nil
         sorted = built
         needsRebuild = false
