@@ -6,6 +6,34 @@ import Testing
 @Suite struct PathIndexTests {
     /// Random sets, subtree removals and prefix scans against a plain dictionary model, with
     /// enough keys to split chunks many times.
+    /// A path key's depth, read eight bytes at a time, is what a byte-by-byte reading gives,
+    /// on random bytes rich in zeros: an empty key (two zeros side by side, within a word or
+    /// across two), a key not ending in 0 or starting with it, 64 keys or more.
+    @Test func aPathKeysDepthReadAWordAtATimeIsTheDepthReadByteByByte() {
+        func reference(_ key: [UInt8]) -> Int? {
+            if key.isEmpty { return 0 }
+            guard key.last == 0, key.first != 0 else { return nil }
+            var depth = 0
+            for (i, b) in key.enumerated() where b == 0 {
+                if i > 0 && key[i - 1] == 0 { return nil }
+                depth += 1
+            }
+            return depth < 64 ? depth : nil
+        }
+        var g = SplitMix(seed: 77)
+        for _ in 0..<200_000 {
+            let n = Int(g.next() % 40) + (g.next() % 50 == 0 ? 100 : 0)
+            let zeroEvery = 1 + g.next() % 6
+            let key: [UInt8] = (0..<n).map { _ in g.next() % zeroEvery == 0 ? 0 : UInt8(truncatingIfNeeded: 1 + g.next() % 255) }
+            let got = key.withUnsafeBytes { PathKey.depth($0) }
+            #expect(got == reference(key), "\(key)")
+            if got != reference(key) { return }
+        }
+        for path in [Path("a"), Path("posts/p00000001"), Path("abcdefg/h"), Path("abcdefgh/ijklmnop"), Path(keys: (0..<63).map { "k\($0)" }), Path(keys: (0..<64).map { _ in "x" })] {
+            #expect(PathKey.encode(path).withUnsafeBytes { PathKey.depth($0) } == (path.count < 64 ? path.count : nil))
+        }
+    }
+
     @Test func randomOperationsMatchASimpleModel() {
         var index = PathIndex<Int>()
         var model: [[UInt8]: Int] = [:]

@@ -65,10 +65,14 @@ enum SortKey {
         @inline(__always) func skipUnits(_ from: Int) -> Int? {
             var i = from
             while i + 3 <= n {
-                let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+                // A unit is 0x000000 (the terminator), below 0x010000, or 0x010000 itself.
+                let high = bytes[i], rest = bytes[i + 1] | bytes[i + 2]
                 i += 3
-                if v == 0 { return i }
-                if v > 0x10000 { return nil }
+                if high == 0 {
+                    if rest == 0 { return i }
+                } else if high > 1 || rest != 0 {
+                    return nil
+                }
             }
             return nil
         }
