@@ -113,14 +113,18 @@ struct CompareRun: AsyncParsableCommand {
         case ("limited-observe", _):
             // Not a compare workload: a listener of the top 10 by likes on a bulk store (`engine`
             // ferry-indexed declares the index), the time to its first event, then the time of
-            // writes that move a child out of the window (each pulls in the next child).
+            // writes that move a child out of the window (each pulls in the next child). Engine
+            // ferry-priority: the last 10 in Firebase's default order (by priority; the posts have
+            // none, so by key), and the writes remove a post of the window.
             var options = DatabaseOptions(durability: .none)
             options.checkpointOnClose = false
             if engine == "ferry-indexed" { options.indexes = [ChildIndex(location: "posts", child: "likes")] }
             let start = clock.now  // (the open counts: a new user's first event after a reopen)
             let db = try Database.open(at: directory, options: options)
             let window = Mutex<(first: Double?, keys: [String])>((nil, []))
-            let query = try db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 10)
+            let byPriority = engine == "ferry-priority"
+            let query = byPriority ? try db.reference("posts").queryLimited(toLast: 10)
+                : try db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 10)
             _ = query.observe(.value) { s in
                 window.withLock { w in
                     if w.first == nil { w.first = seconds(start.duration(to: clock.now)) }
@@ -132,7 +136,11 @@ struct CompareRun: AsyncParsableCommand {
             for _ in 0..<5 {
                 let top = window.withLock { $0.keys.last! }
                 let t = clock.now
-                try await db.reference("posts").child(top).child("likes").setValue(.int(-1))
+                if byPriority {
+                    try await db.reference("posts").child(top).removeValue()
+                } else {
+                    try await db.reference("posts").child(top).child("likes").setValue(.int(-1))
+                }
                 worst = max(worst, seconds(t.duration(to: clock.now)))
             }
             result.seconds = window.withLock { $0.first } ?? 0
@@ -161,7 +169,9 @@ struct CompareRun: AsyncParsableCommand {
                 let db = try Database.open(at: directory, options: options)
                 opened = db
                 let asked = clock.now
-                let query = try db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 10)
+                let byPriority = engine == "ferry-priority"
+            let query = byPriority ? try db.reference("posts").queryLimited(toLast: 10)
+                : try db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 10)
                 top = try await query.observeSingleEvent().children.map { "/posts/" + $0.key! }
                 result.querySeconds = seconds(asked.duration(to: clock.now))
             case "leveldb":

@@ -151,7 +151,8 @@ import Testing
         for (db, log) in zip(dbs, logs) {
             try await db.applyServerPut(at: "data", .object(children))
             let ordered = try db.reference("data").queryOrdered(byChild: "likes")
-            for (name, query) in [("last5", try ordered.queryLimited(toLast: 5)), ("first3", try ordered.queryLimited(toFirst: 3))] {
+            for (name, query) in [("last5", try ordered.queryLimited(toLast: 5)), ("first3", try ordered.queryLimited(toFirst: 3)),
+                                  ("byPriority4", try db.reference("data").queryLimited(toLast: 4))] {
                 for type in DataEventType.allCases {
                     _ = query.observe(type) { s in
                         let what = type == .value ? s.children.map { $0.key! }.joined(separator: ",") : "\(s.key!)=\(String(describing: s.value))"
@@ -161,8 +162,10 @@ import Testing
             }
         }
         for db in dbs.prefix(2) {
-            #expect(db.engine.withLock { $0.childIndexes.count == 1 && $0.childIndexes.allSatisfy(\.isCurrent) }, "the index is built before the changes")
+            // (by likes, and by priority: always made for the listener)
+            #expect(db.engine.withLock { $0.childIndexes.count == 2 && $0.childIndexes.allSatisfy(\.isCurrent) }, "the indexes are built before the changes")
         }
+        #expect(dbs[0].engine.withLock { $0.childIndexes.map(\.automatic) } == [false, true])
         #expect(dbs[1].engine.withLock { $0.childIndexes.allSatisfy(\.automatic) })
         #expect(dbs[2].engine.withLock { $0.childIndexes.isEmpty })
         let spec = try dbs[0].reference("data").queryOrdered(byChild: "likes").queryLimited(toLast: 5).spec
@@ -173,7 +176,7 @@ import Testing
         let lookupsBefore = dbs.map { db in db.engine.withLock { $0.indexedChildLookups } }
         var ids: [[Int64]] = [[], [], []]
         for step in 0..<400 {
-            let op = Int.random(in: 0..<8, using: &g)
+            let op = Int.random(in: 0..<9, using: &g)
             var k = "k\(Int.random(in: 0..<620, using: &g))"
             if op == 0 || op == 3, let window = logs[2].lines.withLock({ $0.last { $0.hasPrefix("last5 value") } }) {
                 // A child of the window leaves it (or drops), and the next one must come in.
@@ -187,7 +190,8 @@ import Testing
                     // Each view shows what the filter over the store's whole data shows.
                     let node = try LazySnapshotTests.materialized(db, "data")
                     let ordered = try db.reference("data").queryOrdered(byChild: "likes")
-                    for (name, query) in [("last5", try ordered.queryLimited(toLast: 5)), ("first3", try ordered.queryLimited(toFirst: 3))] {
+                    for (name, query) in [("last5", try ordered.queryLimited(toLast: 5)), ("first3", try ordered.queryLimited(toFirst: 3)),
+                                          ("byPriority4", try db.reference("data").queryLimited(toLast: 4))] {
                         let truth = IndexedNode(query.params.filtered(node), index: query.params.index).ordered.map(\.name).joined(separator: ",")
                         let shown = logs[i].lines.withLock { $0.last { $0.hasPrefix("\(name) value") } }
                         #expect(shown == "\(name) value \(truth)", "seed \(seed), step \(step), database \(i)")
@@ -210,6 +214,10 @@ import Testing
                 case 4: try await db.applyServerMerge(at: "data/\(k)", ["likes": likes])
                 case 5: try await db.applyServerPut(at: "data/\(k)", step % 2 == 0 ? .null : ["likes": likes])
                 case 6: ids[i].append(try await child.setValue(["likes": likes, "n": .int(Int64(step))]).writeID!)
+                case 7 where step % 3 != 0:
+                    // A priority (or none): moves the child in the priority order.
+                    let priority: Value = through == 0 ? .null : through == 1 ? likes : .string("p\(likes)")
+                    ids[i].append(try await child.setPriority(priority).writeID!)
                 default:
                     // The server answers the oldest pending writes, rejecting one now and then.
                     if through == 2, !ids[i].isEmpty {
@@ -291,6 +299,33 @@ import Testing
             #expect(db.engine.withLock { $0.childIndexes.isEmpty && $0.writeTree.indexedChildren == nil }, "dropped with its last listener")
             try await db.close()
         }
+    }
+
+    /// Firebase's default order is by priority: a listener of `queryLimited(toLast:)` alone
+    /// over a big location gets an index by priority made for it (children without one first,
+    /// by key), holds its window alone, and finds the next child through the index when a
+    /// priority moves one out.
+    @Test func aLimitedListenerInPriorityOrderGetsAnIndexByPriority() async throws {
+        let dir = try TemporaryDirectory()
+        let db = try Database.open(at: dir.path, options: quietOptions(.none))
+        var children: [String: Value] = [:]
+        for i in 0..<1_000 { children["m\(i)"] = i < 10 ? ["text": "no priority"] : [".value": ["text": .int(Int64(i))], ".priority": .int(Int64(i))] }
+        try await db.applyServerPut(at: "chat", .object(children))
+        let query = try db.reference("chat").queryLimited(toLast: 3)
+        let shown = Mutex<[String]>([])
+        let handle = query.observe(.value) { s in shown.withLock { $0 = s.children.map { $0.key! } } }
+        #expect(db.engine.withLock { $0.childIndexes.map(\.child) } == [Path(keys: [".priority"])])
+        #expect(db.engine.withLock { $0.syncTree.view(for: query.spec)?.storeBacked } == true)
+        #expect(shown.withLock { $0 } == ["m997", "m998", "m999"])
+        let lookups = db.engine.withLock { $0.indexedChildLookups }
+        _ = try await db.reference("chat/m999").setPriority(.null)  // to the front, among the ten without one
+        #expect(shown.withLock { $0 } == ["m996", "m997", "m998"])
+        #expect(db.engine.withLock { $0.indexedChildLookups } > lookups)
+        let first = try await db.reference("chat").queryLimited(toFirst: 11).getData().children.map { $0.key! }
+        #expect(first == ["m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9", "m999"])
+        query.removeObserver(withHandle: handle)
+        #expect(db.engine.withLock { $0.childIndexes.isEmpty })
+        try await db.close()
     }
 
     /// A sort key longer than the longest key a checkpoint holds (a string value of 9,000

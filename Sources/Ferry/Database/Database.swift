@@ -59,8 +59,10 @@ public struct DatabaseOptions: Sendable {
     /// location cost a little more: the changed child's value is read to move its entry.
     public var indexes: [ChildIndex] = []
     /// Whether a listener (``DatabaseQuery/observe(_:includeMetadataChanges:with:)`` and the
-    /// other `observe` forms) of such a query — limited, unranged, ordered by a child — gets
-    /// an index made for it, as if declared, when no declared index orders it and its location
+    /// other `observe` forms) of a limited, unranged query ordered by a child or by priority
+    /// (Firebase's default order: `queryLimited(toLast:)` alone) gets an index made for it,
+    /// as if declared (by priority: children without one first, by key), when no declared
+    /// index orders it and its location
     /// is big when the listener is added (512 children or more, or as many stored entries
     /// below it). The index is built outside the engine's lock before the listener's first
     /// event, built again outside the lock when a change at or above the location calls for

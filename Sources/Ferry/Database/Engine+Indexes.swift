@@ -47,8 +47,8 @@ extension Engine {
             existing.arrivingListeners += 1
             return existing
         }
-        guard case .child(let child) = query.index, query.params.limit != nil, !query.params.startSet, !query.params.endSet,
-              !child.isEmpty, !child.keys.contains(".priority") else { return nil }
+        guard let child = Self.indexedChild(of: query.index), query.params.limit != nil, !query.params.startSet, !query.params.endSet,
+              !child.isEmpty, child == Self.priorityPath || !child.keys.contains(".priority") else { return nil }
         guard isBig(query.path) || storedChildCount(query.path) >= LazyLocation.lazyThreshold else { return nil }
         let index = addIndex(location: query.path, child: child)
         index.automatic = true
@@ -124,10 +124,24 @@ extension Engine {
     /// The declared index that orders `query`'s window, when the query can be answered from
     /// one: ordered by an indexed child at its location, limited, with no range.
     func childIndex(for query: QuerySpec) -> ChildValueIndex? {
-        guard case .child(let child) = query.index, query.params.limit != nil,
+        guard let child = Self.indexedChild(of: query.index), query.params.limit != nil,
               !query.params.startSet, !query.params.endSet else { return nil }
         return childIndexes.first { $0.location == query.path && $0.child == child }
     }
+
+    /// What an index for `index` orders children by: a child's value at a path, or its
+    /// priority (the path `.priority`: a node's child there is its priority, and priorities
+    /// order as those values do). Only automatic indexes order by priority (a declaration
+    /// names a child).
+    static func indexedChild(of index: QueryIndex) -> Path? {
+        switch index {
+        case .child(let child): child
+        case .priority: Self.priorityPath
+        case .key, .value: nil
+        }
+    }
+
+    static let priorityPath = Path(keys: [".priority"])
 
     /// Puts the children marked in indexes that hold many marks in their places (at the end
     /// of an operation, when every change of it is made).
@@ -199,7 +213,7 @@ extension Engine: IndexedChildSource {
     }
 
     func indexedChild(at location: Path, after post: NamedNode, index: QueryIndex, reverse: Bool) -> NamedNode?? {
-        guard case .child(let child) = index,
+        guard let child = Self.indexedChild(of: index),
               let found = childIndexes.first(where: { $0.location == location && $0.child == child }),
               isComplete(location), let name = found.child(after: post, reverse: reverse) else { return nil }
         indexedChildLookups += 1

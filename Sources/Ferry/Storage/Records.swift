@@ -397,7 +397,12 @@ extension ValueCodec {
     /// node alone: the values beside it on the way are stepped over, not built (an index of a
     /// child's value reads one field of each child this way).
     static func decode(_ bytes: UnsafeRawBufferPointer, at path: Path) throws -> Node {
-        // (A priority is not a child: that path is read the long way.)
+        if path.keys == [".priority"] {  // (a value's own priority: its first tag says whether it has one)
+            var r = ByteReader(bytes)
+            guard try r.u8() == Tag.withPriority.rawValue else { return .empty }
+            return try decode(&r, depth: 1)
+        }
+        // (A priority is not a child: a path through one is read the long way.)
         if path.keys.contains(".priority") { return try decode(bytes).getChild(path) }
         var r = ByteReader(bytes)
         guard try seek(&r, to: path) else { return .empty }
