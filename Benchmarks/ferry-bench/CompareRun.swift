@@ -169,9 +169,7 @@ struct CompareRun: AsyncParsableCommand {
                 let db = try Database.open(at: directory, options: options)
                 opened = db
                 let asked = clock.now
-                let byPriority = engine == "ferry-priority"
-            let query = byPriority ? try db.reference("posts").queryLimited(toLast: 10)
-                : try db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 10)
+                let query = try db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 10)
                 top = try await query.observeSingleEvent().children.map { "/posts/" + $0.key! }
                 result.querySeconds = seconds(asked.duration(to: clock.now))
             case "leveldb":

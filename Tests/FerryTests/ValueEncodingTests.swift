@@ -51,6 +51,20 @@ import Testing
         #expect(nonEmpty > 1_000 && withServerValues > 100)
     }
 
+    /// Reading a value's priority alone refuses damaged bytes as decoding the whole value does:
+    /// an unknown tag, a priority that is not a number or a string, a priority with no value.
+    @Test func aPriorityReadAloneRefusesWhatTheWholeDecodingRefuses() throws {
+        let priority = Path(keys: [".priority"])
+        for bad: [UInt8] in [[200], [10, 6, 0, 1], [10, 2, 1], [10, 3, 4], [10, 3, 4, 0], [10, 3, 4, 10, 3, 2, 1], [10]] {
+            #expect(throws: DatabaseError.self, "\(bad)") { try bad.withUnsafeBytes { try ValueCodec.decode($0, at: priority) } }
+            #expect(throws: DatabaseError.self, "\(bad)") { try bad.withUnsafeBytes { try ValueCodec.decode($0) } }
+        }
+        let good: [UInt8] = [10, 3, 4, 1]  // priority 2 on false
+        let whole = try good.withUnsafeBytes { try ValueCodec.decode($0) }
+        #expect(try good.withUnsafeBytes { try ValueCodec.decode($0, at: priority) } == whole.priority)
+        #expect(whole.priority == Node.leaf(.int(2), priority: .empty))
+    }
+
     /// Decoding the node at a path alone (an index reads one field of each child so) gives
     /// what decoding the whole value and taking that child gives, on random values with
     /// priorities, arrays and leaves, for paths that exist and paths that do not; so does the

@@ -399,8 +399,17 @@ extension ValueCodec {
     static func decode(_ bytes: UnsafeRawBufferPointer, at path: Path) throws -> Node {
         if path.keys == [".priority"] {  // (a value's own priority: its first tag says whether it has one)
             var r = ByteReader(bytes)
-            guard try r.u8() == Tag.withPriority.rawValue else { return .empty }
-            return try decode(&r, depth: 1)
+            guard let tag = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
+            guard tag == .withPriority else { return .empty }
+            // (Checked as the whole value's decoding checks it: a number or a string, then a value.)
+            guard r.offset < r.bytes.count, [Tag.int, .double, .string].contains(Tag(rawValue: r.bytes[r.offset])) else {
+                throw ByteReader.damaged("a priority that is not a number or a string")
+            }
+            let priority = try decode(&r, depth: 1)
+            guard r.offset < r.bytes.count, let inner = Tag(rawValue: r.bytes[r.offset]), inner != .withPriority, inner != .empty else {
+                throw ByteReader.damaged("a priority without a value")
+            }
+            return priority
         }
         // (A priority is not a child: a path through one is read the long way.)
         if path.keys.contains(".priority") { return try decode(bytes).getChild(path) }
