@@ -155,6 +155,14 @@ final class Engine: StoredValues, ServerCacheSource {
     /// Forgets payloads the log has written. It looks (the log's position is behind the log's
     /// lock) once per 64 records or 1 MiB appended: a written payload kept a little longer is
     /// read from here instead of from the log, the same bytes.
+    /// ``pruneRecent()`` at once, whatever was appended since the last (for tests), and how
+    /// many copies are then kept.
+    func pruneRecentNow() -> Int {
+        appendedSincePrune = (Int.max / 2, 0)
+        pruneRecent()
+        return recent.count
+    }
+
     func pruneRecent() {
         guard appendedSincePrune.records >= 64 || appendedSincePrune.bytes >= 1 << 20 else { return }
         appendedSincePrune = (0, 0)
