@@ -121,14 +121,14 @@ struct StoreScan: Sendable {
             return s
         }
 
-        let scans = scanSegments(found.map { ($0.name, $0.seq, $0.lsn) }, in: directory, deep: deep, resync: resync)
+        let files = found.map { (name: $0.name, seq: $0.seq, lsn: $0.lsn) }
+        let scans = scanSegments(files, in: directory, deep: deep, resync: resync)
         for (i, f) in found.enumerated() {
             let isNewest = i == found.count - 1
             // (Scanned here when not scanned ahead: few segments, or past a problem that ends a
             // strict scan, which returns before reaching it.)
             let seg = try (i < scans.count ? scans[i] : nil)?.get()
-                ?? SegmentScanner.scan(directory: directory, name: f.name, seq: f.seq, firstLSN: f.lsn,
-                                       options: .init(isNewest: isNewest, deep: deep, resync: resync))
+                ?? scanSegment(files, i, in: directory, deep: deep, resync: resync)
             if let h = seg.header {
                 if let id = s.storeID, id != h.storeID {
                     s.problems.append(StoreProblem(severity: .corruption, file: f.name, offset: 0,
@@ -178,6 +178,14 @@ struct StoreScan: Sendable {
         return s
     }
 
+    /// Scans segment `i` of `found` (the newest is the last).
+    private static func scanSegment(_ found: [(name: String, seq: UInt64, lsn: LSN)], _ i: Int, in directory: StoreDirectory,
+                                    deep: Bool, resync: Bool) throws -> SegmentScan {
+        let f = found[i]
+        return try SegmentScanner.scan(directory: directory, name: f.name, seq: f.seq, firstLSN: f.lsn,
+                                       options: .init(isNewest: i == found.count - 1, deep: deep, resync: resync))
+    }
+
     /// Scans the segments `found` (in sequence order) on up to two threads: each scan reads
     /// one file and modifies nothing, so scanning them at once finds what scanning them in turn
     /// finds, and the caller looks at the results in order as it would have. (Reading and
@@ -188,11 +196,7 @@ struct StoreScan: Sendable {
     private static func scanSegments(_ found: [(name: String, seq: UInt64, lsn: LSN)], in directory: StoreDirectory,
                                      deep: Bool, resync: Bool) -> [Result<SegmentScan, any Error>?] {
         @Sendable func scan(_ i: Int) -> Result<SegmentScan, any Error> {
-            let f = found[i]
-            return Result {
-                try SegmentScanner.scan(directory: directory, name: f.name, seq: f.seq, firstLSN: f.lsn,
-                                        options: .init(isNewest: i == found.count - 1, deep: deep, resync: resync))
-            }
+            Result { try scanSegment(found, i, in: directory, deep: deep, resync: resync) }
         }
         guard found.count >= 4 else { return [] }  // (the caller scans them in turn)
         final class Results: @unchecked Sendable {

@@ -97,13 +97,7 @@ extension Engine {
             if entry.isInline {
                 most = max(most, layer.value(entry).getChild(below).numChildren)
             } else if entry.ref.length > 0 {
-                let ref = entry.ref
-                let n = try? withPayload(ref.lsn) { _, payload -> Int in
-                    let start = Int(ref.offset), end = start + Int(ref.length)
-                    guard end <= payload.count else { return 0 }
-                    return try ValueCodec.childCount(UnsafeRawBufferPointer(rebasing: payload[start..<end]), at: below)
-                }
-                most = max(most, n ?? 0)
+                most = max(most, (try? withValue(entry.ref) { try ValueCodec.childCount($0, at: below) }) ?? 0)
             }
         }
         return most

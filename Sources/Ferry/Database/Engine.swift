@@ -197,13 +197,18 @@ final class Engine: StoredValues, ServerCacheSource {
         }
     }
 
+    /// Calls `body` with the encoded value `ref` names (valid during the call only).
+    func withValue<R>(_ ref: ValueRef, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
+        try withPayload(ref.lsn) { _, payload in
+            let start = Int(ref.offset), end = start + Int(ref.length)
+            guard end <= payload.count else { throw ByteReader.damaged("a value reference past the record's end") }
+            return try body(UnsafeRawBufferPointer(rebasing: payload[start..<end]))
+        }
+    }
+
     func node(_ ref: ValueRef) -> Node {
         do {
-            return try withPayload(ref.lsn) { _, payload in
-                let start = Int(ref.offset), end = start + Int(ref.length)
-                guard end <= payload.count else { throw ByteReader.damaged("a value reference past the record's end") }
-                return try ValueCodec.decode(UnsafeRawBufferPointer(rebasing: payload[start..<end]))
-            }
+            return try withValue(ref) { try ValueCodec.decode($0) }
         } catch {
             fail(error, reading: ref.lsn)
             return .empty

@@ -322,22 +322,19 @@ final class LazyLocation: @unchecked Sendable {
         }
         var kept: [NamedNode] = []
         if let limited = filter as? LimitedFilter {
-            switch params.index {
-            case .child(let child):
-                // The window is chosen by each child's value at `child` alone (decoded alone,
-                // in a node holding just it); then the chosen children are read whole.
+            // The window is chosen by what orders the children alone — a child's value at a
+            // path (decoded alone, in a node holding just it) or the key (nothing decoded, for
+            // plain keys) — and only its children are then read whole.
+            let ordering: (cursor: ChildCursor, stands: (Node?) -> Node)? = switch params.index {
+            case .child(let child): (ChildCursor(self, decode: true, projection: child), { Node.empty.updatingChild(child, $0 ?? .empty) })
+            case .key: (ChildCursor(self, decode: false), { _ in .empty })
+            default: nil
+            }
+            if var (cursor, stands) = ordering {
                 kept = limited.selectWindow { body in
-                    var cursor = ChildCursor(self, decode: true, projection: child)
-                    while let (k, n) = cursor.next() { body(k, Node.empty.updatingChild(child, n ?? .empty)) }
+                    while let (k, n) = cursor.next() { body(k, stands(n)) }
                 }.map { NamedNode(name: $0.name, node: self.child($0.name)) }
-            case .key:
-                // Chosen by key alone: for plain keys nothing is decoded until the window's
-                // children are read (other keys are looked up one by one by the cursor).
-                kept = limited.selectWindow { body in
-                    var cursor = ChildCursor(self, decode: false)
-                    while let (k, _) = cursor.next() { body(k, .empty) }
-                }.map { NamedNode(name: $0.name, node: self.child($0.name)) }
-            default:
+            } else {
                 kept = limited.selectWindow(walk)
             }
         } else if let ranged = filter as? RangedFilter {

@@ -401,15 +401,7 @@ extension ValueCodec {
             var r = ByteReader(bytes)
             guard let tag = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
             guard tag == .withPriority else { return .empty }
-            // (Checked as the whole value's decoding checks it: a number or a string, then a value.)
-            guard r.offset < r.bytes.count, [Tag.int, .double, .string].contains(Tag(rawValue: r.bytes[r.offset])) else {
-                throw ByteReader.damaged("a priority that is not a number or a string")
-            }
-            let priority = try decode(&r, depth: 1)
-            guard r.offset < r.bytes.count, let inner = Tag(rawValue: r.bytes[r.offset]), inner != .withPriority, inner != .empty else {
-                throw ByteReader.damaged("a priority without a value")
-            }
-            return priority
+            return try priority(&r, depth: 1)
         }
         // (A priority is not a child: a path through one is read the long way.)
         if path.keys.contains(".priority") { return try decode(bytes).getChild(path) }

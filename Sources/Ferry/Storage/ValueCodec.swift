@@ -113,13 +113,7 @@ enum ValueCodec {
         case .incrementInt: return .leaf(.deferred(ServerValue.increment(try r.signed())), priority: .empty)
         case .incrementDouble: return .leaf(.deferred(ServerValue.increment(try finite(r.double()))), priority: .empty)
         case .withPriority:
-            guard r.offset < r.bytes.count, [Tag.int, .double, .string].contains(Tag(rawValue: r.bytes[r.offset])) else {
-                throw ByteReader.damaged("a priority that is not a number or a string")
-            }
-            let p = try decode(&r, depth: depth)
-            guard r.offset < r.bytes.count, let inner = Tag(rawValue: r.bytes[r.offset]), inner != .withPriority, inner != .empty else {
-                throw ByteReader.damaged("a priority without a value")
-            }
+            let p = try priority(&r, depth: depth)
             return try decode(&r, depth: depth).updatingPriority(p)
         case .children:
             let n = try r.varintCount()
@@ -139,6 +133,19 @@ enum ValueCodec {
 }
 
 extension ValueCodec {
+    /// The priority after a `withPriority` tag, checked: a number or a string, followed by a
+    /// value (where `r` is left).
+    static func priority(_ r: inout ByteReader, depth: Int) throws -> Node {
+        guard r.offset < r.bytes.count, [Tag.int, .double, .string].contains(Tag(rawValue: r.bytes[r.offset])) else {
+            throw ByteReader.damaged("a priority that is not a number or a string")
+        }
+        let p = try decode(&r, depth: depth)
+        guard r.offset < r.bytes.count, let inner = Tag(rawValue: r.bytes[r.offset]), inner != .withPriority, inner != .empty else {
+            throw ByteReader.damaged("a priority without a value")
+        }
+        return p
+    }
+
     /// A stored number: only finite ones are ever written (NaN and infinities are refused on
     /// the way in), so any other is damage — and would not equal itself in a node.
     private static func finite(_ d: Double) throws -> Double {
