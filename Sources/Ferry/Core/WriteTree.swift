@@ -144,7 +144,7 @@ final class WriteTree {
             i -= 1
         }
         if !wasVisible { return false }
-        if overlaps {
+        if overlaps || overlay.hasEntriesAboveTheirWrites {
             rebuildOverlay()
         } else if let removedRecord {
             for p in removedRecord.writtenPaths { overlay.removeSubtree(p) }
@@ -169,6 +169,10 @@ final class WriteTree {
         guard visible else {
             hidden.remove(writeID)
             return false
+        }
+        if overlay.hasEntriesAboveTheirWrites {
+            rebuildOverlay()
+            return true
         }
         var own: [[UInt8]] = []
         for path in writtenPaths {
@@ -314,9 +318,7 @@ final class WriteTree {
         if below.isEmpty { return server() }
         // No write at `path`: without complete server data there, nothing is complete.
         guard let serverNode = server() else { return nil }
-        if let node = overlay.layered(below, onto: serverNode) { return node }
-        let subMerge = childCompoundWrite(overlay, at: path)
-        return subMerge.isEmpty ? serverNode : subMerge.apply(to: serverNode)
+        return overlay.layered(below, onto: serverNode)
     }
 
     /// The children at `path` known completely: from writes, or server children with writes on top.

@@ -191,12 +191,6 @@ final class Engine: StoredValues, ServerCacheSource {
 
     // MARK: StoredValues
 
-    func firstByte(_ ref: ValueRef) -> UInt8? {
-        try? withPayload(ref.lsn) { _, payload in
-            Int(ref.offset) < payload.count ? payload[Int(ref.offset)] : nil
-        }
-    }
-
     /// Calls `body` with the encoded value `ref` names (valid during the call only).
     func withValue<R>(_ ref: ValueRef, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
         try withPayload(ref.lsn) { _, payload in
@@ -206,14 +200,7 @@ final class Engine: StoredValues, ServerCacheSource {
         }
     }
 
-    func node(_ ref: ValueRef) -> Node {
-        do {
-            return try withValue(ref) { try ValueCodec.decode($0) }
-        } catch {
-            fail(error, reading: ref.lsn)
-            return .empty
-        }
-    }
+    func readFailed(_ error: any Error, lsn: UInt64) { fail(error, reading: lsn) }
 
     func writeRecord(_ id: Int64) -> WriteRecord? {
         do {

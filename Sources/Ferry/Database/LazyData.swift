@@ -59,29 +59,6 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
         }
     }
 
-    func firstByte(_ ref: ValueRef) -> UInt8? {
-        try? withValue(ref) { $0.first }
-    }
-
-    func node(_ ref: ValueRef) -> Node {
-        do {
-            return try withValue(ref) { try ValueCodec.decode($0) }
-        } catch {
-            report(error, ref.lsn)
-            return .empty
-        }
-    }
-
-    /// The node at `path` below the value `ref` names, decoding only that node.
-    func node(_ ref: ValueRef, at path: Path) -> Node {
-        do {
-            return try withValue(ref) { try ValueCodec.decode($0, at: path) }
-        } catch {
-            report(error, ref.lsn)
-            return .empty
-        }
-    }
-
     /// Whether the stored value `ref` names carries a priority, read from its first byte.
     func hasPriority(_ ref: ValueRef) -> Bool {
         do {
@@ -91,6 +68,8 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
             return false
         }
     }
+
+    func readFailed(_ error: any Error, lsn: UInt64) { report(error, lsn) }
 
     private func report(_ error: any Error, _ lsn: UInt64) {
         if stale { return }  // (read again under the lock: not a failure)

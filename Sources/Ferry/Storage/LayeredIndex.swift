@@ -56,10 +56,59 @@ extension ValueRef {
 
 /// Where stored values are read from (the database's log).
 protocol ValueReader: AnyObject {
-    func node(_ ref: ValueRef) -> Node
+    /// Calls `body` with the encoded value `ref` names (valid during the call only).
+    func withValue<R>(_ ref: ValueRef, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R
+    /// Told of a stored value that could not be read (the reader's owner decides what follows).
+    func readFailed(_ error: any Error, lsn: UInt64)
+}
+
+extension ValueReader {
+    func node(_ ref: ValueRef) -> Node {
+        do {
+            return try withValue(ref) { try ValueCodec.decode($0) }
+        } catch {
+            readFailed(error, lsn: ref.lsn)
+            return .empty
+        }
+    }
+
+    /// The node at `path` below the value `ref` names, decoding only that node.
+    func node(_ ref: ValueRef, at path: Path) -> Node {
+        do {
+            return try withValue(ref) { try ValueCodec.decode($0, at: path) }
+        } catch {
+            readFailed(error, lsn: ref.lsn)
+            return .empty
+        }
+    }
+
+    /// Where the priority of the node at `path` below the value `ref` names is stored (a value
+    /// of its own), or nil when that node has none.
+    func priorityRef(_ ref: ValueRef, at path: Path) -> ValueRef? {
+        do {
+            guard let r = try withValue(ref, { try ValueCodec.priorityRange($0, at: path) }) else { return nil }
+            return ValueRef(lsn: ref.lsn, offset: ref.offset + UInt32(r.lowerBound), length: UInt32(r.count))
+        } catch {
+            readFailed(error, lsn: ref.lsn)
+            return nil
+        }
+    }
+
+    /// Whether the node at `path` below the value `ref` names is empty, read from its tag.
+    func isEmpty(_ ref: ValueRef, at path: Path) -> Bool {
+        do {
+            return try withValue(ref) { try ValueCodec.isEmpty($0, at: path) }
+        } catch {
+            readFailed(error, lsn: ref.lsn)
+            return true
+        }
+    }
+
     /// The first byte of the stored value (nil when it cannot be read): whether it carries a
     /// priority, without decoding it.
-    func firstByte(_ ref: ValueRef) -> UInt8?
+    func firstByte(_ ref: ValueRef) -> UInt8? {
+        try? withValue(ref) { $0.first }
+    }
 }
 
 /// Complete values at paths, layered: setting a value at a path replaces everything below it,
@@ -96,6 +145,7 @@ final class LayeredIndex {
         copy.depthCounts = depthCounts
         copy.markerCount = markerCount
         copy.knowsPriorities = knowsPriorities
+        copy.hasEntriesAboveTheirWrites = hasEntriesAboveTheirWrites
         copy.reader = reader
         return copy
     }
@@ -156,32 +206,34 @@ final class LayeredIndex {
     }
 
     /// ``set(_:empty:at:)`` with the path's index key already made (`PathKey.encode(path)`).
+    ///
+    /// The entries stay what applying the writes in turn to one tree gives (Firebase's
+    /// `updateChild`), priorities included, wherever an entry at or above makes the data
+    /// complete (below none, the entries are a compound write, applied with priorities last):
+    /// - a priority written on an empty node changes nothing, so no entry is made for it;
+    /// - a leaf turned into an object keeps its priority (an entry at `.priority` below the
+    ///   marker carries it);
+    /// - a node with a priority that a removal below it empties loses the priority for good
+    ///   (the removal's entry moves up to it).
     func set(_ handle: ValueHandle, empty: Bool, at path: Path, key: [UInt8]) {
+        if path.keys.last == ".priority", isEmptyNode(at: path.parent!) == true { return }
         // An empty entry between here and a leaf above (a removal below the leaf, which changed
         // nothing) does not shield the leaf: look past it to the entry above.
         var searchFrom = path, searchKey = key
         while !empty, let (above, aboveEntry) = deepestChainEntry(searchFrom, key: searchKey, strictlyAbove: true) {
-            let keys = above.relative(to: path).keys
-            var node = value(aboveEntry)
-            if node.isEmpty && !above.isEmpty && !aboveEntry.isMarker {
+            if aboveEntry.isEmpty && !above.isEmpty && !aboveEntry.isMarker {
                 searchFrom = above
                 searchKey = PathKey.encode(above)
                 continue
             }
-            for j in 0..<keys.count {
+            let keys = above.relative(to: path).keys
+            // (A leaf at or below a removal passed over above is gone: nothing to turn.)
+            if let (j, node) = leafOnTheWay(aboveEntry, keys), node.isLeaf, above.count + j < searchFrom.count,
+               keys[j] != ".priority" {
                 let location = above.child(Path(keys: Array(keys[0..<j])))
-                if node.isLeaf {
-                    if keys[j] != ".priority" && !hasNonEmptyEntry(below: location) {
-                        let marker = LayeredEntry(ref: .emptyValue, empty: true, depth: location.count)
-                        let markerKey = PathKey.encode(location)
-                        willChange(markerKey)
-                        added(marker)
-                        index.replaceSubtree(markerKey, marker, removed: dropped)
-                    }
-                    break
+                if !hasNonEmptyEntry(below: location) {
+                    turnIntoObject(location, leaf: node, of: aboveEntry, at: Path(keys: Array(keys[0..<j])))
                 }
-                if node.isEmpty { break }
-                node = node.getImmediateChild(keys[j])
             }
             break
         }
@@ -189,19 +241,152 @@ final class LayeredIndex {
         let entry = makeEntry(handle, empty: empty, depth: path.count)
         added(entry)
         index.replaceSubtree(key, entry, removed: dropped)
+        if empty { forgetPrioritiesOfEmptiedNodes(above: path, key: key, handle: handle) }
     }
 
+    /// The last key of a priority's path, as an index key ends with it.
+    private static let priorityComponent: [UInt8] = Array(".priority".utf8) + [0]
+
+    /// Whether a non-empty entry lies below `path`, its own priority aside (which does not turn
+    /// a leaf into an object).
     private func hasNonEmptyEntry(below path: Path) -> Bool {
         let prefix = PathKey.encode(path)
+        let ownPriority = prefix.count + Self.priorityComponent.count
         var found = false
-        index.forEach(withPrefix: prefix) { k, e in if k.count > prefix.count && !e.isEmpty { found = true } }
+        index.forEach(withPrefix: prefix) { k, e in
+            if k.count > prefix.count && !e.isEmpty && !(k.count == ownPriority && k.starts(with: prefix) && k[prefix.count...].elementsEqual(Self.priorityComponent)) {
+                found = true
+            }
+        }
         return found
+    }
+
+    /// Puts an empty marker where `leaf` (at `relative` below the value of `source`) was, as a
+    /// value written below the leaf turns it into an object, and keeps the leaf's priority: the
+    /// one written at `location/.priority` if there is one, else its own (an entry at
+    /// `location/.priority` referring to where the leaf's value stores it).
+    private func turnIntoObject(_ location: Path, leaf: Node, of source: LayeredEntry, at relative: Path) {
+        let markerKey = PathKey.encode(location)
+        let priorityKey = markerKey + Self.priorityComponent
+        var carried: LayeredEntry?
+        if let written = index.get(priorityKey) {
+            carried = written.isInline ? makeEntry(.inline(value(written)), empty: written.isEmpty, depth: location.count + 1) : written
+        } else if !leaf.priority.isEmpty {
+            if source.isInline {
+                carried = makeEntry(.inline(leaf.priority), empty: false, depth: location.count + 1)
+            } else if let ref = reader?.priorityRef(source.ref, at: relative) {
+                carried = LayeredEntry(ref: ref, empty: false, depth: location.count + 1)
+            }
+        }
+        let marker = LayeredEntry(ref: .emptyValue, empty: true, depth: location.count)
+        willChange(markerKey)
+        added(marker)
+        index.replaceSubtree(markerKey, marker, removed: dropped)
+        if let carried {
+            added(carried)
+            if let old = index.set(priorityKey, carried) { dropped(old) }
+        }
+    }
+
+    /// After a removal at `path` (its value `handle`): a node above it that had a priority and
+    /// that the removal left empty loses the priority for good — a value written there again
+    /// starts without one, as in Firebase's tree, where layering the entries would bring it
+    /// back. The removal's entry moves up to the highest such node (everything below it is
+    /// empty now), and ``hasEntriesAboveTheirWrites`` becomes true.
+    private func forgetPrioritiesOfEmptiedNodes(above path: Path, key: [UInt8], handle: ValueHandle) {
+        var end = 0  // (the end of the key of the node at depth d)
+        for d in 0..<path.count {
+            if d > 0 {
+                while key[end] != 0 { end += 1 }
+                end += 1
+            }
+            let nodeKey = Array(key[0..<end])
+            let node = Path(keys: Array(path.keys.prefix(d)))
+            guard hasPriority(node, key: nodeKey), isEmptyNode(at: node) == true else { continue }
+            let entry = makeEntry(handle, empty: true, depth: d)
+            willChange(nodeKey)
+            added(entry)
+            index.replaceSubtree(nodeKey, entry, removed: dropped)
+            hasEntriesAboveTheirWrites = true
+            return
+        }
+    }
+
+    /// Whether an entry was moved above the path its write wrote (see
+    /// ``forgetPrioritiesOfEmptiedNodes(above:key:handle:)``), since the index was last emptied:
+    /// the write tree then re-layers its writes to remove one, rather than remove its entries.
+    private(set) var hasEntriesAboveTheirWrites = false
+
+    /// Whether the node at `path` (whose index key is `key`) has a priority where the entries
+    /// make it complete: one written at `path/.priority`, else the one its value carries.
+    private func hasPriority(_ path: Path, key: [UInt8]) -> Bool {
+        if depthCounts[path.count + 1] > 0, let written = index.get(key + Self.priorityComponent) { return !written.isEmpty }
+        guard let (chainPath, entry) = deepestChainEntry(path, key: key, strictlyAbove: false) else { return false }
+        if entry.isEmpty { return false }
+        let relative = chainPath.relative(to: path)
+        if entry.isInline { return !value(entry).getChild(relative).priority.isEmpty }
+        if relative.isEmpty && knowsPriorities { return entry.hasPriority }
+        return reader?.priorityRef(entry.ref, at: relative) != nil
+    }
+
+    /// Whether the data at `path` is empty, or nil when no entry at or above it makes it
+    /// complete. Reads the value at `path` alone, not the whole of an entry's value above it,
+    /// and usually less: a non-empty entry below it with nothing below that entry settles it.
+    func isEmptyNode(at path: Path) -> Bool? {
+        guard let (chainPath, entry) = deepestChainEntry(path) else { return nil }
+        let key = PathKey.encode(path), relative = chainPath.relative(to: path)
+        var w = PathIndex.Walker(index, atOrAfter: key)
+        if !w.isAtEnd && w.keyCount == key.count { w.advance() }  // (the node's own entry: the chain's)
+        var anyBelow = false
+        var previousKey: [UInt8] = [], buffer: [UInt8] = []
+        var previousSettles = false  // (the previous entry is neither empty nor a priority)
+        while key.withUnsafeBytes({ w.hasPrefix($0) }) {
+            anyBelow = true
+            w.key(into: &buffer)
+            if previousSettles && !buffer.starts(with: previousKey) { return false }  // (nothing below it)
+            previousSettles = !w.entry.isEmpty && !buffer.reversed().starts(with: Self.priorityComponent.reversed())
+            if previousSettles { swap(&previousKey, &buffer) }
+            w.advance()
+        }
+        if previousSettles { return false }
+        if !anyBelow {
+            if relative.isEmpty || entry.isEmpty { return entry.isEmpty }
+            if !entry.isInline { return reader?.isEmpty(entry.ref, at: relative) ?? true }
+        }
+        return layered(entries(below: path), onto: base(entry, at: relative)).isEmpty
+    }
+    /// Along `keys` from the value of `entry`, the first node that is a leaf or empty (see
+    /// ``ValueCodec/leafOnTheWay(_:_:)``), decoding that node alone.
+    private func leafOnTheWay(_ entry: LayeredEntry, _ keys: [String]) -> (depth: Int, node: Node)? {
+        if entry.isEmpty { return keys.isEmpty ? nil : (0, .empty) }
+        guard !entry.isInline, let reader else {
+            var node = value(entry)
+            for (j, key) in keys.enumerated() {
+                if node.isLeaf || node.isEmpty { return (j, node) }
+                if key == ".priority" { return nil }
+                node = node.getImmediateChild(key)
+            }
+            return nil
+        }
+        do {
+            return try reader.withValue(entry.ref) { try ValueCodec.leafOnTheWay($0, keys) }
+        } catch {
+            reader.readFailed(error, lsn: entry.ref.lsn)
+            return nil
+        }
+    }
+
+    /// The node at `relative` below the value of `entry`, decoding that node alone.
+    private func base(_ entry: LayeredEntry, at relative: Path) -> Node {
+        if relative.isEmpty || entry.isInline || entry.isEmpty { return value(entry).getChild(relative) }
+        return reader?.node(entry.ref, at: relative) ?? .empty
     }
 
     /// Puts back a stored entry exactly as a checkpoint kept it (no markers: they are kept too).
     /// Entries come in key order, so this appends; the caller has checked that `key` is a
     /// path's key, of the entry's depth (format 5 and older, an entry at a time).
     func restore(_ entry: LayeredEntry, key: UnsafeRawBufferPointer) {
+        if entry.isEmpty && !entry.isMarker { hasEntriesAboveTheirWrites = true }  // (it may be one)
         added(entry)
         if let old = index.append(key, entry) { dropped(old) }
     }
@@ -210,7 +395,10 @@ final class LayeredIndex {
     /// every entry here; the caller has checked the keys (paths, rising) and the entries'
     /// depths (see ``PathIndex/appendChunk(prefix:suffixes:ends:entries:)``).
     func restoreChunk(prefix: [UInt8], suffixes: [UInt8], ends: [UInt32], entries: [LayeredEntry]) {
-        for e in entries { added(e) }
+        for e in entries {
+            if e.isEmpty && !e.isMarker { hasEntriesAboveTheirWrites = true }  // (it may be one)
+            added(e)
+        }
         index.appendChunk(prefix: prefix, suffixes: suffixes, ends: ends, entries: entries)
     }
 
@@ -282,6 +470,7 @@ final class LayeredIndex {
         for d in depthCounts.indices { depthCounts[d] = 0 }
         markerCount = 0
         knowsPriorities = true
+        hasEntriesAboveTheirWrites = false
     }
 
     /// The deepest entry from the root down to `path` (or to its parent).
@@ -324,27 +513,32 @@ final class LayeredIndex {
     /// The complete data at `path`, or nil when no entry at or above it makes it complete.
     func completeNode(at path: Path) -> Node? {
         guard let (chainPath, entry) = deepestChainEntry(path) else { return nil }
-        let base = value(entry).getChild(chainPath.relative(to: path))
-        let below = entries(below: path)
-        return layered(below, onto: base) ?? below.reduce(base) { $0.updatingChild($1.path, value($1.entry)) }
+        return layered(entries(below: path), onto: base(entry, at: chainPath.relative(to: path)), folded: true)
     }
 
-    /// `base` with `entries` (paths relative to it, in key order) layered on: the node that
-    /// `updatingChild` for each in turn gives, built a level at a time — each node's new
-    /// children sorted and merged once, not copied per entry (which is quadratic for a
-    /// location with many children). Nil when a path holds a `.priority` key, whose order of
-    /// application matters: the caller then layers one entry at a time.
-    func layered(_ entries: [(path: Path, entry: LayeredEntry)], onto base: Node) -> Node? {
-        if entries.contains(where: { $0.path.keys.contains(".priority") }) { return nil }
+    /// `base` with `entries` (paths relative to it, in key order) layered on, built a level at
+    /// a time — each node's new children sorted and merged once, not copied per entry (which
+    /// is quadratic for a location with many children) — and the priorities last, each on its
+    /// node as the other entries left it (an empty node takes none).
+    ///
+    /// Below an entry (and everywhere when `folded`: `base` is an entry's value), ``set(_:empty:at:)``
+    /// kept the entries what applying the writes in turn gives, so a node keeps its priority
+    /// unless it ends empty. Elsewhere the entries are a compound write over other data, applied
+    /// as Firebase's `CompoundWrite` applies one: the changes to a node's children in key order,
+    /// a node that one of them leaves empty losing its priority.
+    func layered(_ entries: [(path: Path, entry: LayeredEntry)], onto base: Node, folded: Bool = false) -> Node {
         guard !entries.isEmpty else { return base }
         var i = 0
         var node = base
-        while i < entries.count { node = layer(node, depth: 0, entries, &i) }
+        let priorities = entries.filter { $0.path.keys.last == ".priority" }
+        let others = priorities.isEmpty ? entries : entries.filter { $0.path.keys.last != ".priority" }
+        while i < others.count { node = layer(node, depth: 0, others, &i, folded: folded) }
+        for p in priorities { node = node.updatingChild(p.path, value(p.entry)) }
         return node
     }
 
     /// Layers the run of entries from `i` that share the first `d` keys of `entries[i]`.
-    private func layer(_ node: Node, depth d: Int, _ entries: [(path: Path, entry: LayeredEntry)], _ i: inout Int) -> Node {
+    private func layer(_ node: Node, depth d: Int, _ entries: [(path: Path, entry: LayeredEntry)], _ i: inout Int, folded: Bool) -> Node {
         let prefix = entries[i].path.keys[0..<d]
         func inRun(_ j: Int, _ depth: Int) -> Bool {
             j < entries.count && entries[j].path.count > depth && entries[j].path.keys[0..<d] == prefix
@@ -353,16 +547,20 @@ final class LayeredIndex {
         while inRun(i, d) {
             let key = entries[i].path.keys[d]
             var child: Node
+            var childFolded = folded
             if entries[i].path.count == d + 1 {
                 child = value(entries[i].entry)
+                childFolded = true
                 i += 1
             } else {
                 child = node.getImmediateChild(key)
             }
-            if inRun(i, d + 1) && entries[i].path.keys[d] == key { child = layer(child, depth: d + 1, entries, &i) }
+            if inRun(i, d + 1) && entries[i].path.keys[d] == key { child = layer(child, depth: d + 1, entries, &i, folded: childFolded) }
             changes.append((key, child))
         }
-        return node.updatingImmediateChildren(changes)
+        let result = node.updatingImmediateChildren(changes)
+        if folded && !result.isEmpty && result.priority.isEmpty && !node.priority.isEmpty { return result.updatingPriority(node.priority) }
+        return result
     }
 
     func isComplete(at path: Path) -> Bool { deepestChainEntry(path) != nil }

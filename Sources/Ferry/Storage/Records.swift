@@ -410,6 +410,25 @@ extension ValueCodec {
         return try decode(&r, depth: path.count)
     }
 
+    /// Whether the node at `path` below the encoded value is empty (none is there, or null).
+    static func isEmpty(_ bytes: UnsafeRawBufferPointer, at path: Path) throws -> Bool {
+        if path.keys.contains(".priority") { return try decode(bytes, at: path).isEmpty }
+        var r = ByteReader(bytes)
+        guard try seek(&r, to: path) else { return true }
+        return try r.u8() == Tag.empty.rawValue
+    }
+
+    /// Where the priority of the node at `path` below the encoded value lies in `bytes` (itself
+    /// an encoded value: a number or string leaf), or nil when that node has none.
+    static func priorityRange(_ bytes: UnsafeRawBufferPointer, at path: Path) throws -> Range<Int>? {
+        if path.keys.contains(".priority") { return nil }  // (a priority has none)
+        var r = ByteReader(bytes)
+        guard try seek(&r, to: path), try r.u8() == Tag.withPriority.rawValue else { return nil }
+        let start = r.offset
+        _ = try priority(&r, depth: path.count)
+        return start..<r.offset
+    }
+
     /// How many children the node at `path` below the encoded value has, read from its header
     /// (nothing is decoded).
     static func childCount(_ bytes: UnsafeRawBufferPointer, at path: Path) throws -> Int {
@@ -434,27 +453,50 @@ extension ValueCodec {
     /// when there is none.
     private static func seek(_ r: inout ByteReader, to path: Path) throws -> Bool {
         for (depth, key) in path.keys.enumerated() {
-            guard try childrenTag(&r, depth: depth) == .children else { return false }  // (a leaf: nothing below it)
-            let n = try r.varintCount()
-            guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
-            var found = false
-            var wanted = key
-            try wanted.withUTF8 { wanted in
-                for _ in 0..<n {
-                    let k = try r.varintCount()
-                    guard k <= r.bytes.count - r.offset else { throw ByteReader.damaged("key longer than the record") }
-                    let name = UnsafeRawBufferPointer(rebasing: r.bytes[r.offset..<(r.offset + k)])
-                    r.offset += k
-                    if k == wanted.count && (k == 0 || memcmp(name.baseAddress!, wanted.baseAddress!, k) == 0) {
-                        found = true
-                        return
-                    }
-                    try skip(&r, depth: depth + 1)
-                }
-            }
-            guard found else { return false }
+            guard try childrenTag(&r, depth: depth) == .children, try seekChild(&r, key, depth: depth) else { return false }
         }
         return true
+    }
+
+    /// Moves `r` from just after a children tag at `depth` to the start of the child `key`'s
+    /// value; false when there is none.
+    private static func seekChild(_ r: inout ByteReader, _ key: String, depth: Int) throws -> Bool {
+        let n = try r.varintCount()
+        guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
+        var found = false
+        var wanted = key
+        try wanted.withUTF8 { wanted in
+            for _ in 0..<n {
+                let k = try r.varintCount()
+                guard k <= r.bytes.count - r.offset else { throw ByteReader.damaged("key longer than the record") }
+                let name = UnsafeRawBufferPointer(rebasing: r.bytes[r.offset..<(r.offset + k)])
+                r.offset += k
+                if k == wanted.count && (k == 0 || memcmp(name.baseAddress!, wanted.baseAddress!, k) == 0) {
+                    found = true
+                    return
+                }
+                try skip(&r, depth: depth + 1)
+            }
+        }
+        return found
+    }
+
+    /// Along `keys` from the top of the encoded value, the first node that is a leaf or empty
+    /// (the value itself, or the one after some of the keys, never after all of them — nor
+    /// past a `.priority` key), with how many keys lead to it; nil when objects lead all the
+    /// way. Decodes that node alone.
+    static func leafOnTheWay(_ bytes: UnsafeRawBufferPointer, _ keys: [String]) throws -> (depth: Int, node: Node)? {
+        var r = ByteReader(bytes)
+        for (depth, key) in keys.enumerated() {
+            let start = r.offset
+            if try childrenTag(&r, depth: depth) != .children {
+                r.offset = start
+                return (depth, try decode(&r, depth: depth))
+            }
+            if key == ".priority" { return nil }
+            guard try seekChild(&r, key, depth: depth) else { return depth + 1 < keys.count ? (depth + 1, .empty) : nil }
+        }
+        return nil
     }
 
     /// Steps over one encoded value without building it.

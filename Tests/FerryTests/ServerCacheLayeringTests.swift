@@ -1,0 +1,174 @@
+import FerryTestSupport
+import Foundation
+import Testing
+
+@testable @_spi(Server) import Ferry
+
+/// The server cache keeps each server write as an entry over the ones before it instead of one
+/// tree. Whatever the writes, reading it must give the tree that applying them one at a time
+/// gives (Firebase's cache is that tree), priorities included: leaves that values written
+/// below turn into objects, priorities written at `.priority` paths, locations emptied and
+/// written again.
+@Suite struct ServerCacheLayeringTests {
+    struct Rng {
+        var s: UInt64
+        mutating func next(_ n: Int) -> Int {
+            s = s &* 6364136223846793005 &+ 1442695040888963407
+            return Int((s >> 33) % UInt64(n))
+        }
+    }
+
+    static let keys = ["a", "b", "c"]
+
+    static func path(_ g: inout Rng, maxDepth: Int) -> Path {
+        Path(keys: (0..<g.next(maxDepth + 1)).map { _ in keys[g.next(keys.count)] })
+    }
+
+    static func priority(_ g: inout Rng) -> Value {
+        g.next(2) == 0 ? .int(Int64(g.next(5))) : .string("p\(g.next(3))")
+    }
+
+    static func value(_ g: inout Rng, depth: Int) -> Value {
+        switch g.next(depth > 1 ? 4 : 6) {
+        case 0: return .null
+        case 1: return .int(Int64(g.next(9)))
+        case 2: return [".value": .int(Int64(g.next(9))), ".priority": priority(&g)]
+        case 3: return .string("s\(g.next(4))")
+        default:
+            var object: [String: Value] = [:]
+            for _ in 0..<(1 + g.next(3)) { object[keys[g.next(keys.count)]] = value(&g, depth: depth + 1) }
+            if g.next(3) == 0 { object[".priority"] = priority(&g) }
+            return .object(object)
+        }
+    }
+
+    /// Every path of up to three keys, and the root.
+    static let allPaths: [Path] = {
+        var paths = [Path.root]
+        var level = [Path.root]
+        for _ in 0..<3 {
+            level = level.flatMap { p in keys.map { p.child($0) } }
+            paths += level
+        }
+        return paths
+    }()
+
+    static func expectSame(_ db: Database, _ model: Node, _ what: String, _ history: [String] = []) async throws {
+        for p in allPaths {
+            let got = try await db.reference(p.description).getData()
+            let want = model.getChild(p)
+            #expect(got.exportValue == want.value(export: true), "\(what): \(p)\n\(history.joined(separator: "\n"))")
+            if got.exportValue != want.value(export: true) { return }
+        }
+    }
+
+    /// Applies `rounds` random writes to `db` and to the model — the server's, or local ones
+    /// over a local write at the root (which the later ones fold into, in Firebase as here);
+    /// checks every path after each when `checkEach`.
+    static func play(_ db: Database, seed: UInt64, rounds: Int, local: Bool = false, checkEach: Bool) async throws -> Node {
+        var g = Rng(s: seed)
+        var model = Node.empty
+        var history: [String] = []
+        try await db.applyServerPut(at: "", [:])
+        if local { try await db.reference("").setValue([:]) }
+        for round in 0..<rounds {
+            let at = path(&g, maxDepth: 2)
+            let ref = try db.reference(at.description)
+            switch g.next(6) {
+            case 0, 1:
+                let v = value(&g, depth: at.count)
+                if local { try await ref.setValue(v) } else { try await db.applyServerPut(at: at.description, v) }
+                history.append("put \(at) \(v)")
+                model = model.updatingChild(at, try Node(v))
+            case 2, 3:
+                var children: [String: Value] = [:]
+                for _ in 0..<(1 + g.next(3)) {
+                    let first = keys[g.next(keys.count)]
+                    let rest = g.next(2) == 0 ? "" : "/" + keys[g.next(keys.count)]
+                    if children.keys.contains(where: { $0.hasPrefix(first) }) { continue }
+                    children[first + rest] = value(&g, depth: at.count + 1)
+                }
+                if local { try await ref.updateChildValues(children) } else { try await db.applyServerMerge(at: at.description, children) }
+                history.append("merge \(at) \(children)")
+                for k in children.keys.sorted() { model = model.updatingChild(at.child(Path(k)), try Node(children[k]!)) }
+            default:
+                let p: Value = g.next(4) == 0 ? .null : priority(&g)
+                if local { try await ref.setPriority(p) } else { try await db.applyServerPut(at: at.child(".priority").description, p) }
+                history.append("priority \(at) \(p)")
+                model = model.updatingChild(at.child(".priority"), try Node(p))
+            }
+            if checkEach { try await expectSame(db, model, "seed \(seed) round \(round)", history) }
+        }
+        return model
+    }
+
+    @Test func readingTheCacheEqualsApplyingItsWritesInOrder() async throws {
+        for seed in UInt64(1)...40 {
+            let db = Database.inMemory(options: quietOptions(.none))
+            _ = try await Self.play(db, seed: seed, rounds: 60, checkEach: true)
+        }
+    }
+
+    @Test func localWritesFoldedIntoOneAtTheRootReadAsApplyingThemInOrder() async throws {
+        for seed in UInt64(200)...240 {
+            let db = Database.inMemory(options: quietOptions(.none))
+            _ = try await Self.play(db, seed: seed, rounds: 60, local: true, checkEach: true)
+        }
+        for seed in UInt64(300)...308 {
+            let dir = try TemporaryDirectory()
+            var db = try Database.open(at: dir.path, options: quietOptions(.none))
+            let model = try await Self.play(db, seed: seed, rounds: 60, local: true, checkEach: seed == 300)
+            try await Self.expectSame(db, model, "seed \(seed) stored")
+            try await db.close()
+            db = try Database.open(at: dir.path, options: quietOptions(.none))
+            try await Self.expectSame(db, model, "seed \(seed) replayed")
+            try await db.close()
+        }
+    }
+
+    /// A removal that empties a node with a priority stands for that node as a whole while
+    /// an older write folds it in; once that write is acknowledged, it is a removal at its own
+    /// path again, and once it is acknowledged too, nothing is left of it.
+    @Test func aRemovalThatEmptiedAPrioritizedNodeShadowsOnlyItsPathOnceTheOlderWriteIsAcknowledged() async throws {
+        for stored in [false, true] {
+            let dir = try TemporaryDirectory()
+            let db = stored ? try Database.open(at: dir.path, options: quietOptions(.none)) : Database.inMemory(options: quietOptions(.none))
+            try await db.applyServerPut(at: "", [:])
+            let first = try await db.reference("c").setValue([".priority": 5, "q": 1])
+            let second = try await db.reference("c/q").removeValue()
+            #expect(try await db.reference("c").getData().exportValue == .null)
+            try await db.reference("c/z").setValue(2)
+            #expect(try await db.reference("c").getData().exportValue == ["z": 2], "the priority went with the last child")
+            try await db.reference("c/z").removeValue()
+
+            // The server acknowledges the first write (its value is now the server's), then
+            // another client adds a child.
+            try await db.acknowledgeWrites(through: first.writeID!)
+            try await db.applyServerPut(at: "c/y", 3)
+            let afterFirst = try await db.reference("c").getData().exportValue
+            #expect(afterFirst == [".priority": 5, "y": 3])
+            try await db.applyServerPut(at: "c/q", .null)
+            try await db.acknowledgeWrites(through: second.writeID!)
+            let afterBoth = try await db.reference("c").getData().exportValue
+            #expect(afterBoth == [".priority": 5, "y": 3])
+            try await db.close()
+        }
+    }
+
+    @Test func theStoredCacheEqualsItAfterAReopenAndACheckpoint() async throws {
+        for seed in UInt64(100)...115 {
+            let dir = try TemporaryDirectory()
+            var db = try Database.open(at: dir.path, options: quietOptions(.none))
+            let model = try await Self.play(db, seed: seed, rounds: 60, checkEach: seed == 100)
+            try await Self.expectSame(db, model, "seed \(seed) stored")
+            try await db.close()
+            db = try Database.open(at: dir.path, options: quietOptions(.none))
+            try await Self.expectSame(db, model, "seed \(seed) replayed")
+            try await db.checkpoint()
+            try await db.close()
+            db = try Database.open(at: dir.path, options: quietOptions(.none))
+            try await Self.expectSame(db, model, "seed \(seed) from a checkpoint")
+            try await db.close()
+        }
+    }
+}
