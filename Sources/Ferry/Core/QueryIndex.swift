@@ -62,7 +62,7 @@ enum QueryIndex: Hashable, Sendable {
         switch self {
         case .key: return false
         case .priority:
-            if case .children(let c, _) = node { return c.entries.contains { !$0.node.priority.isEmpty } }
+            if let c = node.childParts?.children { return c.entries.contains { !$0.node.priority.isEmpty } }
             return false
         case .value, .child: return node.numChildren > 1
         }
@@ -84,7 +84,7 @@ enum QueryIndex: Hashable, Sendable {
         switch self {
         case .priority: NamedNode(name: name, node: .leaf(.post, priority: value))
         case .key:
-            if case .leaf(.string(let s), _) = value { NamedNode(name: s, node: .empty) } else { NamedNode(name: name, node: .empty) }
+            if case .string(let s)? = value.leafValue { NamedNode(name: s, node: .empty) } else { NamedNode(name: name, node: .empty) }
         case .value: NamedNode(name: name, node: value)
         case .child(let path): NamedNode(name: name, node: Node.empty.updatingChild(path, value))
         }

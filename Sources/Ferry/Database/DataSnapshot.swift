@@ -155,7 +155,7 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
 
     /// The snapshot of child `key`, whose data is `node`.
     func child(_ key: String, _ node: Node) -> DataSnapshot {
-        DataSnapshot(ref: ref.childUnchecked(Path(keys: [key])), node: node, metadata: metadata)
+        DataSnapshot(ref: DatabaseReference(database: ref.database, path: ref.path.child(key)), node: node, metadata: metadata)
     }
 
     /// Decodes the value into a `Decodable` type (through JSON).

@@ -88,7 +88,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     private func checkBounds() throws {
         if params.index == .key {
             for (set, node) in [(params.startSet, params.startValue), (params.endSet, params.endValue)] where set {
-                if case .leaf(.string, _) = node { continue }
+                if case .string? = node.leafValue { continue }
                 throw DatabaseError(.invalidQuery, "with queryOrderedByKey, range values must be strings (keys)")
             }
         }

@@ -119,8 +119,8 @@ import Logging
     private static func count(_ node: Node) -> Int {
         switch node {
         case .empty, .max: return 0
-        case .leaf: return 1
-        case .children(let c, _): return c.entries.reduce(1) { $0 + count($1.node) }
+        case .plainLeaf, .prioritizedLeaf: return 1
+        case .plainChildren(let c), .prioritizedChildren(let c, _): return c.entries.reduce(1) { $0 + count($1.node) }
         }
     }
 }

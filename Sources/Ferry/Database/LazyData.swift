@@ -278,7 +278,7 @@ final class LazyLocation: @unchecked Sendable {
         while let (k, n) = cursor.next() {
             keys.append(k)
             var v = index.indexedValue(n ?? .empty)
-            if case .children = v { v = Self.anObject }  // objects all sort alike
+            if v.hasChildren { v = Self.anObject }  // objects all sort alike
             values.append(v)
         }
         var order = Array(values.indices)
@@ -350,6 +350,8 @@ struct ChildCursor {
     /// nil: the child's whole node.
     let projection: Path?
     private let reader: FrozenReader
+    /// Whether the location has a plan (asked once: reading the plan copies it).
+    private let planned: Bool
     private let layers: [LayeredIndex]
     private var walkers: [PathIndex<LayeredEntry>.Walker] = []
     private let pathKey: [UInt8]
@@ -369,6 +371,7 @@ struct ChildCursor {
         self.projection = projection
         reader = location.data.reader
         pathKey = location.pathKey
+        planned = location.plan != nil
         guard let plan = location.plan else {
             layers = []
             baseChildren = location.node.childMap.entries
@@ -399,7 +402,7 @@ struct ChildCursor {
 
     /// The next child: its key, and its node when decoded (nil means not empty, not decoded).
     mutating func next() -> (String, Node?)? {
-        guard location.plan != nil else {
+        guard planned else {
             guard baseNext < baseChildren.count else { return nil }
             defer { baseNext += 1 }
             return (baseChildren[baseNext].name, projected(baseChildren[baseNext].node))

@@ -128,26 +128,85 @@ struct ChildMap: Sendable, Equatable {
 
 /// A node of the data tree: empty (null), a leaf, or children; leaves and non-empty children
 /// may carry a priority (an empty, number or string leaf node). Immutable.
-indirect enum Node: Sendable {
+///
+/// Make nodes with ``leaf(_:priority:)`` and ``children(_:priority:)``, read them with
+/// ``leafParts`` and ``childParts``: a node without a priority — nearly every one — is held in
+/// place, not in an allocated box (a decoded post's fields cost no allocation each).
+enum Node: Sendable {
     case empty
-    case leaf(LeafValue, priority: Node)
-    case children(ChildMap, priority: Node)
+    /// A leaf without a priority.
+    case plainLeaf(LeafValue)
+    /// A leaf with a priority (never an empty one).
+    indirect case prioritizedLeaf(LeafValue, priority: Node)
+    /// Children (never none) without a priority.
+    case plainChildren(ChildMap)
+    /// Children (never none) with a priority (never an empty one).
+    indirect case prioritizedChildren(ChildMap, priority: Node)
     /// Greater than every other node; used only as a query boundary.
     case max
 
+    /// A leaf with `priority` (empty: none).
+    static func leaf(_ value: LeafValue, priority: Node) -> Node {
+        priority.isEmpty ? .plainLeaf(value) : .prioritizedLeaf(value, priority: priority)
+    }
+
+    /// Children (not none) with `priority` (empty: none).
+    static func children(_ children: ChildMap, priority: Node) -> Node {
+        priority.isEmpty ? .plainChildren(children) : .prioritizedChildren(children, priority: priority)
+    }
+
+    /// A leaf's value and priority; nil for any other node.
+    var leafParts: (value: LeafValue, priority: Node)? {
+        switch self {
+        case .plainLeaf(let v): (v, .empty)
+        case .prioritizedLeaf(let v, let p): (v, p)
+        default: nil
+        }
+    }
+
+    /// A leaf's value; nil for any other node.
+    var leafValue: LeafValue? {
+        switch self {
+        case .plainLeaf(let v), .prioritizedLeaf(let v, _): v
+        default: nil
+        }
+    }
+
+    /// The children and priority of a node that has children; nil for any other node.
+    var childParts: (children: ChildMap, priority: Node)? {
+        switch self {
+        case .plainChildren(let c): (c, .empty)
+        case .prioritizedChildren(let c, let p): (c, p)
+        default: nil
+        }
+    }
+
     var isEmpty: Bool { if case .empty = self { true } else { false } }
-    var isLeaf: Bool { if case .leaf = self { true } else { false } }
+    var isLeaf: Bool {
+        switch self {
+        case .plainLeaf, .prioritizedLeaf: true
+        default: false
+        }
+    }
+    var hasChildren: Bool {
+        switch self {
+        case .plainChildren, .prioritizedChildren: true
+        default: false
+        }
+    }
 
     var priority: Node {
         switch self {
-        case .leaf(_, let p), .children(_, let p): p
-        case .empty, .max: .empty
+        case .prioritizedLeaf(_, let p), .prioritizedChildren(_, let p): p
+        default: .empty
         }
     }
 
     var childMap: ChildMap {
-        if case .children(let c, _) = self { return c }
-        return ChildMap()
+        switch self {
+        case .plainChildren(let c), .prioritizedChildren(let c, _): c
+        default: ChildMap()
+        }
     }
 
     var numChildren: Int { childMap.count }
@@ -155,9 +214,12 @@ indirect enum Node: Sendable {
     func hasChild(_ key: String) -> Bool { !getImmediateChild(key).isEmpty }
 
     func getImmediateChild(_ key: String) -> Node {
-        if key == ".priority" { return priority }
-        if case .children(let c, _) = self { return c[key] ?? .empty }
-        return .empty
+        switch self {
+        case .plainChildren(let c): return key == ".priority" ? .empty : c[key] ?? .empty
+        case .prioritizedChildren(let c, let p): return key == ".priority" ? p : c[key] ?? .empty
+        case .prioritizedLeaf(_, let p): return key == ".priority" ? p : .empty
+        default: return .empty
+        }
     }
 
     func getChild(_ path: Path) -> Node {
@@ -171,8 +233,8 @@ indirect enum Node: Sendable {
 
     func updatingPriority(_ p: Node) -> Node {
         switch self {
-        case .leaf(let v, _): return .leaf(v, priority: p)
-        case .children(let c, _): return .children(c, priority: p)
+        case .plainLeaf(let v), .prioritizedLeaf(let v, _): return .leaf(v, priority: p)
+        case .plainChildren(let c), .prioritizedChildren(let c, _): return .children(c, priority: p)
         case .empty, .max: return self
         }
     }
@@ -180,13 +242,13 @@ indirect enum Node: Sendable {
     func updatingImmediateChild(_ key: String, _ child: Node) -> Node {
         if key == ".priority" { return updatingPriority(child) }
         switch self {
-        case .children(let c, let p):
-            let updated = c.updating(key, child)
-            return updated.isEmpty ? .empty : .children(updated, priority: p)
-        case .leaf(_, let p):
+        case .plainChildren, .prioritizedChildren:
+            let updated = childMap.updating(key, child)
+            return updated.isEmpty ? .empty : .children(updated, priority: priority)
+        case .plainLeaf, .prioritizedLeaf:
             // Removing a child of a leaf changes nothing; adding one replaces the leaf.
             if child.isEmpty { return self }
-            return .children(ChildMap().updating(key, child), priority: p)
+            return .children(ChildMap().updating(key, child), priority: priority)
         case .empty:
             if child.isEmpty { return self }
             return .children(ChildMap().updating(key, child), priority: .empty)
@@ -206,8 +268,8 @@ indirect enum Node: Sendable {
         var priority: Node
         var leaf: LeafValue?
         switch self {
-        case .children(let c, let p): base = c; priority = p; leaf = nil
-        case .leaf(let v, let p): base = ChildMap(); priority = p; leaf = v
+        case .plainChildren, .prioritizedChildren: base = childMap; priority = self.priority; leaf = nil
+        case .plainLeaf(let v), .prioritizedLeaf(let v, _): base = ChildMap(); priority = self.priority; leaf = v
         case .empty: base = ChildMap(); priority = .empty; leaf = nil
         case .max: return self
         }
@@ -278,7 +340,7 @@ indirect enum Node: Sendable {
 
     /// Calls `body` for each child in key order.
     func forEachChild(_ body: (String, Node) throws -> Void) rethrows {
-        if case .children(let c, _) = self { for e in c.entries { try body(e.name, e.node) } }
+        if let c = childParts?.children { for e in c.entries { try body(e.name, e.node) } }
     }
 
     /// The Realtime Database's value order for nodes: empty < leaves (by type, then value) <
@@ -291,10 +353,12 @@ indirect enum Node: Sendable {
         case (.empty, .empty): return 0
         case (.empty, _): return -1
         case (_, .empty): return 1
-        case let (.leaf(x, _), .leaf(y, _)): return LeafValue.compare(x, y)
-        case (.leaf, .children): return -1
-        case (.children, .leaf): return 1
-        case (.children, .children): return 0
+        default:
+            if let x = a.leafValue {
+                if let y = b.leafValue { return LeafValue.compare(x, y) }
+                return -1  // (a leaf before children)
+            }
+            return b.isLeaf ? 1 : 0
         }
     }
 }
@@ -303,8 +367,10 @@ extension Node: Equatable, Hashable {
     static func == (a: Node, b: Node) -> Bool {
         switch (a, b) {
         case (.empty, .empty), (.max, .max): return true
-        case let (.leaf(x, p), .leaf(y, q)): return x == y && p == q
-        case let (.children(x, p), .children(y, q)): return p == q && x == y
+        case let (.plainLeaf(x), .plainLeaf(y)): return x == y
+        case let (.prioritizedLeaf(x, p), .prioritizedLeaf(y, q)): return x == y && p == q
+        case let (.plainChildren(x), .plainChildren(y)): return x == y
+        case let (.prioritizedChildren(x, p), .prioritizedChildren(y, q)): return p == q && x == y
         default: return false
         }
     }
@@ -313,10 +379,11 @@ extension Node: Equatable, Hashable {
         switch self {
         case .empty: h.combine(0)
         case .max: h.combine(1)
-        case .leaf(let v, let p):
+        case .plainLeaf(let v), .prioritizedLeaf(let v, _):
             h.combine(v)
-            h.combine(p)
-        case .children(let c, let p):
+            h.combine(priority)
+        case .plainChildren(let c), .prioritizedChildren(let c, _):
+            let p = priority
             h.combine(c.count)
             for e in c.entries.prefix(8) {
                 h.combine(e.name)
@@ -334,10 +401,12 @@ extension Node {
     func value(export: Bool = false) -> Value {
         switch self {
         case .empty, .max: return .null
-        case .leaf(let v, let p):
-            if export, !p.isEmpty { return .object([".value": v.value, ".priority": p.value()]) }
+        case .plainLeaf(let v): return v.value
+        case .prioritizedLeaf(let v, let p):
+            if export { return .object([".value": v.value, ".priority": p.value()]) }
             return v.value
-        case .children(let c, let p):
+        case .plainChildren(let c), .prioritizedChildren(let c, _):
+            let p = priority
             var object: [String: Value] = [:]
             object.reserveCapacity(c.count + 1)
             var allIntegers = !export

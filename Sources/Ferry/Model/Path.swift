@@ -68,8 +68,23 @@ public struct Path: Hashable, Sendable, Comparable, CustomStringConvertible, Exp
     /// The parent location; nil for the root.
     var parent: Path? { isEmpty ? nil : Path(keys: Array(keys.dropLast())) }
 
-    func child(_ key: String) -> Path { Path(keys: keys + [key]) }
-    func child(_ path: Path) -> Path { path.isEmpty ? self : Path(keys: keys + path.keys) }
+    func child(_ key: String) -> Path {
+        var longer = [String]()
+        longer.reserveCapacity(keys.count + 1)
+        longer.append(contentsOf: keys)
+        longer.append(key)
+        return Path(keys: longer)
+    }
+
+    func child(_ path: Path) -> Path {
+        if path.isEmpty { return self }
+        if keys.isEmpty { return path }
+        var longer = [String]()
+        longer.reserveCapacity(keys.count + path.keys.count)
+        longer.append(contentsOf: keys)
+        longer.append(contentsOf: path.keys)
+        return Path(keys: longer)
+    }
 
     /// True when `self` is `other` or an ancestor of it.
     func contains(_ other: Path) -> Bool {

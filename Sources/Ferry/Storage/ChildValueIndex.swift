@@ -11,7 +11,7 @@ enum SortKey {
         out.removeAll(keepingCapacity: true)
         switch value {
         case .empty: out.append(0)
-        case .leaf(let v, _):
+        case .plainLeaf(let v), .prioritizedLeaf(let v, _):
             switch v {
             case .deferred, .post: out.append(1)
             case .bool(let b): out.append(contentsOf: [2, b ? 1 : 0])
@@ -23,7 +23,7 @@ enum SortKey {
                 out.append(4)
                 units(s, into: &out)
             }
-        case .children: out.append(5)
+        case .plainChildren, .prioritizedChildren: out.append(5)
         case .max: out.append(6)
         }
         if let n = KeyOrder.integerValue(key) {

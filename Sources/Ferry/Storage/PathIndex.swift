@@ -480,11 +480,12 @@ struct PathIndex<Entry> {
         func key(into out: inout [UInt8]) {
             let c = chunk, i = slot
             chunks.withUnsafeBufferPointer { all in
-                let ch = all[c]
-                let start = i == 0 ? 0 : Int(ch.ends[i - 1]), end = Int(ch.ends[i])
+                // (Each array through the buffer's element, not a copy of the chunk: that would
+                // retain and release its four arrays at every step.)
+                let start = i == 0 ? 0 : Int(all[c].ends[i - 1]), end = Int(all[c].ends[i])
                 out.removeAll(keepingCapacity: true)
-                ch.prefix.withUnsafeBufferPointer { out.append(contentsOf: $0) }
-                ch.suffixes.withUnsafeBufferPointer { out.append(contentsOf: UnsafeBufferPointer(rebasing: $0[start..<end])) }
+                all[c].prefix.withUnsafeBufferPointer { out.append(contentsOf: $0) }
+                all[c].suffixes.withUnsafeBufferPointer { out.append(contentsOf: UnsafeBufferPointer(rebasing: $0[start..<end])) }
             }
         }
         var entry: Entry { chunks[chunk].entries[slot] }

@@ -533,17 +533,18 @@ extension ValueCodec {
 enum ServerValueResolver {
     static func containsDeferred(_ node: Node) -> Bool {
         switch node {
-        case .leaf(.deferred, _): return true
-        case .children(let c, _): return c.entries.contains { containsDeferred($0.node) }
+        case .plainLeaf(.deferred), .prioritizedLeaf(.deferred, _): return true
+        case .plainChildren(let c), .prioritizedChildren(let c, _): return c.entries.contains { containsDeferred($0.node) }
         default: return false
         }
     }
 
     static func resolve(_ node: Node, existing: Node, time: Int64) -> Node {
         switch node {
-        case .leaf(.deferred(let sv), let p):
-            return resolveLeaf(sv, existing: existing, time: time).updatingPriority(p)
-        case .children(let c, let p):
+        case .plainLeaf(.deferred(let sv)), .prioritizedLeaf(.deferred(let sv), _):
+            return resolveLeaf(sv, existing: existing, time: time).updatingPriority(node.priority)
+        case .plainChildren(let c), .prioritizedChildren(let c, _):
+            let p = node.priority
             var entries = c.entries
             for i in entries.indices {
                 entries[i].node = resolve(entries[i].node, existing: existing.getImmediateChild(entries[i].name), time: time)
@@ -560,7 +561,7 @@ enum ServerValueResolver {
         if case .string("timestamp") = spec { return .leaf(.int(time), priority: .empty) }
         guard case .object(let inc) = spec, let delta = inc["increment"] else { return .empty }
         let base: LeafValue
-        if case .leaf(let v, _) = existing, v.doubleValue != nil { base = v } else { base = .int(0) }
+        if let v = existing.leafValue, v.doubleValue != nil { base = v } else { base = .int(0) }
         switch (base, delta) {
         case let (.int(a), .int(b)):
             let (sum, overflow) = a.addingReportingOverflow(b)

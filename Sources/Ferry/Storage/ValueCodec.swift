@@ -12,7 +12,8 @@ enum ValueCodec {
         switch node {
         case .empty, .max:
             w.u8(Tag.empty.rawValue)
-        case .leaf(let v, let p):
+        case .plainLeaf(let v), .prioritizedLeaf(let v, _):
+            let p = node.priority
             if !p.isEmpty {
                 w.u8(Tag.withPriority.rawValue)
                 encode(p, into: &w)
@@ -33,7 +34,8 @@ enum ValueCodec {
             case .post:
                 w.u8(Tag.empty.rawValue)
             }
-        case .children(let c, let p):
+        case .plainChildren(let c), .prioritizedChildren(let c, _):
+            let p = node.priority
             if !p.isEmpty {
                 w.u8(Tag.withPriority.rawValue)
                 encode(p, into: &w)
@@ -66,14 +68,16 @@ enum ValueCodec {
     static func sizeBound(_ node: Node) -> Int {
         switch node {
         case .empty, .max: return 1
-        case .leaf(let v, let p):
+        case .plainLeaf(let v), .prioritizedLeaf(let v, _):
+            let p = node.priority
             let own: Int
             switch v {
             case .string(let s): own = 11 + s.utf8.count
             default: own = 11
             }
             return own + (p.isEmpty ? 0 : 1 + sizeBound(p))
-        case .children(let c, let p):
+        case .plainChildren(let c), .prioritizedChildren(let c, _):
+            let p = node.priority
             var total = 11 + (p.isEmpty ? 0 : 1 + sizeBound(p))
             for e in c.entries { total += 10 + e.name.utf8.count + sizeBound(e.node) }
             return total
