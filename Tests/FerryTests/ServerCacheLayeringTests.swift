@@ -1,5 +1,6 @@
 import FerryTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 @testable @_spi(Server) import Ferry
@@ -153,6 +154,52 @@ import Testing
             #expect(afterBoth == [".priority": 5, "y": 3])
             try await db.close()
         }
+    }
+
+    /// The other ways a write's effect can lie outside its own entry: a removal moved up and
+    /// then shadowed by a newer write at its own path, reverted; a priority left out because
+    /// the node was empty, which stands on its own once the write below it is acknowledged.
+    @Test func writesFoldedIntoOtherEntriesComeBackWhenTheWriteTheyFoldedIntoGoes() async throws {
+        for stored in [false, true] {
+            let dir = try TemporaryDirectory()
+            let db = stored ? try Database.open(at: dir.path, options: quietOptions(.none)) : Database.inMemory(options: quietOptions(.none))
+            try await db.applyServerPut(at: "", [:])
+            _ = try await db.reference("c").setValue([".priority": 5, "q": 1])
+            let removal = try await db.reference("c/q").removeValue()
+            try await db.reference("c/q").setValue(7)
+            #expect(try await db.reference("c").getData().exportValue == ["q": 7])
+            try await db.acknowledgeWrite(removal.writeID!, rejected: true)
+            #expect(try await db.reference("c").getData().exportValue == [".priority": 5, "q": 7], "stored: \(stored)")
+
+            try await db.acknowledgeWrites(through: try await db.reference("c/q").setValue(7).writeID!)
+            let x = try await db.reference("x").removeValue()
+            try await db.reference("x").setPriority(5)
+            #expect(try await db.reference("x").getData().exportValue == .null)
+            try await db.acknowledgeWrites(through: x.writeID!)
+            try await db.applyServerPut(at: "x", ["b": 1])  // (another client's)
+            #expect(try await db.reference("x").getData().exportValue == [".priority": 5, "b": 1], "stored: \(stored)")
+            try await db.close()
+        }
+    }
+
+    /// Where no write covers a location, a listener's events and a read agree on what the
+    /// writes below it folded into: a child written whole, then changed below, its priority set
+    /// and its first child removed.
+    @Test func eventsAndReadsAgreeOnWritesFoldedBelowAnUnwrittenLocation() async throws {
+        let db = Database.inMemory(options: quietOptions(.none))
+        try await db.applyServerPut(at: "p", ["m": 1])
+        let p = try db.reference("p")
+        try await db.reference("p/n").setValue(["a": 1])
+        try await db.reference("p/n/b").setValue(2)
+        try await db.reference("p/n").setPriority(5)
+        try await db.reference("p/n/a").removeValue()
+        let read = try await p.getData()
+        #expect(read.exportValue == ["m": 1, "n": [".priority": 5, "b": 2]])
+        let shown = Mutex<[Value]>([])
+        p.observe(.value) { s in shown.withLock { $0.append(s.exportValue) } }
+        try await db.applyServerPut(at: "p/m", 2)
+        try await db.applyServerPut(at: "p", ["m": 3, "n": ["a": 9]])  // (the writes still shadow n)
+        #expect(shown.withLock { $0 } == [read.exportValue, ["m": 2, "n": [".priority": 5, "b": 2]], ["m": 3, "n": [".priority": 5, "b": 2]]])
     }
 
     @Test func theStoredCacheEqualsItAfterAReopenAndACheckpoint() async throws {

@@ -143,8 +143,12 @@ final class WriteTree {
             }
             i -= 1
         }
+        if overlay.hasFoldedWrites {  // (even for a write shadowed since: its entry may have moved)
+            rebuildOverlay()
+            return true
+        }
         if !wasVisible { return false }
-        if overlaps || overlay.hasEntriesAboveTheirWrites {
+        if overlaps {
             rebuildOverlay()
         } else if let removedRecord {
             for p in removedRecord.writtenPaths { overlay.removeSubtree(p) }
@@ -170,7 +174,7 @@ final class WriteTree {
             hidden.remove(writeID)
             return false
         }
-        if overlay.hasEntriesAboveTheirWrites {
+        if overlay.hasFoldedWrites {
             rebuildOverlay()
             return true
         }
@@ -239,6 +243,7 @@ final class WriteTree {
         guard id > lastWriteID, PathKey.depth(key) != nil else { return false }
         pending.append(id, flags: flags, key: key)
         if flags & PendingList.visibleFlag == 0 { hidden.insert(id) }
+        if Self.isPriorityKey(key) { overlay.noteFoldedWrites() }  // (it may have been left out)
         lastWriteID = id
         return true
     }
@@ -256,6 +261,7 @@ final class WriteTree {
             let end = Int(keyEnds[i])
             guard ids[i] > last, flags[i] <= PendingList.overwriteFlag | PendingList.visibleFlag, start <= end, end <= keys.count,
                   PathKey.depth(UnsafeRawBufferPointer(rebasing: keys[start..<end])) != nil else { return false }
+            if Self.isPriorityKey(UnsafeRawBufferPointer(rebasing: keys[start..<end])) { overlay.noteFoldedWrites() }  // (it may have been left out)
             last = ids[i]
             start = end
         }
@@ -263,6 +269,13 @@ final class WriteTree {
         for i in ids.indices where flags[i] & PendingList.visibleFlag == 0 { hidden.insert(ids[i]) }
         lastWriteID = last
         return true
+    }
+
+    /// Whether a path key's last key is `.priority`.
+    static func isPriorityKey(_ key: UnsafeRawBufferPointer) -> Bool {
+        let last = Array(".priority".utf8) + [0]
+        guard key.count >= last.count, key[(key.count - last.count)...].elementsEqual(last) else { return false }
+        return key.count == last.count || key[key.count - last.count - 1] == 0
     }
 
     // MARK: The layered visible writes
@@ -277,8 +290,15 @@ final class WriteTree {
 
     static func childCompoundWrite(_ overlay: LayeredIndex, at path: Path) -> CompoundWrite {
         if let node = overlay.completeNode(at: path) { return CompoundWrite(tree: ImmutableTree(node)) }
+        // Each topmost entry below `path` as one write: the node it and the entries below it
+        // give (the later writes folded into it, as Firebase's write tree folds them).
         var result = CompoundWrite.empty
-        for (relative, e) in overlay.entries(below: path) { result.addWrite(overlay.value(e), at: relative) }
+        var top: Path?
+        for (relative, e) in overlay.entries(below: path) {
+            if let top, top.contains(relative) { continue }
+            top = relative
+            result.addWrite(overlay.completeNode(at: path.child(relative)) ?? overlay.value(e), at: relative)
+        }
         return result
     }
 

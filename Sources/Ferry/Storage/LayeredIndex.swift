@@ -94,7 +94,19 @@ extension ValueReader {
         }
     }
 
-    /// Whether the node at `path` below the value `ref` names is empty, read from its tag.
+    /// How many children the node at `path` below the value `ref` names has, read from its
+    /// header (0 for a leaf, none, or a value that cannot be read).
+    func childCount(_ ref: ValueRef, at path: Path) -> Int {
+        do {
+            return try withValue(ref) { try ValueCodec.childCount($0, at: path) }
+        } catch {
+            readFailed(error, lsn: ref.lsn)
+            return 0
+        }
+    }
+
+    /// Whether the node at `path` below the value `ref` names is empty, read from its tag
+    /// (true for a value that cannot be read).
     func isEmpty(_ ref: ValueRef, at path: Path) -> Bool {
         do {
             return try withValue(ref) { try ValueCodec.isEmpty($0, at: path) }
@@ -145,7 +157,7 @@ final class LayeredIndex {
         copy.depthCounts = depthCounts
         copy.markerCount = markerCount
         copy.knowsPriorities = knowsPriorities
-        copy.hasEntriesAboveTheirWrites = hasEntriesAboveTheirWrites
+        copy.hasFoldedWrites = hasFoldedWrites
         copy.reader = reader
         return copy
     }
@@ -216,7 +228,10 @@ final class LayeredIndex {
     /// - a node with a priority that a removal below it empties loses the priority for good
     ///   (the removal's entry moves up to it).
     func set(_ handle: ValueHandle, empty: Bool, at path: Path, key: [UInt8]) {
-        if path.keys.last == ".priority", isEmptyNode(at: path.parent!) == true { return }
+        if path.keys.last == ".priority", isEmptyNode(at: path.parent!) == true {
+            hasFoldedWrites = true  // (the write is in no entry)
+            return
+        }
         // An empty entry between here and a leaf above (a removal below the leaf, which changed
         // nothing) does not shield the leaf: look past it to the entry above.
         var searchFrom = path, searchKey = key
@@ -292,30 +307,36 @@ final class LayeredIndex {
     /// that the removal left empty loses the priority for good — a value written there again
     /// starts without one, as in Firebase's tree, where layering the entries would bring it
     /// back. The removal's entry moves up to the highest such node (everything below it is
-    /// empty now), and ``hasEntriesAboveTheirWrites`` becomes true.
+    /// empty now), and ``hasFoldedWrites`` becomes true.
     private func forgetPrioritiesOfEmptiedNodes(above path: Path, key: [UInt8], handle: ValueHandle) {
-        var end = 0  // (the end of the key of the node at depth d)
-        for d in 0..<path.count {
-            if d > 0 {
-                while key[end] != 0 { end += 1 }
-                end += 1
-            }
-            let nodeKey = Array(key[0..<end])
+        // Upwards from the parent while the nodes are empty (a non-empty one's ancestors are
+        // not): usually the parent is not, and that is all this costs.
+        var ends: [Int] = [0]  // (the end of the key of the node at each depth)
+        for (i, byte) in key.enumerated() where byte == 0 { ends.append(i + 1) }
+        var highest: Int?
+        for d in stride(from: path.count - 1, through: 0, by: -1) {
             let node = Path(keys: Array(path.keys.prefix(d)))
-            guard hasPriority(node, key: nodeKey), isEmptyNode(at: node) == true else { continue }
-            let entry = makeEntry(handle, empty: true, depth: d)
-            willChange(nodeKey)
-            added(entry)
-            index.replaceSubtree(nodeKey, entry, removed: dropped)
-            hasEntriesAboveTheirWrites = true
-            return
+            guard isEmptyNode(at: node) == true else { break }
+            if hasPriority(node, key: Array(key[0..<ends[d]])) { highest = d }
         }
+        guard let d = highest else { return }
+        let nodeKey = Array(key[0..<ends[d]])
+        let entry = makeEntry(handle, empty: true, depth: d)
+        willChange(nodeKey)
+        added(entry)
+        index.replaceSubtree(nodeKey, entry, removed: dropped)
+        hasFoldedWrites = true
     }
 
-    /// Whether an entry was moved above the path its write wrote (see
-    /// ``forgetPrioritiesOfEmptiedNodes(above:key:handle:)``), since the index was last emptied:
-    /// the write tree then re-layers its writes to remove one, rather than remove its entries.
-    private(set) var hasEntriesAboveTheirWrites = false
+    /// Whether, since the index was last emptied, a write's effect may lie in entries other than
+    /// its own: a removal's entry moved up to the node it emptied (see
+    /// ``forgetPrioritiesOfEmptiedNodes(above:key:handle:)``), a priority written on an empty
+    /// node left out, or entries restored from a checkpoint that may be either. The write tree
+    /// then re-layers its remaining writes to remove one, rather than remove its entries.
+    private(set) var hasFoldedWrites = false
+
+    /// Notes that a write's effect may lie in entries other than its own (see ``hasFoldedWrites``).
+    func noteFoldedWrites() { hasFoldedWrites = true }
 
     /// Whether the node at `path` (whose index key is `key`) has a priority where the entries
     /// make it complete: one written at `path/.priority`, else the one its value carries.
@@ -337,24 +358,45 @@ final class LayeredIndex {
         let key = PathKey.encode(path), relative = chainPath.relative(to: path)
         var w = PathIndex.Walker(index, atOrAfter: key)
         if !w.isAtEnd && w.keyCount == key.count { w.advance() }  // (the node's own entry: the chain's)
-        var anyBelow = false
-        var previousKey: [UInt8] = [], buffer: [UInt8] = []
+        var anyBelow = false, onlyRemovals = true
+        var previousKey: [UInt8] = [], buffer: [UInt8] = [], lastChild: [UInt8] = []
         var previousSettles = false  // (the previous entry is neither empty nor a priority)
+        var touchedChildren = 0
         while key.withUnsafeBytes({ w.hasPrefix($0) }) {
             anyBelow = true
             w.key(into: &buffer)
             if previousSettles && !buffer.starts(with: previousKey) { return false }  // (nothing below it)
-            previousSettles = !w.entry.isEmpty && !buffer.reversed().starts(with: Self.priorityComponent.reversed())
+            let isPriority = buffer.reversed().starts(with: Self.priorityComponent.reversed())
+            previousSettles = !w.entry.isEmpty && !isPriority
+            if !w.entry.isEmpty && !isPriority { onlyRemovals = false }
+            let child = buffer[key.count...].prefix { $0 != 0 }
+            if !child.elementsEqual(lastChild) {
+                touchedChildren += 1
+                lastChild = Array(child)
+            }
             if previousSettles { swap(&previousKey, &buffer) }
             w.advance()
         }
         if previousSettles { return false }
-        if !anyBelow {
-            if relative.isEmpty || entry.isEmpty { return entry.isEmpty }
-            if !entry.isInline { return reader?.isEmpty(entry.ref, at: relative) ?? true }
+        if entry.isEmpty && (!anyBelow || onlyRemovals) { return true }
+        if !anyBelow || onlyRemovals {
+            // The stored node, with only removals (and priorities) below it: not empty while it
+            // is a leaf (nothing below a leaf removes it) or has a child no removal touches.
+            let (exists, children): (Bool, Int)
+            if entry.isInline {
+                let node = value(entry).getChild(relative)
+                (exists, children) = (!node.isEmpty, node.numChildren)
+            } else if let reader {
+                (exists, children) = (!reader.isEmpty(entry.ref, at: relative), reader.childCount(entry.ref, at: relative))
+            } else {
+                (exists, children) = (false, 0)
+            }
+            if !exists { return true }
+            if children == 0 || children > touchedChildren { return false }
         }
         return layered(entries(below: path), onto: base(entry, at: relative)).isEmpty
     }
+
     /// Along `keys` from the value of `entry`, the first node that is a leaf or empty (see
     /// ``ValueCodec/leafOnTheWay(_:_:)``), decoding that node alone.
     private func leafOnTheWay(_ entry: LayeredEntry, _ keys: [String]) -> (depth: Int, node: Node)? {
@@ -386,7 +428,7 @@ final class LayeredIndex {
     /// Entries come in key order, so this appends; the caller has checked that `key` is a
     /// path's key, of the entry's depth (format 5 and older, an entry at a time).
     func restore(_ entry: LayeredEntry, key: UnsafeRawBufferPointer) {
-        if entry.isEmpty && !entry.isMarker { hasEntriesAboveTheirWrites = true }  // (it may be one)
+        if entry.isEmpty && !entry.isMarker { hasFoldedWrites = true }  // (it may be one)
         added(entry)
         if let old = index.append(key, entry) { dropped(old) }
     }
@@ -396,7 +438,7 @@ final class LayeredIndex {
     /// depths (see ``PathIndex/appendChunk(prefix:suffixes:ends:entries:)``).
     func restoreChunk(prefix: [UInt8], suffixes: [UInt8], ends: [UInt32], entries: [LayeredEntry]) {
         for e in entries {
-            if e.isEmpty && !e.isMarker { hasEntriesAboveTheirWrites = true }  // (it may be one)
+            if e.isEmpty && !e.isMarker { hasFoldedWrites = true }  // (it may be one)
             added(e)
         }
         index.appendChunk(prefix: prefix, suffixes: suffixes, ends: ends, entries: entries)
@@ -470,7 +512,7 @@ final class LayeredIndex {
         for d in depthCounts.indices { depthCounts[d] = 0 }
         markerCount = 0
         knowsPriorities = true
-        hasEntriesAboveTheirWrites = false
+        hasFoldedWrites = false
     }
 
     /// The deepest entry from the root down to `path` (or to its parent).
