@@ -54,8 +54,8 @@ import Testing
         return paths
     }()
 
-    static func expectSame(_ db: Database, _ model: Node, _ what: String, _ history: [String] = []) async throws {
-        for p in allPaths {
+    static func expectSame(_ db: Database, _ model: Node, _ what: String, _ history: [String] = [], root: Bool = true) async throws {
+        for p in allPaths where root || !p.isEmpty {
             let got = try await db.reference(p.description).getData()
             let want = model.getChild(p)
             #expect(got.exportValue == want.value(export: true), "\(what): \(p)\n\(history.joined(separator: "\n"))")
@@ -66,13 +66,15 @@ import Testing
     /// Applies `rounds` random writes to `db` and to the model — the server's, or local ones
     /// over a local write at the root (which the later ones fold into, in Firebase as here);
     /// checks every path after each when `checkEach`.
-    static func play(_ db: Database, seed: UInt64, rounds: Int, local: Bool = false, checkEach: Bool) async throws -> Node {
+    static func play(_ db: Database, seed: UInt64, rounds: Int, local: Bool = false, checkEach: Bool,
+                     midway: ((Database) async throws -> Void)? = nil) async throws -> Node {
         var g = Rng(s: seed)
         var model = Node.empty
         var history: [String] = []
         try await db.applyServerPut(at: "", [:])
         if local { try await db.reference("").setValue([:]) }
         for round in 0..<rounds {
+            if round == rounds / 2 { try await midway?(db) }
             let at = path(&g, maxDepth: 2)
             let ref = try db.reference(at.description)
             switch g.next(6) {
@@ -200,6 +202,77 @@ import Testing
         try await db.applyServerPut(at: "p/m", 2)
         try await db.applyServerPut(at: "p", ["m": 3, "n": ["a": 9]])  // (the writes still shadow n)
         #expect(shown.withLock { $0 } == [read.exportValue, ["m": 2, "n": [".priority": 5, "b": 2]], ["m": 3, "n": [".priority": 5, "b": 2]]])
+    }
+
+    /// Compaction restates the old server data after the records it keeps; replayed from the
+    /// log alone (no checkpoint), the kept records meet a cache without that data. The entries
+    /// that a removal and a priority left there must still come out as they were live.
+    @Test func aCompactedCacheReplaysToTheSamePrioritiesWithoutACheckpoint() async throws {
+        let dir = try TemporaryDirectory()
+        var o = quietOptions(.none)
+        o.segmentSize = 16 << 10
+        o.compactionSegments = nil
+        o.checkpointOnClose = false
+        let db = try Database.open(at: dir.path, options: o)
+        try await db.applyServerPut(at: "", ["c": [".priority": 5, "q": 1], "x": ["a": 1]])
+        var g = Rng(s: 9)
+        for i in 0..<48 {  // (little that compresses: the first records' segments fill and close)
+            try await db.applyServerPut(at: "fill/\(i)", .string(String((0..<900).map { _ in Character(UnicodeScalar(UInt8(33 + g.next(90)))) })))
+        }
+        try await db.reference("local").setValue(1)  // (pending: its segment and the later ones stay)
+        try await db.applyServerPut(at: "c/q", .null)  // (c empties: its priority goes)
+        try await db.applyServerPut(at: "x/a", .null)
+        try await db.applyServerPut(at: "x/.priority", 3)  // (x is empty: nothing)
+        try await db.applyServerPut(at: "c/z", 2)
+        try await db.applyServerPut(at: "x/b", 1)
+        func expectAsLive(_ db: Database, _ what: String) async throws {
+            #expect(try await db.reference("c").getData().exportValue == ["z": 2], "\(what)")
+            #expect(try await db.reference("x").getData().exportValue == ["b": 1], "\(what)")
+        }
+        try await expectAsLive(db, "live")
+        try await db.sync()
+        let report = try await db.compact()
+        #expect(!report.deletedSegments.isEmpty)
+        try await expectAsLive(db, "compacted")
+        try await db.close()
+        for f in try FileManager.default.contentsOfDirectory(atPath: dir.path) where f.hasPrefix("checkpoint-") {
+            try FileManager.default.removeItem(atPath: dir.path + "/" + f)
+        }
+        let again = try Database.open(at: dir.path, options: o)
+        try await expectAsLive(again, "replayed from the log alone")
+        try await again.close()
+    }
+
+    /// Random server writes, half of them before a pending local write and records enough to
+    /// close segments, half after; then a compaction, and the log replayed without a checkpoint.
+    @Test func aCompactedCacheOfRandomWritesReplaysAsItWasLive() async throws {
+        var compacted = 0
+        for seed in UInt64(500)...530 {
+            let dir = try TemporaryDirectory()
+            var o = quietOptions(.none)
+            o.segmentSize = 16 << 10
+            o.compactionSegments = nil
+            o.checkpointOnClose = false
+            let db = try Database.open(at: dir.path, options: o)
+            let model = try await Self.play(db, seed: seed, rounds: 60, checkEach: false) { db in
+                var g = Rng(s: seed)
+                for i in 0..<48 {
+                    try await db.applyServerPut(at: "fill/\(i)", .string(String((0..<900).map { _ in Character(UnicodeScalar(UInt8(33 + g.next(90)))) })))
+                }
+                try await db.reference("zz").setValue(1)  // (pending: its segment and the later ones stay)
+            }
+            try await db.sync()
+            if try await !db.compact().deletedSegments.isEmpty { compacted += 1 }
+            try await Self.expectSame(db, model, "seed \(seed) compacted", root: false)
+            try await db.close()
+            for f in try FileManager.default.contentsOfDirectory(atPath: dir.path) where f.hasPrefix("checkpoint-") {
+                try FileManager.default.removeItem(atPath: dir.path + "/" + f)
+            }
+            let again = try Database.open(at: dir.path, options: o)
+            try await Self.expectSame(again, model, "seed \(seed) replayed from the log alone", root: false)
+            try await again.close()
+        }
+        #expect(compacted > 20)
     }
 
     @Test func theStoredCacheEqualsItAfterAReopenAndACheckpoint() async throws {

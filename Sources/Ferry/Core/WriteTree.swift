@@ -243,7 +243,6 @@ final class WriteTree {
         guard id > lastWriteID, PathKey.depth(key) != nil else { return false }
         pending.append(id, flags: flags, key: key)
         if flags & PendingList.visibleFlag == 0 { hidden.insert(id) }
-        if Self.isPriorityKey(key) { overlay.noteFoldedWrites() }  // (it may have been left out)
         lastWriteID = id
         return true
     }
@@ -261,7 +260,6 @@ final class WriteTree {
             let end = Int(keyEnds[i])
             guard ids[i] > last, flags[i] <= PendingList.overwriteFlag | PendingList.visibleFlag, start <= end, end <= keys.count,
                   PathKey.depth(UnsafeRawBufferPointer(rebasing: keys[start..<end])) != nil else { return false }
-            if Self.isPriorityKey(UnsafeRawBufferPointer(rebasing: keys[start..<end])) { overlay.noteFoldedWrites() }  // (it may have been left out)
             last = ids[i]
             start = end
         }
@@ -269,13 +267,6 @@ final class WriteTree {
         for i in ids.indices where flags[i] & PendingList.visibleFlag == 0 { hidden.insert(ids[i]) }
         lastWriteID = last
         return true
-    }
-
-    /// Whether a path key's last key is `.priority`.
-    static func isPriorityKey(_ key: UnsafeRawBufferPointer) -> Bool {
-        let last = Array(".priority".utf8) + [0]
-        guard key.count >= last.count, key[(key.count - last.count)...].elementsEqual(last) else { return false }
-        return key.count == last.count || key[key.count - last.count - 1] == 0
     }
 
     // MARK: The layered visible writes

@@ -340,10 +340,11 @@ extension Database {
                         guard !entry.isInline && !entry.isMarker && entry.ref.lsn < cutoff else { return }
                         let p = PathKey.decode(k)
                         guard Engine.isKept(p, by: nowKept) else { return }
-                        let ref = entry.ref
-                        if let bytes = try? e.withPayload(ref.lsn, { _, payload in
-                            Array(UnsafeRawBufferPointer(rebasing: payload[Int(ref.offset)..<Int(ref.offset) + Int(ref.length)]))
-                        }) { late.append((p, bytes)) }
+                        if entry.isEmpty {
+                            late.append((p, [ValueCodec.Tag.empty.rawValue]))  // (a null, whatever its bytes)
+                        } else if let bytes = try? e.withValue(entry.ref, { Array($0) }) {
+                            late.append((p, bytes))
+                        }
                     }
                     var restater = Restater()
                     for (p, bytes) in late { try bytes.withUnsafeBytes { try restater.add(p, $0, e) } }

@@ -166,6 +166,7 @@ final class LayeredIndex {
     var count: Int { index.count }
 
     func value(_ entry: LayeredEntry) -> Node {
+        if entry.isEmpty { return .empty }  // (a priority left out is empty, though its bytes are not)
         if entry.isInline { return inline[entry.slot] ?? .empty }
         let ref = entry.ref
         return ref.length == 0 ? .empty : (reader?.node(ref) ?? .empty)
@@ -222,16 +223,16 @@ final class LayeredIndex {
     /// The entries stay what applying the writes in turn to one tree gives (Firebase's
     /// `updateChild`), priorities included, wherever an entry at or above makes the data
     /// complete (below none, the entries are a compound write, applied with priorities last):
-    /// - a priority written on an empty node changes nothing, so no entry is made for it;
+    /// - a priority written on an empty node changes nothing: its entry is empty;
     /// - a leaf turned into an object keeps its priority (an entry at `.priority` below the
     ///   marker carries it);
     /// - a node with a priority that a removal below it empties loses the priority for good
     ///   (the removal's entry moves up to it).
     func set(_ handle: ValueHandle, empty: Bool, at path: Path, key: [UInt8]) {
-        if path.keys.last == ".priority", isEmptyNode(at: path.parent!) == true {
-            hasFoldedWrites = true  // (the write is in no entry)
-            return
-        }
+        let isPriority = path.keys.last == ".priority"
+        // A priority on an empty node is left out: an empty entry (so that a value written
+        // there later has none, and a write it folded into can be told).
+        let empty = empty || (isPriority && isEmptyNode(at: path.parent!) == true)
         // An empty entry between here and a leaf above (a removal below the leaf, which changed
         // nothing) does not shield the leaf: look past it to the entry above.
         var searchFrom = path, searchKey = key
@@ -256,7 +257,7 @@ final class LayeredIndex {
         let entry = makeEntry(handle, empty: empty, depth: path.count)
         added(entry)
         index.replaceSubtree(key, entry, removed: dropped)
-        if empty { forgetPrioritiesOfEmptiedNodes(above: path, key: key, handle: handle) }
+        if empty && !isPriority { forgetPrioritiesOfEmptiedNodes(above: path, key: key, handle: handle) }
     }
 
     /// The last key of a priority's path, as an index key ends with it.
@@ -328,15 +329,12 @@ final class LayeredIndex {
         hasFoldedWrites = true
     }
 
-    /// Whether, since the index was last emptied, a write's effect may lie in entries other than
-    /// its own: a removal's entry moved up to the node it emptied (see
-    /// ``forgetPrioritiesOfEmptiedNodes(above:key:handle:)``), a priority written on an empty
-    /// node left out, or entries restored from a checkpoint that may be either. The write tree
-    /// then re-layers its remaining writes to remove one, rather than remove its entries.
+    /// Whether, since the index was last emptied, a write's entry may lie above its own path: a
+    /// removal's entry moved up to the node it emptied (see
+    /// ``forgetPrioritiesOfEmptiedNodes(above:key:handle:)``), or an empty entry restored from a
+    /// checkpoint, which may be one. The write tree then re-layers its remaining writes to
+    /// remove one, rather than remove its entries.
     private(set) var hasFoldedWrites = false
-
-    /// Notes that a write's effect may lie in entries other than its own (see ``hasFoldedWrites``).
-    func noteFoldedWrites() { hasFoldedWrites = true }
 
     /// Whether the node at `path` (whose index key is `key`) has a priority where the entries
     /// make it complete: one written at `path/.priority`, else the one its value carries.
