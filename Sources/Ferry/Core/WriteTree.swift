@@ -163,7 +163,8 @@ final class WriteTree {
     /// ``removeWrite(_:)``'s scan of every pending write. `writtenPaths` are the locations it
     /// wrote (its path for a set; each child's for an update). Returns what ``removeWrite(_:)``
     /// returns. Falls back to re-layering the remaining writes (O(n)) only where a newer write
-    /// sits below one of those locations or a marker stands in for one of its leaves, and for
+    /// sits below one of those locations or a marker stands in for one of its leaves, while
+    /// some write's entry may lie above its own path (``LayeredIndex/hasFoldedWrites``), and for
     /// memory-only stores, whose values are not named by write id in the overlay.
     func removeOldest(_ writeID: Int64, writtenPaths: [Path]) -> Bool {
         precondition(pending.firstID == writeID, "removeOldest takes the oldest pending write")

@@ -126,7 +126,9 @@ extension ValueReader {
 /// Complete values at paths, layered: setting a value at a path replaces everything below it,
 /// so an entry below another is always newer and overrides that part of it. The data at a
 /// path is the value of the deepest entry on the way to it, with the entries below it on top
-/// (in key order, which puts every entry before the ones below it).
+/// (in key order, which puts every entry before the ones below it), priorities last (see
+/// ``layered(_:onto:folded:)``); ``set(_:empty:at:key:)`` keeps the entries what applying the
+/// writes in turn gives.
 ///
 /// The write tree's overlay and the database's server cache are both one of these.
 final class LayeredIndex {
