@@ -11,9 +11,10 @@ enum Checkpoint {
     static let prefix = "checkpoint-"
     static let magic = Array("FERRYCKP".utf8)
     /// The version written. Versions 2 (no sync cursor, no rejected writes), 3 (no pins),
-    /// 4 (no child-value indexes) and 5 (indexes entry by entry, not a chunk at a time) are
-    /// still read.
-    static let version: UInt16 = 6
+    /// 4 (no child-value indexes), 5 (indexes entry by entry, not a chunk at a time) and 6 are
+    /// still read. 7 is 6's layout; an empty entry's bytes may then be a priority written on
+    /// an empty node (so a build that reads 6 alone, and would read those bytes, skips it).
+    static let version: UInt16 = 7
     /// Blocks are cut once they pass this many bytes.
     static let blockTarget = 256 << 10
     /// Pending writes per batch (format 6).
@@ -99,7 +100,7 @@ struct CheckpointImage {
     /// Streams the checkpoint into `out`, a block at a time, in format `version` (the current
     /// one; tests write format 5 to check that it is still read).
     func write(storeID: StoreID, nextLSN: UInt64, to out: SideFileBlockWriter, version: UInt16 = Checkpoint.version) throws {
-        precondition(version == Checkpoint.version || version == 5, "only formats 5 and 6 are written")
+        precondition(version == Checkpoint.version || version == 5, "only formats 5 and 7 are written")
         let childIndexes = keptIndexes
         var w = ByteWriter(capacity: Checkpoint.blockTarget + 8192)
         w.bytes.append(contentsOf: Checkpoint.magic)

@@ -5,7 +5,8 @@ import Synchronization
 public struct CompactionReport: Sendable, Equatable {
     /// The segment files deleted, oldest first.
     public var deletedSegments: [String] = []
-    /// Server-cache entries carried forward (restated in new records) out of those segments.
+    /// Server-cache entries carried forward (restated in new records): those whose values lay in
+    /// those segments, and every empty entry (see ``Database/restateServerEntries(below:_:keeping:)``).
     public var restatedEntries = 0
     /// Bytes of the log's segment files before the compaction and after it.
     public var segmentBytesBefore: Int64 = 0

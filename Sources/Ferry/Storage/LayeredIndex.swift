@@ -312,15 +312,18 @@ final class LayeredIndex {
     /// back. The removal's entry moves up to the highest such node (everything below it is
     /// empty now), and ``hasFoldedWrites`` becomes true.
     private func forgetPrioritiesOfEmptiedNodes(above path: Path, key: [UInt8], handle: ValueHandle) {
-        // Upwards from the parent while the nodes are empty (a non-empty one's ancestors are
-        // not): usually the parent is not, and that is all this costs.
+        // Upwards from the parent, among the nodes with a priority (nearly always none), while
+        // they are empty (a non-empty node's ancestors are not). Whether a node has a priority
+        // is asked first: it reads an entry's flag or one stored node's first tags, where
+        // whether it is empty may walk every removal below it.
         var ends: [Int] = [0]  // (the end of the key of the node at each depth)
         for (i, byte) in key.enumerated() where byte == 0 { ends.append(i + 1) }
         var highest: Int?
         for d in stride(from: path.count - 1, through: 0, by: -1) {
             let node = Path(keys: Array(path.keys.prefix(d)))
+            guard hasPriority(node, key: Array(key[0..<ends[d]])) else { continue }
             guard isEmptyNode(at: node) == true else { break }
-            if hasPriority(node, key: Array(key[0..<ends[d]])) { highest = d }
+            highest = d
         }
         guard let d = highest else { return }
         let nodeKey = Array(key[0..<ends[d]])
