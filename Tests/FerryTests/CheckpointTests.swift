@@ -1,6 +1,7 @@
 import FerryLog
 import FerryTestSupport
 import Foundation
+import Logging
 import Testing
 
 @testable @_spi(Server) @_spi(Fuzzing) import Ferry
@@ -153,6 +154,43 @@ import Testing
             let error = #expect(throws: DatabaseError.self, "\(bad)") { try load(bad) }
             #expect(error?.message.contains("a checkpoint is damaged") == true, "\(bad): \(error?.message ?? "")")
         }
+    }
+
+    /// Format 7 wrote a write folded elsewhere as any other null (with the write's bytes), so
+    /// every null stored entry of a 7 is read as a folded null (compaction restates it, the
+    /// write tree re-layers); format 8 tells them apart by length.
+    @Test(arguments: [UInt16(7), 8])
+    func everyNullOfAFormat7CheckpointIsReadAsAFoldedWrite(format: UInt16) throws {
+        var header = ByteWriter(capacity: 64)
+        header.bytes.append(contentsOf: Checkpoint.magic)
+        withUnsafeBytes(of: format.littleEndian) { header.bytes.append(contentsOf: $0) }
+        header.bytes.append(contentsOf: [UInt8](repeating: 7, count: 16))  // store id
+        withUnsafeBytes(of: UInt64(10).littleEndian) { header.bytes.append(contentsOf: $0) }  // LSN
+        for count in [UInt64(2), 0, 0, 0] { header.varint(count) }
+        header.signed(0)
+        for count in [UInt64(0), 0, 0] { header.varint(count) }
+        var block = ByteWriter(capacity: 64)
+        block.u8(Checkpoint.Section.server.rawValue)
+        block.varint(2)
+        block.varint(0)  // no shared prefix
+        block.varint(4)
+        block.bytes.append(contentsOf: Array("a\0b\0".utf8))
+        block.varint(2); block.varint(2)
+        block.u8(1); block.varint(5); block.varint(3); block.varint(1)  // a: a null of one byte
+        block.u8(0); block.varint(6); block.varint(3); block.varint(4)  // b: a value
+        let engine = Engine(log: nil, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        var loader = CheckpointLoader(engine: engine, storeID: StoreID(high: 0x0707070707070707, low: 0x0707070707070707),
+                                      expectedLSN: 10, firstLSN: 1, nextLSN: 10)
+        _ = try loader.load { body in
+            for b in [header.bytes, block.bytes] { try b.withUnsafeBytes { try body($0) } }
+            return true
+        }
+        let a = try #require(engine.server.entry(at: Path("a")))
+        let b = try #require(engine.server.entry(at: Path("b")))
+        #expect(a.isEmpty && a.ref.lsn == 5)
+        #expect(a.isFoldedNull == (format == 7))
+        #expect(engine.server.hasFoldedWrites == (format == 7))
+        #expect(!b.isEmpty && !b.isFoldedNull && b.ref == ValueRef(lsn: 6, offset: 3, length: 4))
     }
 
     /// A batch of pending writes is put back on the load's second thread; damage found there

@@ -11,12 +11,11 @@ import Testing
 /// below turn into objects, priorities written at `.priority` paths, locations emptied and
 /// written again.
 @Suite struct ServerCacheLayeringTests {
-    struct Rng {
-        var s: UInt64
-        mutating func next(_ n: Int) -> Int {
-            s = s &* 6364136223846793005 &+ 1442695040888963407
-            return Int((s >> 33) % UInt64(n))
-        }
+    typealias Rng = BulkLayeringTests.Rng
+
+    /// A new database over `dir`, or in memory.
+    static func fresh(stored: Bool, _ dir: TemporaryDirectory) throws -> Database {
+        stored ? try Database.open(at: dir.path, options: quietOptions(.none)) : Database.inMemory(options: quietOptions(.none))
     }
 
     static let keys = ["a", "b", "c"]
@@ -135,7 +134,7 @@ import Testing
     @Test func aRemovalThatEmptiedAPrioritizedNodeShadowsOnlyItsPathOnceTheOlderWriteIsAcknowledged() async throws {
         for stored in [false, true] {
             let dir = try TemporaryDirectory()
-            let db = stored ? try Database.open(at: dir.path, options: quietOptions(.none)) : Database.inMemory(options: quietOptions(.none))
+            let db = try Self.fresh(stored: stored, dir)
             try await db.applyServerPut(at: "", [:])
             let first = try await db.reference("c").setValue([".priority": 5, "q": 1])
             let second = try await db.reference("c/q").removeValue()
@@ -164,7 +163,7 @@ import Testing
     @Test func writesFoldedIntoOtherEntriesComeBackWhenTheWriteTheyFoldedIntoGoes() async throws {
         for stored in [false, true] {
             let dir = try TemporaryDirectory()
-            let db = stored ? try Database.open(at: dir.path, options: quietOptions(.none)) : Database.inMemory(options: quietOptions(.none))
+            let db = try Self.fresh(stored: stored, dir)
             try await db.applyServerPut(at: "", [:])
             _ = try await db.reference("c").setValue([".priority": 5, "q": 1])
             let removal = try await db.reference("c/q").removeValue()
@@ -204,22 +203,34 @@ import Testing
         #expect(shown.withLock { $0 } == [read.exportValue, ["m": 2, "n": [".priority": 5, "b": 2]], ["m": 3, "n": [".priority": 5, "b": 2]]])
     }
 
+    /// Small segments, compaction only when asked, no checkpoint on close.
+    static var compactingOptions: DatabaseOptions {
+        var o = quietOptions(.none)
+        o.segmentSize = 16 << 10
+        o.compactionSegments = nil
+        o.checkpointOnClose = false
+        return o
+    }
+
+    /// Server records that compress little (the first records' segments fill and close), then
+    /// a pending local write at `zz` (its segment and the later ones stay).
+    static func fillSegments(_ db: Database, seed: UInt64) async throws {
+        var g = Rng(s: seed)
+        for i in 0..<48 {
+            try await db.applyServerPut(at: "fill/\(i)", .string(String((0..<900).map { _ in Character(UnicodeScalar(UInt8(33 + g.next(90)))) })))
+        }
+        try await db.reference("zz").setValue(1)
+    }
+
     /// Compaction restates the old server data after the records it keeps; replayed from the
     /// log alone (no checkpoint), the kept records meet a cache without that data. The entries
     /// that a removal and a priority left there must still come out as they were live.
     @Test func aCompactedCacheReplaysToTheSamePrioritiesWithoutACheckpoint() async throws {
         let dir = try TemporaryDirectory()
-        var o = quietOptions(.none)
-        o.segmentSize = 16 << 10
-        o.compactionSegments = nil
-        o.checkpointOnClose = false
+        let o = Self.compactingOptions
         let db = try Database.open(at: dir.path, options: o)
         try await db.applyServerPut(at: "", ["c": [".priority": 5, "q": 1], "x": ["a": 1]])
-        var g = Rng(s: 9)
-        for i in 0..<48 {  // (little that compresses: the first records' segments fill and close)
-            try await db.applyServerPut(at: "fill/\(i)", .string(String((0..<900).map { _ in Character(UnicodeScalar(UInt8(33 + g.next(90)))) })))
-        }
-        try await db.reference("local").setValue(1)  // (pending: its segment and the later ones stay)
+        try await Self.fillSegments(db, seed: 9)
         try await db.applyServerPut(at: "c/q", .null)  // (c empties: its priority goes)
         try await db.applyServerPut(at: "x/a", .null)
         try await db.applyServerPut(at: "x/.priority", 3)  // (x is empty: nothing)
@@ -235,9 +246,7 @@ import Testing
         #expect(!report.deletedSegments.isEmpty)
         try await expectAsLive(db, "compacted")
         try await db.close()
-        for f in try FileManager.default.contentsOfDirectory(atPath: dir.path) where f.hasPrefix("checkpoint-") {
-            try FileManager.default.removeItem(atPath: dir.path + "/" + f)
-        }
+        try CompactionTests.removeCheckpoints(dir)
         let again = try Database.open(at: dir.path, options: o)
         try await expectAsLive(again, "replayed from the log alone")
         try await again.close()
@@ -249,25 +258,16 @@ import Testing
         var compacted = 0
         for seed in UInt64(500)...530 {
             let dir = try TemporaryDirectory()
-            var o = quietOptions(.none)
-            o.segmentSize = 16 << 10
-            o.compactionSegments = nil
-            o.checkpointOnClose = false
+            let o = Self.compactingOptions
             let db = try Database.open(at: dir.path, options: o)
             let model = try await Self.play(db, seed: seed, rounds: 60, checkEach: false) { db in
-                var g = Rng(s: seed)
-                for i in 0..<48 {
-                    try await db.applyServerPut(at: "fill/\(i)", .string(String((0..<900).map { _ in Character(UnicodeScalar(UInt8(33 + g.next(90)))) })))
-                }
-                try await db.reference("zz").setValue(1)  // (pending: its segment and the later ones stay)
+                try await Self.fillSegments(db, seed: seed)
             }
             try await db.sync()
             if try await !db.compact().deletedSegments.isEmpty { compacted += 1 }
             try await Self.expectSame(db, model, "seed \(seed) compacted", root: false)
             try await db.close()
-            for f in try FileManager.default.contentsOfDirectory(atPath: dir.path) where f.hasPrefix("checkpoint-") {
-                try FileManager.default.removeItem(atPath: dir.path + "/" + f)
-            }
+            try CompactionTests.removeCheckpoints(dir)
             let again = try Database.open(at: dir.path, options: o)
             try await Self.expectSame(again, model, "seed \(seed) replayed from the log alone", root: false)
             try await again.close()

@@ -12,9 +12,11 @@ enum Checkpoint {
     static let magic = Array("FERRYCKP".utf8)
     /// The version written. Versions 2 (no sync cursor, no rejected writes), 3 (no pins),
     /// 4 (no child-value indexes), 5 (indexes entry by entry, not a chunk at a time) and 6 are
-    /// still read. 7 is 6's layout; an empty entry's bytes may then be a priority written on
-    /// an empty node (so a build that reads 6 alone, and would read those bytes, skips it).
-    static let version: UInt16 = 7
+    /// still read. 7 and 8 are 6's layout with nulls that stand for a write folded elsewhere
+    /// (which a build that reads 6 alone would take for values, so it skips them and replays the
+    /// log): in 8 they are ``LayeredEntry/isFoldedNull`` (length 0 and an LSN); in 7 any null
+    /// entry's bytes may be one, so every null stored entry of a 7 is read as a folded null.
+    static let version: UInt16 = 8
     /// Blocks are cut once they pass this many bytes.
     static let blockTarget = 256 << 10
     /// Pending writes per batch (format 6).
@@ -100,7 +102,7 @@ struct CheckpointImage {
     /// Streams the checkpoint into `out`, a block at a time, in format `version` (the current
     /// one; tests write format 5 to check that it is still read).
     func write(storeID: StoreID, nextLSN: UInt64, to out: SideFileBlockWriter, version: UInt16 = Checkpoint.version) throws {
-        precondition(version == Checkpoint.version || version == 5, "only formats 5 and 7 are written")
+        precondition(version == Checkpoint.version || version == 5, "only formats 5 and 8 are written")
         let childIndexes = keptIndexes
         var w = ByteWriter(capacity: Checkpoint.blockTarget + 8192)
         w.bytes.append(contentsOf: Checkpoint.magic)
@@ -469,7 +471,9 @@ struct CheckpointLoader {
         let flags = try r.u8()
         let lsn = try r.varint(), offset = try r.varint(), length = try r.varint()
         guard offset <= UInt64(UInt32.max), length < 1 << 31 else { throw Checkpoint.damaged("a value's place is out of range") }
-        let ref = ValueRef(lsn: lsn, offset: UInt32(offset), length: UInt32(length))
+        var ref = ValueRef(lsn: lsn, offset: UInt32(offset), length: UInt32(length))
+        // Format 7 did not tell a folded null from a null: any may be one (see `version`).
+        if version == 7, flags & 1 != 0, length != 0 { ref = ValueRef(lsn: lsn, offset: 0, length: 0) }
         guard flags <= (version >= 5 ? 3 : 1), ref.lsn <= LayeredEntry.largestLSN,
               ref.length == 0 || (ref.lsn >= firstLSN && ref.lsn < expectedLSN) else {
             throw Checkpoint.damaged("it refers to record \(ref.lsn), outside the log")

@@ -6,7 +6,8 @@ public struct CompactionReport: Sendable, Equatable {
     /// The segment files deleted, oldest first.
     public var deletedSegments: [String] = []
     /// Server-cache entries carried forward (restated in new records): those whose values lay in
-    /// those segments, and every empty entry (see ``Database/restateServerEntries(below:_:keeping:)``).
+    /// those segments, and every null that stands for a write folded elsewhere (see
+    /// ``Database/restateServerEntries(below:_:keeping:)``).
     public var restatedEntries = 0
     /// Bytes of the log's segment files before the compaction and after it.
     public var segmentBytesBefore: Int64 = 0
@@ -135,8 +136,8 @@ extension Database {
     }
 
     /// Restates, at the head of the log, every server-cache entry whose value lies below
-    /// `cutoff`, every empty entry above it (as a null), and every marker; returns how many
-    /// entries it restated.
+    /// `cutoff`, every folded null above it (``LayeredEntry/isFoldedNull``, as a null), and
+    /// every marker; returns how many entries it restated.
     ///
     /// Values are read outside the lock, a chunk at a time in log order; each chunk is then
     /// restated under the lock, entry by entry only if the entry is still the one read (a
@@ -148,10 +149,10 @@ extension Database {
         var candidates: [(key: [UInt8], entry: LayeredEntry)] = []
         snapshot.forEach(withPrefix: []) { k, e in
             guard !e.isInline && !e.isMarker else { return }
-            // Empty entries above the cutoff too: replaying the kept records before the
+            // Folded nulls above the cutoff too: replaying the kept records before the
             // restatements may not give them (a removal moved up to the node it emptied, a
             // priority left out — see LayeredIndex.set), so they are stated as they are.
-            if e.ref.lsn < cutoff ? (keeping?(PathKey.decode(k)) ?? true) : e.isEmpty {
+            if e.ref.lsn < cutoff ? (keeping?(PathKey.decode(k)) ?? true) : e.isFoldedNull {
                 candidates.append((Array(k), e))
             }
         }
@@ -166,7 +167,7 @@ extension Database {
             var end = start
             while end < candidates.count && arena.count < chunkBytes {
                 let ref = candidates[end].entry.ref
-                if candidates[end].entry.isEmpty {  // (a null, whatever its bytes: see above)
+                if candidates[end].entry.isEmpty {  // (a null: a folded one has no bytes)
                     arena.append(ValueCodec.Tag.empty.rawValue)
                     ranges.append(arena.count - 1..<arena.count)
                     end += 1

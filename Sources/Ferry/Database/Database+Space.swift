@@ -341,7 +341,7 @@ extension Database {
                         let p = PathKey.decode(k)
                         guard Engine.isKept(p, by: nowKept) else { return }
                         if entry.isEmpty {
-                            late.append((p, [ValueCodec.Tag.empty.rawValue]))  // (a null, whatever its bytes)
+                            late.append((p, [ValueCodec.Tag.empty.rawValue]))  // (a folded null has no bytes)
                         } else if let bytes = try? e.withValue(entry.ref, { Array($0) }) {
                             late.append((p, bytes))
                         }

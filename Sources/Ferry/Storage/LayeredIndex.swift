@@ -47,11 +47,27 @@ struct LayeredEntry: Sendable, Equatable {
     var ref: ValueRef { ValueRef(lsn: word & Self.idMask, offset: offset, length: length & ~Self.priorityBit) }
     /// Whether a stored value carries a priority (see ``LayeredIndex/knowsPriorities``).
     var hasPriority: Bool { length & Self.priorityBit != 0 }
+    /// A null that stands for its record's write folded into another entry (see
+    /// ``ValueHandle/folded``): stored, of no length, with an LSN.
+    var isFoldedNull: Bool { isEmpty && !isInline && !isMarker && length & ~Self.priorityBit == 0 }
 }
 
 extension ValueRef {
     /// An empty value that is not stored anywhere (a marker entry's).
     static let emptyValue = ValueRef(lsn: 0, offset: 0, length: 0)
+}
+
+extension ValueHandle {
+    /// A null standing for this value's write where the write's effect was folded into the
+    /// data (a removal that emptied a node with a priority, at that node; a priority written on
+    /// an empty node): no bytes, and for a stored value its record's LSN, so that compaction and
+    /// the write tree can tell it (``LayeredEntry/isFoldedNull``).
+    var folded: ValueHandle {
+        switch self {
+        case .stored(let ref): .stored(ValueRef(lsn: ref.lsn, offset: 0, length: 0))
+        case .inline: .inline(.empty)
+        }
+    }
 }
 
 /// Where stored values are read from (the database's log).
@@ -168,7 +184,7 @@ final class LayeredIndex {
     var count: Int { index.count }
 
     func value(_ entry: LayeredEntry) -> Node {
-        if entry.isEmpty { return .empty }  // (a priority left out is empty, though its bytes are not)
+        if entry.isEmpty { return .empty }  // (its bytes need not be read)
         if entry.isInline { return inline[entry.slot] ?? .empty }
         let ref = entry.ref
         return ref.length == 0 ? .empty : (reader?.node(ref) ?? .empty)
@@ -232,9 +248,10 @@ final class LayeredIndex {
     ///   (the removal's entry moves up to it).
     func set(_ handle: ValueHandle, empty: Bool, at path: Path, key: [UInt8]) {
         let isPriority = path.keys.last == ".priority"
-        // A priority on an empty node is left out: an empty entry (so that a value written
-        // there later has none, and a write it folded into can be told).
-        let empty = empty || (isPriority && isEmptyNode(at: path.parent!) == true)
+        // A priority on an empty node is left out: a folded null (so that a value written there
+        // later has none, and a write it folded into can be told).
+        let leftOut = isPriority && !empty && isEmptyNode(at: path.parent!) == true
+        let handle = leftOut ? handle.folded : handle, empty = empty || leftOut
         // An empty entry between here and a leaf above (a removal below the leaf, which changed
         // nothing) does not shield the leaf: look past it to the entry above.
         var searchFrom = path, searchKey = key
@@ -327,7 +344,7 @@ final class LayeredIndex {
         }
         guard let d = highest else { return }
         let nodeKey = Array(key[0..<ends[d]])
-        let entry = makeEntry(handle, empty: true, depth: d)
+        let entry = makeEntry(handle.folded, empty: true, depth: d)
         willChange(nodeKey)
         added(entry)
         index.replaceSubtree(nodeKey, entry, removed: dropped)
@@ -336,9 +353,9 @@ final class LayeredIndex {
 
     /// Whether, since the index was last emptied, a write's entry may lie above its own path: a
     /// removal's entry moved up to the node it emptied (see
-    /// ``forgetPrioritiesOfEmptiedNodes(above:key:handle:)``), or an empty entry restored from a
-    /// checkpoint, which may be one. The write tree then re-layers its remaining writes to
-    /// remove one, rather than remove its entries.
+    /// ``forgetPrioritiesOfEmptiedNodes(above:key:handle:)``), made or restored from a
+    /// checkpoint. The write tree then re-layers its remaining writes to remove one, rather than
+    /// remove its entries.
     private(set) var hasFoldedWrites = false
 
     /// Whether the node at `path` (whose index key is `key`) has a priority where the entries
@@ -431,7 +448,7 @@ final class LayeredIndex {
     /// Entries come in key order, so this appends; the caller has checked that `key` is a
     /// path's key, of the entry's depth (format 5 and older, an entry at a time).
     func restore(_ entry: LayeredEntry, key: UnsafeRawBufferPointer) {
-        if entry.isEmpty && !entry.isMarker { hasFoldedWrites = true }  // (it may be one)
+        if entry.isFoldedNull { hasFoldedWrites = true }
         added(entry)
         if let old = index.append(key, entry) { dropped(old) }
     }
@@ -441,7 +458,7 @@ final class LayeredIndex {
     /// depths (see ``PathIndex/appendChunk(prefix:suffixes:ends:entries:)``).
     func restoreChunk(prefix: [UInt8], suffixes: [UInt8], ends: [UInt32], entries: [LayeredEntry]) {
         for e in entries {
-            if e.isEmpty && !e.isMarker { hasFoldedWrites = true }  // (it may be one)
+            if e.isFoldedNull { hasFoldedWrites = true }
             added(e)
         }
         index.appendChunk(prefix: prefix, suffixes: suffixes, ends: ends, entries: entries)
