@@ -30,12 +30,13 @@ let package = Package(
             providers: [.apt(["liblz4-dev"]), .brew(["lz4"])]
         ),
         .target(name: "CCRC32C"),
+        .target(name: "CFileSpace"),
 
         // The write-ahead log: segments, frames, records, LSNs, fsync, recovery.
         .target(
             name: "FerryLog",
             dependencies: [
-                "CLZ4", "CCRC32C",
+                "CLZ4", "CCRC32C", "CFileSpace",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

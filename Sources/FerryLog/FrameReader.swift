@@ -94,6 +94,28 @@ struct FrameReader: ~Copyable {
         return UnsafeRawBufferPointer(rebasing: window[0..<length])
     }
 
+    /// Whether every byte from `offset` to `limit` is zero (space a writer grew the file by
+    /// ahead of its frames; see ``SegmentWriter``). True when nothing remains.
+    mutating func isZero(from offset: Int64) throws -> Bool {
+        var at = offset
+        while at < limit {
+            let n = Int(min(Int64(Self.chunk), limit - at))
+            guard let chunk = try bytes(at: at, length: n) else { return false }
+            // Eight bytes at a time, then the rest.
+            var i = 0
+            while i + 8 <= n {
+                if chunk.loadUnaligned(fromByteOffset: i, as: UInt64.self) != 0 { return false }
+                i += 8
+            }
+            while i < n {
+                if chunk[i] != 0 { return false }
+                i += 1
+            }
+            at += Int64(n)
+        }
+        return true
+    }
+
     /// Reads and checks the frame at `offset`.
     mutating func readFrame(at offset: Int64) throws -> FrameRead {
         if offset == limit { return .end }

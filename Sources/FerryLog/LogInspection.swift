@@ -6,8 +6,11 @@ public struct LogInspection: Sendable {
     public struct Segment: Sendable {
         /// Name, sequence number, LSN range, readable size, sealed or not.
         public var info: SegmentInfo
-        /// The file's size, including any torn tail.
+        /// The file's size, including any torn tail and any zeros after the last frame.
         public var fileSize: Int64
+        /// Bytes of zeros after the last frame: space the writer grew the file by ahead of its
+        /// frames, which a seal or a close cuts off (a crash leaves it; it is not a problem).
+        public var zeroTail: Int64
         /// Data frames read.
         public var dataFrames: Int
         /// Records in those frames.
@@ -37,7 +40,7 @@ public struct LogInspection: Sendable {
         return LogInspection(
             path: path, storeID: scan.storeID,
             segments: scan.segments.map {
-                Segment(info: SegmentInfo(scan: $0), fileSize: $0.fileSize, dataFrames: $0.dataFrames, records: $0.records,
+                Segment(info: SegmentInfo(scan: $0), fileSize: $0.fileSize, zeroTail: $0.zeroTail, dataFrames: $0.dataFrames, records: $0.records,
                         storedBodyBytes: $0.storedBodyBytes, rawBodyBytes: $0.rawBodyBytes)
             },
             problems: scan.problems, leftovers: scan.temporaryFiles + scan.obsolete, directory: dir)

@@ -40,6 +40,9 @@ struct SegmentScan: Sendable {
     var fileSize: Int64
     /// The offset just past the last good frame: where a writer would continue.
     var validEnd: Int64
+    /// Bytes of zeros after the last frame (space grown ahead of the writes, see
+    /// ``SegmentWriter``); `validEnd` is where they start.
+    var zeroTail: Int64 = 0
     /// The LSN after the last good record.
     var nextLSN: LSN
     var sealed = false
@@ -155,6 +158,12 @@ enum SegmentScanner {
                 return scan
             }
 
+            // Zeros to the end: space the writer grew the file by ahead of its frames (a crash
+            // before the seal or close cut it off), not a problem.
+            if case .tail = problem.kind, try reader.isZero(from: offset) {
+                scan.zeroTail = size - offset
+                break frames
+            }
             // A bad frame at `offset`. Anything valid later makes it corruption, not a torn tail.
             let later = try reader.findNextValidFrame(after: offset)
             if problem.kind == .tail && (later != nil || !options.isNewest) {

@@ -80,14 +80,14 @@ struct StoreDirectory: Sendable {
         try file.close(system)
     }
 
-    /// Like ``createAtomically(_:contents:)``, and returns the new file open for appending.
-    func createAtomicallyKeepingOpen(_ name: String, contents: [UInt8]) throws -> FileHandle {
+    /// Like ``createAtomically(_:contents:)``, and returns the new file open for writing (with
+    /// `O_APPEND` unless `append` is false: the caller then writes at offsets).
+    func createAtomicallyKeepingOpen(_ name: String, contents: [UInt8], append: Bool = true) throws -> FileHandle {
         let temporary = name + LogFormat.temporarySuffix
         try removeIfPresent(temporary)
-        let file = try open(temporary, flags: O_RDWR | O_CREAT | O_EXCL | O_APPEND)
-        if case .failure(let e) = contents.withUnsafeBytes({ system.writeAll(file.fd, $0) }) {
-            throw LogError.io("write", path: file.path, e)
-        }
+        let file = try open(temporary, flags: O_RDWR | O_CREAT | O_EXCL | (append ? O_APPEND : 0))
+        let written = contents.withUnsafeBytes { append ? system.writeAll(file.fd, $0) : system.pwriteAll(file.fd, $0, at: 0) }
+        if case .failure(let e) = written { throw LogError.io(append ? "write" : "pwrite", path: file.path, e) }
         if case .failure(let e) = system.fdatasync(file.fd) { throw LogError.io("fdatasync", path: file.path, e) }
         if case .failure(let e) = system.rename(path(temporary), path(name)) {
             throw LogError.io("rename to \(name)", path: file.path, e)

@@ -5,6 +5,7 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import CFileSpace
 
 /// The system calls the log makes, one small wrapper each.
 ///
@@ -27,6 +28,9 @@ import Darwin
     public var fdatasync: @Sendable (_ fd: Int32) -> Result<Void, Errno>
     /// `fsync(2)` (`F_FULLFSYNC` on Apple platforms); used on directories.
     public var fsync: @Sendable (_ fd: Int32) -> Result<Void, Errno>
+    /// `fallocate(2)` (mode 0): gives the file blocks up to `length`, growing it with zeros.
+    /// `ENOTSUP` where the system has no such call.
+    public var preallocate: @Sendable (_ fd: Int32, _ length: Int64) -> Result<Void, Errno>
     /// `ftruncate(2)`.
     public var ftruncate: @Sendable (_ fd: Int32, _ length: Int64) -> Result<Void, Errno>
     /// The size from `fstat(2)`.
@@ -52,6 +56,7 @@ import Darwin
         pwrite: { fd, bytes, offset in retrying { c_pwrite(fd, bytes.baseAddress, bytes.count, off_t(offset)) } },
         fdatasync: { fd in retrying { c_fdatasync(fd) }.map { _ in () } },
         fsync: { fd in retrying { c_fsync(fd) }.map { _ in () } },
+        preallocate: { fd, length in retrying { c_fallocate(fd, off_t(length)) }.map { _ in () } },
         ftruncate: { fd, length in retrying { c_ftruncate(fd, off_t(length)) }.map { _ in () } },
         fileSize: { fd in
             var st = stat()
@@ -135,6 +140,7 @@ private func c_fdatasync(_ fd: Int32) -> Int32 {
     fdatasync(fd)
     #endif
 }
+private func c_fallocate(_ fd: Int32, _ length: off_t) -> Int32 { ferry_fallocate(fd, Int64(length)) }
 private func c_ftruncate(_ fd: Int32, _ length: off_t) -> Int32 { ftruncate(fd, length) }
 private func c_rename(_ from: String, _ to: String) -> Int32 { rename(from, to) }
 private func c_unlink(_ path: String) -> Int32 { unlink(path) }

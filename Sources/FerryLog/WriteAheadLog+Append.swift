@@ -118,15 +118,30 @@ extension WriteAheadLog {
         if wasClosed { return }
         var failure: (any Error)?
         do { try await wait(durable: true) } catch { failure = error }
-        await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
+        let failed = failure != nil
+        let trimmed = await withUnsafeContinuation { (c: UnsafeContinuation<LogError?, Never>) in
             queue.async {
-                self.writer.withLock { w in
-                    w.closed = true
-                    w.lock = nil  // releases the flock
+                let error = self.writer.withLock { w -> LogError? in
+                    defer {
+                        w.closed = true
+                        w.lock = nil  // releases the flock
+                    }
+                    // The zeros grown ahead of the writes go: a store closed cleanly holds its
+                    // frames only. (Records are durable by now; a failure still stops the log.)
+                    guard !failed, !w.closed else { return nil }
+                    do {
+                        try self.changingFiles {
+                            if try w.segment.trimPreallocation(self.system) { try w.segment.sync(self.system) }
+                        }
+                        return nil
+                    } catch {
+                        return error as? LogError
+                    }
                 }
-                c.resume()
+                c.resume(returning: error)
             }
         }
+        if failure == nil, let trimmed { failure = trimmed }
         if let failure { throw failure }
     }
 

@@ -214,13 +214,14 @@ extension WriteAheadLog {
     private func roll(nextLSN: LSN, _ w: inout Writer) throws {
         FrameEncoder.appendHeaderOnlyFrame(.seal(nextLSN: nextLSN), to: &w.out)
         try writeOut(&w)
+        try w.segment.trimPreallocation(system)
         CrashPoint.hit("roll.afterSeal")
         try w.segment.sync(system)
         CrashPoint.hit("roll.afterSealSync")
         let sealed = w.segment.info(nextLSN: nextLSN, sealed: true)
         let created = options.fixedCreationTime ?? wallClockNanos()
         let next = try SegmentWriter.create(in: directory, storeID: storeID, seq: w.segment.seq + 1,
-                                            firstLSN: nextLSN, createdNanos: created)
+                                            firstLSN: nextLSN, createdNanos: created, sizeLimit: options.segmentSize)
         w.segment = next
         CrashPoint.hit("roll.afterCreate")
         let active = w.segment.info(nextLSN: nextLSN)

@@ -80,11 +80,12 @@ public final class WriteAheadLog: Sendable {
         let segment: SegmentWriter
         if let last = scan.segments.last, !last.sealed {
             sealed.removeLast()
-            segment = try SegmentWriter.reopen(in: dir, scan: last)
+            segment = try SegmentWriter.reopen(in: dir, scan: last, sizeLimit: options.segmentSize)
         } else {
             report.created = scan.isEmpty
             let seq = (scan.segments.last?.seq ?? scan.start.map { $0.seq - 1 } ?? 0) + 1
-            segment = try SegmentWriter.create(in: dir, storeID: storeID, seq: seq, firstLSN: scan.nextLSN, createdNanos: created)
+            segment = try SegmentWriter.create(in: dir, storeID: storeID, seq: seq, firstLSN: scan.nextLSN, createdNanos: created,
+                                               sizeLimit: options.segmentSize)
         }
         report.segmentCount = sealed.count + 1
         let activeFirst = segment.firstLSN

@@ -88,6 +88,8 @@ extension FerryDump {
 
         struct Row: Encodable {
             var name: String, seq: UInt64, firstLSN: UInt64, lastLSN: UInt64?, bytes: Int64, frames: Int, records: UInt64, sealed: Bool
+            /// Of `bytes`, zeros after the last frame (space grown ahead of the writes; a crash leaves it).
+            var zeroTail: Int64
         }
 
         func run() throws {
@@ -95,7 +97,7 @@ extension FerryDump {
             let rows = inspection.segments.map { s in
                 Row(name: s.info.name, seq: s.info.seq, firstLSN: s.info.firstLSN.rawValue,
                     lastLSN: s.info.nextLSN > s.info.firstLSN ? s.info.nextLSN.rawValue - 1 : nil,
-                    bytes: s.fileSize, frames: s.dataFrames, records: s.records, sealed: s.info.sealed)
+                    bytes: s.fileSize, frames: s.dataFrames, records: s.records, sealed: s.info.sealed, zeroTail: s.zeroTail)
             }
             if store.json {
                 for r in rows { try printJSON(r) }
@@ -103,7 +105,8 @@ extension FerryDump {
                 print(pad("segment", 38) + pad("first LSN", 12) + pad("last LSN", 12) + pad("bytes", 12) + pad("frames", 8) + pad("records", 10) + "sealed")
                 for r in rows {
                     print(pad(r.name, 38) + pad("\(r.firstLSN)", 12) + pad(r.lastLSN.map(String.init) ?? "-", 12) + pad("\(r.bytes)", 12)
-                          + pad("\(r.frames)", 8) + pad("\(r.records)", 10) + (r.sealed ? "yes" : "no"))
+                          + pad("\(r.frames)", 8) + pad("\(r.records)", 10) + (r.sealed ? "yes" : "no")
+                          + (r.zeroTail > 0 ? " (\(r.zeroTail) bytes of zeros grown ahead of the writes)" : ""))
                 }
             }
             for p in inspection.problems { printError("ferry-dump: note: \(p)") }

@@ -47,7 +47,8 @@ import Testing
             let frames = parseFrames(bytes)
             if let seal = frames.firstIndex(where: { $0.type == 2 }) {
                 #expect(seal == frames.count - 1, "\(name) has \(frames.count - 1 - seal) frame(s) after its seal", sourceLocation: sourceLocation)
-                #expect(frames[seal].end == bytes.count, "\(name) has bytes after its seal", sourceLocation: sourceLocation)
+                #expect(bytes[frames[seal].end...].allSatisfy { $0 == 0 }, "\(name) has bytes after its seal (other than zeros grown ahead)",
+                        sourceLocation: sourceLocation)
             }
         }
     }
@@ -55,10 +56,11 @@ import Testing
     // MARK: Roll
 
     static let rollCases: [(String, SystemCallRecorder.Kind, Plan)] = [
-        ("the seal's write", .write, Plan(kind: .write, nameContains: ".wal", fault: .errno(.EIO))),
-        ("a short write of the seal", .write, Plan(kind: .write, nameContains: ".wal", fault: .shortWrite)),
+        ("the seal's write", .pwrite, Plan(kind: .pwrite, nameContains: ".wal", fault: .errno(.EIO))),
+        ("a short write of the seal", .pwrite, Plan(kind: .pwrite, nameContains: ".wal", fault: .shortWrite)),
+        ("cutting off the zeros grown ahead of the frames", .ftruncate, Plan(kind: .ftruncate, nameContains: ".wal", fault: .errno(.EIO))),
         ("the seal's fdatasync", .fdatasync, Plan(kind: .fdatasync, nameContains: ".wal", fault: .errno(.EIO))),
-        ("the next segment's header write", .write, Plan(kind: .write, nameContains: ".tmp", fault: .errno(.ENOSPC))),
+        ("the next segment's header write", .pwrite, Plan(kind: .pwrite, nameContains: ".tmp", fault: .errno(.ENOSPC))),
         ("the next segment's fdatasync", .fdatasync, Plan(kind: .fdatasync, nameContains: ".tmp", fault: .errno(.EIO))),
         ("the next segment's rename", .rename, Plan(kind: .rename, fault: .errno(.EIO))),
         ("the directory fsync after the next segment's rename", .fsync, Plan(kind: .fsync, fault: .errno(.EIO))),

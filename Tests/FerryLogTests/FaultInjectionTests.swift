@@ -49,6 +49,13 @@ final class Faults: Sendable {
             }
             return .failure(d.errno)
         }
+        sys.pwrite = { fd, bytes, offset in  // (segments are written at offsets: the same faults)
+            guard let d = self.decide(.write) else { return live.pwrite(fd, bytes, offset) }
+            if let short = d.short {
+                return live.pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes[0..<min(short, bytes.count)]), offset)
+            }
+            return .failure(d.errno)
+        }
         sys.fdatasync = { fd in self.decide(.fdatasync).map { .failure($0.errno) } ?? live.fdatasync(fd) }
         sys.fsync = { fd in self.decide(.fsync).map { .failure($0.errno) } ?? live.fsync(fd) }
         sys.rename = { a, b in self.decide(.rename).map { .failure($0.errno) } ?? live.rename(a, b) }
@@ -138,11 +145,37 @@ final class Faults: Sendable {
         try await expectAcknowledgedRecordsSurvive(dir, acked)
     }
 
+    /// Growing a segment ahead of its writes is only a speed-up: a file system that refuses it
+    /// (no `fallocate`, or full while the frames themselves still fit) gets plain appends, and
+    /// nothing fails.
+    @Test(arguments: [Errno.EINVAL, .ENOSPC])
+    func aSegmentThatCannotBeGrownAheadIsAppendedTo(_ refusal: Errno) async throws {
+        let dir = try TemporaryDirectory()
+        var options = testOptions(.fsync, segmentSize: 8192)
+        let asked = Mutex(0)
+        options.system.preallocate = { _, _ in
+            asked.withLock { $0 += 1 }
+            return .failure(refusal)
+        }
+        let log = try WriteAheadLog.open(at: dir.path, options: options)
+        try await appendPosts(log, 0..<400, batchSize: 3)
+        #expect(log.segments.count > 2, "it rolled")
+        let before = try LogInspection.inspect(dir.path)
+        #expect(before.firstProblem == nil && before.segments.allSatisfy { $0.zeroTail == 0 })
+        try await log.close()
+        #expect(asked.withLock { $0 } > 0)
+        let reopened = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        #expect(reopened.recovery.isClean)
+        expectPosts(try reopened.records(), count: 400)
+        try await reopened.close()
+    }
+
     @Test func shortWritesThatCompleteAreNotErrors() async throws {
         let dir = try TemporaryDirectory()
         var options = testOptions(.fsync, segmentSize: 8192)
         let live = SystemCalls.live
         options.system.write = { fd, bytes in live.write(fd, UnsafeRawBufferPointer(rebasing: bytes[0..<min(7, bytes.count)])) }
+        options.system.pwrite = { fd, bytes, offset in live.pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes[0..<min(7, bytes.count)]), offset) }
         let log = try WriteAheadLog.open(at: dir.path, options: options)
         try await appendPosts(log, 0..<300, batchSize: 4)
         try await log.close()

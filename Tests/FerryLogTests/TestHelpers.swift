@@ -74,12 +74,14 @@ struct ParsedFrame {
     var end: Int { offset + 32 + storedLength }
 }
 
+/// The frames of a segment file, up to its end or to the zeros grown ahead of its frames.
 func parseFrames(_ bytes: [UInt8]) -> [ParsedFrame] {
     func u32(_ o: Int) -> Int { Int(bytes[o]) | Int(bytes[o + 1]) << 8 | Int(bytes[o + 2]) << 16 | Int(bytes[o + 3]) << 24 }
     func u64(_ o: Int) -> UInt64 { (0..<8).reduce(UInt64(0)) { $0 | UInt64(bytes[o + $1]) << (8 * $1) } }
     var frames: [ParsedFrame] = []
     var o = 64
     while o + 32 <= bytes.count {
+        if bytes[o...].allSatisfy({ $0 == 0 }) { break }
         let f = ParsedFrame(offset: o, type: bytes[o + 4], storedLength: u32(o + 8), firstLSN: u64(o + 16), records: u32(o + 24))
         guard f.end <= bytes.count else { break }
         frames.append(f)

@@ -36,15 +36,14 @@ import Testing
         }
     }
 
-    @Test(arguments: ["zeros", "garbage", "a frame header of zeros"])
+    @Test(arguments: ["garbage", "a frame header of garbage, then zeros"])
     func junkAfterTheLastFrameIsATornTail(_ junk: String) async throws {
         let dir = try await writeStore(30, batchSize: 3, options: testOptions(.fsync))
         let name = try segmentFiles(dir.path)[0]
         let size = try Files.size(dir.sub(name))
         let bytes: [UInt8] = switch junk {
-        case "zeros": [UInt8](repeating: 0, count: 8192)
         case "garbage": Payloads.random(5000, seed: 77)
-        default: [UInt8](repeating: 0, count: 32)
+        default: Payloads.random(32, seed: 78) + [UInt8](repeating: 0, count: 8192)
         }
         try Files.append(dir.sub(name), bytes)
         let verify = try LogInspection.inspect(dir.path)
@@ -55,6 +54,54 @@ import Testing
         #expect(log.recovery.tornTail?.discardedBytes == Int64(bytes.count))
         expectPosts(try log.records(), count: 30)
         try await log.close()
+    }
+
+    /// While the log runs, the active segment's file is grown with zeros ahead of its frames
+    /// (so that a sync does not commit a new size each time); a roll and a close cut them off.
+    @Test func theActiveSegmentIsGrownAheadOfItsFramesAndCutBackAtARollAndAClose() async throws {
+        let dir = try TemporaryDirectory()
+        let log = try WriteAheadLog.open(at: dir.path, options: testOptions(.fsync, segmentSize: 64 << 10))
+        try await appendPosts(log, 0..<20)
+        var seen = try LogInspection.inspect(dir.path)
+        #expect(seen.firstProblem == nil)
+        #expect(seen.segments.map { $0.zeroTail > 0 } == [true], "grown ahead: \(seen.segments.map(\.zeroTail))")
+        #expect(seen.segments[0].fileSize == 64 << 10, "no further than the segment's size")
+        try await log.roll()
+        try await appendPosts(log, 20..<40)
+        seen = try LogInspection.inspect(dir.path)
+        #expect(seen.segments.map { $0.zeroTail > 0 } == [false, true])
+        try await log.close()
+        seen = try LogInspection.inspect(dir.path)
+        #expect(seen.firstProblem == nil)
+        #expect(seen.segments.map(\.zeroTail) == [0, 0])
+        let reopened = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        expectPosts(try reopened.records(), count: 40)
+        try await reopened.close()
+    }
+
+    /// The writer grows a segment with zeros ahead of its frames and cuts them off at a seal or
+    /// close; after a crash they are still there. A rest of the file that is all zeros is that
+    /// space: no problem, nothing discarded, and the writer goes on over it.
+    @Test(arguments: [32, 8192, 3 << 20])
+    func zerosAfterTheLastFrameAreSpaceGrownAheadNotATornTail(_ zeros: Int) async throws {
+        let dir = try await writeStore(30, batchSize: 3, options: testOptions(.fsync))
+        let name = try segmentFiles(dir.path)[0]
+        let size = try Files.size(dir.sub(name))
+        try Files.append(dir.sub(name), [UInt8](repeating: 0, count: zeros))
+        let verify = try LogInspection.inspect(dir.path)
+        #expect(verify.firstProblem == nil)
+        #expect(verify.segments.map(\.zeroTail) == [Int64(zeros)])
+        let log = try WriteAheadLog.open(at: dir.path, options: testOptions(.fsync))
+        #expect(log.recovery.isClean)
+        expectPosts(try log.records(), count: 30)
+        try await appendPosts(log, 30..<40)
+        try await log.close()
+        #expect(try Files.size(dir.sub(name)) > size, "the new frames went where the zeros began")
+        let again = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        #expect(again.recovery.isClean)
+        expectPosts(try again.records(), count: 40)
+        try await again.close()
+        #expect(try LogInspection.inspect(dir.path).segments.map(\.zeroTail) == [0], "the close cut the zeros off")
     }
 
     @Test func aValidFrameAfterJunkMakesItCorruptionNotATornTail() async throws {

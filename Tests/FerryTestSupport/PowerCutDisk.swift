@@ -18,15 +18,19 @@ import Synchronization
 /// hold after the power came back, and the store can be reopened with the real calls.
 ///
 /// Files are tracked by identity: each is hard-linked into a shadow directory when the disk
-/// first sees it, so its bytes outlive a rename over it or an unlink that a cut undoes. Writes
-/// must be appends (the log opens every file it writes with `O_APPEND`); anything the model
-/// cannot follow is listed in ``problems`` rather than silently mis-modelled.
+/// first sees it, so its bytes outlive a rename over it or an unlink that a cut undoes. A
+/// `write` must be an append (`O_APPEND`); a `pwrite` may land anywhere: bytes it overwrites
+/// below the durable length are kept, and put back by a cut before the file's next sync (the
+/// zeros a `preallocate` grew a segment by, over which the log writes its frames). Anything
+/// the model cannot follow is listed in ``problems`` rather than silently mis-modelled.
 public final class PowerCutDisk: Sendable {
     struct TrackedFile {
         var length: Int64
         var durableLength: Int64
         /// The durable bytes when a truncation cut below them (else: the shadow's prefix).
         var durableImage: [UInt8]?
+        /// Durable bytes overwritten since the last sync, oldest first: (offset, the old bytes).
+        var overwritten: [(offset: Int64, bytes: [UInt8])] = []
     }
 
     struct Descriptor {
@@ -91,6 +95,16 @@ public final class PowerCutDisk: Sendable {
         guard path.hasPrefix(directory + "/") else { return nil }
         let rest = String(path.dropFirst(directory.count + 1))
         return rest.contains("/") || Self.untracked.contains(rest) ? nil : rest
+    }
+
+    /// `count` bytes of tracked file `id` at `offset` (read through its shadow link).
+    private func readShadow(_ id: Int, at offset: Int64, count: Int) -> [UInt8]? {
+        let fd = Glibc.open(shadow + "/\(id)", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { Glibc.close(fd) }
+        var bytes = [UInt8](repeating: 0, count: count)
+        let got = bytes.withUnsafeMutableBytes { Glibc.pread(fd, $0.baseAddress, count, off_t(offset)) }
+        return got == count ? bytes : nil
     }
 
     /// Counts a call that changes the disk; false if the power is (now) out.
@@ -158,6 +172,36 @@ public final class PowerCutDisk: Sendable {
                 return r
             }
         }
+        c.pwrite = { [self] fd, bytes, offset in
+            state.withLock { s in
+                let what = "pwrite fd \(fd) (file \(s.descriptors[fd]?.file.map { String($0) } ?? "-")) \(bytes.count) at \(offset)"
+                guard powered(&s, what) else { return .failure(.EIO) }
+                var old: [UInt8] = []
+                if let id = s.descriptors[fd]?.file, let f = s.files[id], offset < f.durableLength {
+                    // The durable bytes this may overwrite, to put back at a cut.
+                    let n = Int(min(Int64(bytes.count), f.durableLength - offset))
+                    if let saved = readShadow(id, at: offset, count: n) { old = saved } else {
+                        s.problems.append("cannot save bytes a pwrite overwrites (fd \(fd))")
+                    }
+                }
+                let r = live.pwrite(fd, bytes, offset)
+                if case .success(let n) = r, let id = s.descriptors[fd]?.file {
+                    if !old.isEmpty { s.files[id]?.overwritten.append((offset, Array(old.prefix(n)))) }
+                    if case .success(let size) = live.fileSize(fd) { s.files[id]?.length = size }
+                }
+                return r
+            }
+        }
+        c.preallocate = { [self] fd, length in
+            state.withLock { s in
+                guard powered(&s, "preallocate fd \(fd) \(length)") else { return .failure(.EIO) }
+                let r = live.preallocate(fd, length)
+                if case .success = r, let id = s.descriptors[fd]?.file, case .success(let size) = live.fileSize(fd) {
+                    s.files[id]?.length = size  // (zeros: durable with the file's next sync)
+                }
+                return r
+            }
+        }
         let sync: @Sendable (Int32, @Sendable (Int32) -> Result<Void, Errno>) -> Result<Void, Errno> = { [self] fd, call in
             state.withLock { s in
                 let what = "sync fd \(fd) (file \(s.descriptors[fd].map { $0.file.map { String($0) } ?? "dir" } ?? "-"))"
@@ -167,6 +211,7 @@ public final class PowerCutDisk: Sendable {
                     if let id = d.file, var f = s.files[id] {
                         f.durableLength = f.length
                         f.durableImage = nil
+                        f.overwritten = []
                         s.files[id] = f
                     } else if d.file == nil {
                         s.durableNames = s.names
@@ -236,8 +281,10 @@ public final class PowerCutDisk: Sendable {
         public var droppedBytes: Int64 = 0
         /// Directory entries a cut undid: creations and renames removed, deletions brought back.
         public var undoneEntries = 0
+        /// Unsynced overwrites of durable bytes put back (wholly or in part).
+        public var undoneOverwrites = 0
         /// One line for a test's report.
-        public var description: String { "\(truncatedFiles) file(s) lost \(droppedBytes) unsynced byte(s), \(undoneEntries) directory change(s) undone" }
+        public var description: String { "\(truncatedFiles) file(s) lost \(droppedBytes) unsynced byte(s), \(undoneOverwrites) overwrite(s) undone, \(undoneEntries) directory change(s) undone" }
     }
 
     /// Rewrites the store directory to what survives the cut: only the directory entries that
@@ -267,6 +314,14 @@ public final class PowerCutDisk: Sendable {
                     keep += Int(g.next() % UInt64(f.length - f.durableLength + 1))
                 }
                 bytes = Array(all.prefix(keep))
+            }
+            // Overwrites of durable bytes since the last sync are undone, newest first (with
+            // `keepUnsynced`, each may have reached the disk in part: a prefix of it stays).
+            for (offset, old) in f.overwritten.reversed() where offset < Int64(bytes.count) {
+                var from = 0
+                if keepUnsynced, g.next() % 2 == 0 { from = Int(g.next() % UInt64(old.count + 1)) }
+                for i in from..<old.count where Int(offset) + i < bytes.count { bytes[Int(offset) + i] = old[i] }
+                report.undoneOverwrites += 1
             }
             if Int64(bytes.count) < f.length {
                 report.truncatedFiles += 1
