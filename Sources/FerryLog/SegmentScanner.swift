@@ -164,7 +164,17 @@ enum SegmentScanner {
                 scan.zeroTail = size - offset
                 break frames
             }
-            // A bad frame at `offset`. Anything valid later makes it corruption, not a torn tail.
+            // A bad frame at `offset`. Anything valid later makes it corruption, not a torn tail
+            // — except, in the newest segment, after a frame that begins with zeros: frames land
+            // in space grown ahead of them, where a crash may keep a later page of a write and
+            // not an earlier one; none of it was synced (a sync covers the earlier pages too).
+            let zeroHeader = try reader.bytes(at: offset, length: Int(min(Int64(LogFormat.frameHeaderSize), size - offset)))?
+                .allSatisfy { $0 == 0 } ?? false
+            if problem.kind == .tail, options.isNewest, zeroHeader {
+                problem.message += "; a frame of zeros in space grown ahead of the frames: a write a crash tore (what follows was not synced either)"
+                if scan.problem == nil { scan.problem = problem }
+                break frames
+            }
             let later = try reader.findNextValidFrame(after: offset)
             if problem.kind == .tail && (later != nil || !options.isNewest) {
                 problem.kind = .corruption

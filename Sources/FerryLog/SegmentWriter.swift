@@ -13,7 +13,7 @@ import Darwin
 /// change the file's size has no size to commit, which on ext4 makes a sync of a small write
 /// about a third cheaper (a journal commit per step, not per sync). The zeros past the last
 /// frame are cut off when the segment is sealed or the log closed; after a crash, a scan takes
-/// a rest of the file that is all zeros for that space (FORMAT.md, *Segments*).
+/// a rest of the file that is all zeros for that space (FORMAT.md, *Writing* and *Recovery*).
 struct SegmentWriter: ~Copyable {
     let file: FileHandle
     let seq: UInt64
@@ -30,6 +30,10 @@ struct SegmentWriter: ~Copyable {
     /// LSN → offset entries for readers (one per ~64 KiB).
     private(set) var index: [IndexEntry]
     private var nextIndexAt: Int64
+
+    /// What `fallocate` answers when it cannot grow a file here (not a failing disk):
+    /// unsupported, or no space or quota.
+    static let refusals: Set<Int32> = [EOPNOTSUPP, ENOSYS, EINVAL, ENOSPC, EDQUOT]
 
     /// Bytes the file grows by at a time.
     static let preallocationStep: Int64 = 1 << 20
@@ -62,8 +66,14 @@ struct SegmentWriter: ~Copyable {
     /// after it).
     static func reopen(in dir: StoreDirectory, scan: SegmentScan, sizeLimit: Int) throws -> SegmentWriter {
         let file = try dir.open(scan.name, flags: O_WRONLY)
+        // The size now (a torn tail may have been cut since the scan).
+        let fileSize: Int64
+        switch dir.system.fileSize(file.fd) {
+        case .success(let s): fileSize = s
+        case .failure(let e): throw LogError.io("fstat", path: file.path, e)
+        }
         return SegmentWriter(file: file, seq: scan.seq, firstLSN: scan.firstLSN, name: scan.name, size: scan.validEnd,
-                             allocated: max(scan.fileSize, scan.validEnd), sizeLimit: sizeLimit, index: scan.index)
+                             allocated: max(fileSize, scan.validEnd), sizeLimit: sizeLimit, index: scan.index)
     }
 
     /// Writes bytes that hold whole frames at the end of those written, growing the file ahead
@@ -74,9 +84,15 @@ struct SegmentWriter: ~Copyable {
             let step = Self.preallocationStep
             let target = max(end, min((end / step + 1) * step, sizeLimit))
             switch system.preallocate(file.fd, target) {
-            case .success: allocated = target
-            case .failure(.ENOSPC): break  // the write itself may still fit
-            case .failure: preallocates = false  // not supported here: plain appends
+            case .success:
+                allocated = target
+            case .failure(let e):
+                // It may have grown the file part of the way: know its size (to cut it back).
+                if case .success(let s) = system.fileSize(file.fd) { allocated = max(allocated, s) }
+                // Unsupported here, or the disk is full (the frames themselves may still fit):
+                // plain appends from now on. Anything else is a failing disk: the log stops.
+                guard Self.refusals.contains(e.rawValue) else { throw LogError.io("fallocate", path: file.path, e) }
+                preallocates = false
             }
         }
         if case .failure(let e) = system.pwriteAll(file.fd, bytes, at: size) { throw LogError.io("pwrite", path: file.path, e) }

@@ -17,7 +17,8 @@ import Synchronization
 /// commit). Readers iterate records from any LSN while appends go on.
 ///
 /// After any failure of a step that changes its files — a write or sync of appends, or a roll,
-/// a deletion of segments, or a side-file write — the log is *fail-stop*: every waiting and
+/// the close's cutting of the zeros a segment was grown by, a deletion of segments, or a
+/// side-file write — the log is *fail-stop*: every waiting and
 /// later call throws ``LogError/Code/failed`` with the first cause; nothing is retried. Reopen
 /// the store to recover.
 ///
@@ -252,8 +253,9 @@ public final class WriteAheadLog: Sendable {
     public var firstLSN: LSN { shared.withLock { $0.firstLSN } }
     /// The segments, oldest first; the last is the one being written.
     public var segments: [SegmentInfo] { shared.withLock { $0.segments } }
-    /// The bytes of every segment file, the one being written included (without copying the
-    /// list of segments: cheap enough to ask after every write).
+    /// The bytes of every segment's frames, the one being written included (without copying the
+    /// list of segments: cheap enough to ask after every write). The file being written may
+    /// hold zeros past them, grown ahead of the writes (see FORMAT.md, *Writing*).
     public var segmentBytes: Int64 { shared.withLock { s in s.sealed.reduce(s.active.size) { $0 + $1.size } } }
     /// The error that stopped the log, if one did.
     public var failure: LogError? { shared.withLock { $0.failure } }

@@ -208,7 +208,7 @@ extension FerryDump {
             let inspection = try store.inspect(deep: false)
             let stored = inspection.segments.map(\.storedBodyBytes).reduce(0, +)
             let raw = inspection.segments.map(\.rawBodyBytes).reduce(0, +)
-            let segmentBytes = inspection.segments.map(\.fileSize).reduce(0, +)
+            let segmentBytes = inspection.segments.map { $0.fileSize - $0.zeroTail }.reduce(0, +)  // (frames, as the database counts)
             var report = Report(
                 segments: inspection.segments.count, records: inspection.segments.map(\.records).reduce(UInt64(0), +),
                 firstLSN: inspection.firstLSN?.rawValue,

@@ -170,6 +170,21 @@ final class Faults: Sendable {
         try await reopened.close()
     }
 
+    /// Any other failure of `fallocate` is a failing disk: the log stops, as for a failed write.
+    @Test func aFailingFallocateStopsTheLog() async throws {
+        let dir = try TemporaryDirectory()
+        var options = testOptions(.fsync)
+        options.system.preallocate = { _, _ in .failure(.EIO) }
+        let log = try WriteAheadLog.open(at: dir.path, options: options)
+        let error = await #expect(throws: LogError.self) { try await appendPosts(log, 0..<1) }
+        #expect(error?.code == .failed)
+        #expect((error?.cause as? LogError)?.message.contains("fallocate") == true, "\(String(describing: error))")
+        await #expect(throws: LogError.self) { try await log.close() }
+        let reopened = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        #expect(reopened.nextLSN == LSN(1))
+        try await reopened.close()
+    }
+
     @Test func shortWritesThatCompleteAreNotErrors() async throws {
         let dir = try TemporaryDirectory()
         var options = testOptions(.fsync, segmentSize: 8192)

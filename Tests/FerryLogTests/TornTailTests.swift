@@ -104,6 +104,43 @@ import Testing
         #expect(try LogInspection.inspect(dir.path).segments.map(\.zeroTail) == [0], "the close cut the zeros off")
     }
 
+    /// A crash can keep a later page of a write into the space grown ahead and lose an earlier
+    /// one: zeros where a frame began, a valid frame after them. In the newest segment that is
+    /// a torn tail (nothing of it was synced), not corruption that refuses the open.
+    @Test func aFrameOfZerosBeforeAValidFrameInTheNewestSegmentIsATornTail() async throws {
+        let dir = try await writeStore(30, batchSize: 3, options: testOptions(.fsync))
+        let name = try segmentFiles(dir.path)[0]
+        let bytes = try Files.read(dir.sub(name))
+        let first = try #require(parseFrames(bytes).first)
+        let kept = Array(bytes[first.offset..<first.end])  // a frame whose checksums pass
+        try Files.append(dir.sub(name), [UInt8](repeating: 0, count: 100) + kept)
+        let log = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        #expect(log.recovery.tornTail?.offset == Int64(bytes.count))
+        #expect(log.recovery.tornTail?.discardedBytes == Int64(100 + kept.count))
+        expectPosts(try log.records(), count: 30)
+        try await log.close()
+    }
+
+    /// A crash after a seal and before the zeros after it were cut (and before the next segment
+    /// was made): the open makes the next segment and cuts the zeros off the sealed one.
+    @Test func zerosAfterTheSealOfTheNewestSegmentAreCutByTheOpen() async throws {
+        let dir = try await writeStore(30, batchSize: 3, options: testOptions(.fsync))
+        let log = try WriteAheadLog.open(at: dir.path, options: testOptions(.fsync))
+        try await log.roll()
+        try await log.close()
+        let names = try segmentFiles(dir.path)
+        #expect(names.count == 2)
+        try Files.remove(dir.sub(names[1]))  // (the next segment not made yet)
+        try Files.append(dir.sub(names[0]), [UInt8](repeating: 0, count: 5000))
+        let reopened = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        #expect(reopened.recovery.tornTail == nil)
+        expectPosts(try reopened.records(), count: 30)
+        try await reopened.close()
+        let seen = try LogInspection.inspect(dir.path)
+        #expect(seen.firstProblem == nil)
+        #expect(seen.segments.map(\.zeroTail) == [0, 0])
+    }
+
     @Test func aValidFrameAfterJunkMakesItCorruptionNotATornTail() async throws {
         let dir = try await writeStore(10, batchSize: 1, options: testOptions(.fsync))
         let name = try segmentFiles(dir.path)[0]

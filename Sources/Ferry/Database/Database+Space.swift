@@ -83,8 +83,8 @@ public struct MaintenanceRun: Sendable, Equatable, Codable {
 /// What a store holds and how it uses its space (``Database/statistics``; `ferry-dump stats`).
 public struct StoreStatistics: Sendable, Equatable, Codable {
     /// Bytes of the log's segment files: their frames. (While the store is open, the newest
-    /// file also holds up to 1 MiB of zeros grown ahead of the writes — no more than a segment,
-    /// which a cache limit keeps to an eighth of it — cut off at a close.)
+    /// file also holds zeros grown ahead of the writes — 1 MiB at most, or after a crash up to
+    /// a segment, which a cache limit keeps to an eighth of it — cut off at a roll or a close.)
     public var segmentBytes: Int64 = 0
     /// Bytes of the checkpoint file.
     public var checkpointBytes: Int64 = 0
