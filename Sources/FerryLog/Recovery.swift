@@ -132,25 +132,29 @@ enum Recovery {
     static func finish(_ scan: StoreScan, report: inout RecoveryReport) throws {
         let dir = scan.directory
         if let torn = scan.tornTail, let seg = scan.segments.last, torn.file == seg.name {
-            let file = try dir.open(seg.name, flags: O_WRONLY)
-            if case .failure(let e) = dir.system.ftruncate(file.fd, seg.validEnd) { throw LogError.io("ftruncate", path: file.path, e) }
-            if case .failure(let e) = dir.system.fsync(file.fd) { throw LogError.io("fsync", path: file.path, e) }
-            try file.close(dir.system)
+            try cutAfterValidEnd(seg, dir)
             report.tornTail = .init(segment: seg.name, offset: seg.validEnd, discardedBytes: seg.fileSize - seg.validEnd,
                                     reason: torn.message)
         }
         // A crash between a seal and the cutting of the zeros after it: the writer starts a new
         // segment, so nothing would cut them.
         if scan.tornTail == nil, let seg = scan.segments.last, seg.sealed, seg.zeroTail > 0 {
-            let file = try dir.open(seg.name, flags: O_WRONLY)
-            if case .failure(let e) = dir.system.ftruncate(file.fd, seg.validEnd) { throw LogError.io("ftruncate", path: file.path, e) }
-            if case .failure(let e) = dir.system.fsync(file.fd) { throw LogError.io("fsync", path: file.path, e) }
-            try file.close(dir.system)
+            try cutAfterValidEnd(seg, dir)
         }
         try dir.remove(scan.temporaryFiles)
         report.removedTemporaryFiles = scan.temporaryFiles.sorted()
         try dir.remove(scan.obsolete)
         report.finishedDeletions = scan.obsolete.sorted()
+    }
+}
+
+extension Recovery {
+    /// Truncates a segment to its last good frame, durably.
+    private static func cutAfterValidEnd(_ seg: SegmentScan, _ dir: StoreDirectory) throws {
+        let file = try dir.open(seg.name, flags: O_WRONLY)
+        if case .failure(let e) = dir.system.ftruncate(file.fd, seg.validEnd) { throw LogError.io("ftruncate", path: file.path, e) }
+        if case .failure(let e) = dir.system.fsync(file.fd) { throw LogError.io("fsync", path: file.path, e) }
+        try file.close(dir.system)
     }
 }
 

@@ -160,7 +160,7 @@ enum SegmentScanner {
 
             // Zeros to the end: space the writer grew the file by ahead of its frames (a crash
             // before the seal or close cut it off), not a problem.
-            if case .tail = problem.kind, try reader.isZero(from: offset) {
+            if problem.kind == .tail, try reader.isZero(from: offset) {
                 scan.zeroTail = size - offset
                 break frames
             }

@@ -42,20 +42,14 @@ final class Faults: Sendable {
     var system: SystemCalls {
         var sys = SystemCalls.live
         let live = SystemCalls.live
-        sys.write = { fd, bytes in
-            guard let d = self.decide(.write) else { return live.write(fd, bytes) }
-            if let short = d.short {
-                return live.write(fd, UnsafeRawBufferPointer(rebasing: bytes[0..<min(short, bytes.count)]))
-            }
+        // Segments are written at offsets, side files appended to: the same faults for both.
+        let writing: @Sendable (UnsafeRawBufferPointer, (UnsafeRawBufferPointer) -> Result<Int, Errno>) -> Result<Int, Errno> = { bytes, call in
+            guard let d = self.decide(.write) else { return call(bytes) }
+            if let short = d.short { return call(UnsafeRawBufferPointer(rebasing: bytes[0..<min(short, bytes.count)])) }
             return .failure(d.errno)
         }
-        sys.pwrite = { fd, bytes, offset in  // (segments are written at offsets: the same faults)
-            guard let d = self.decide(.write) else { return live.pwrite(fd, bytes, offset) }
-            if let short = d.short {
-                return live.pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes[0..<min(short, bytes.count)]), offset)
-            }
-            return .failure(d.errno)
-        }
+        sys.write = { fd, bytes in writing(bytes) { live.write(fd, $0) } }
+        sys.pwrite = { fd, bytes, offset in writing(bytes) { live.pwrite(fd, $0, offset) } }
         sys.fdatasync = { fd in self.decide(.fdatasync).map { .failure($0.errno) } ?? live.fdatasync(fd) }
         sys.fsync = { fd in self.decide(.fsync).map { .failure($0.errno) } ?? live.fsync(fd) }
         sys.rename = { a, b in self.decide(.rename).map { .failure($0.errno) } ?? live.rename(a, b) }

@@ -178,7 +178,7 @@ final class LazyLocation: @unchecked Sendable {
         }
         let base = layers[0].value(chain.entry).getChild(chain.path.relative(to: path))
         if base.isLeaf || !base.priority.isEmpty { return nil }
-        let priorityKey = key + Array(".priority".utf8) + [0]
+        let priorityKey = key + PathKey.priorityComponent
         if layers.contains(where: { $0.index.get(priorityKey) != nil }) { return nil }
         return ChildPlan(base: base, layers: layers)
     }

@@ -79,57 +79,46 @@ protocol ValueReader: AnyObject {
 }
 
 extension ValueReader {
-    func node(_ ref: ValueRef) -> Node {
+    /// `body` over the encoded value `ref` names; `fallback` (the failure told to
+    /// ``readFailed(_:lsn:)``) when it cannot be read or decoded.
+    private func reading<T>(_ ref: ValueRef, else fallback: T, _ body: (UnsafeRawBufferPointer) throws -> T) -> T {
         do {
-            return try withValue(ref) { try ValueCodec.decode($0) }
+            return try withValue(ref, body)
         } catch {
             readFailed(error, lsn: ref.lsn)
-            return .empty
+            return fallback
         }
+    }
+
+    func node(_ ref: ValueRef) -> Node {
+        reading(ref, else: .empty) { try ValueCodec.decode($0) }
     }
 
     /// The node at `path` below the value `ref` names, decoding only that node.
     func node(_ ref: ValueRef, at path: Path) -> Node {
-        do {
-            return try withValue(ref) { try ValueCodec.decode($0, at: path) }
-        } catch {
-            readFailed(error, lsn: ref.lsn)
-            return .empty
-        }
+        reading(ref, else: .empty) { try ValueCodec.decode($0, at: path) }
     }
 
     /// Where the priority of the node at `path` below the value `ref` names is stored (a value
     /// of its own), or nil when that node has none.
     func priorityRef(_ ref: ValueRef, at path: Path) -> ValueRef? {
-        do {
-            guard let r = try withValue(ref, { try ValueCodec.priorityRange($0, at: path) }) else { return nil }
-            return ValueRef(lsn: ref.lsn, offset: ref.offset + UInt32(r.lowerBound), length: UInt32(r.count))
-        } catch {
-            readFailed(error, lsn: ref.lsn)
-            return nil
+        reading(ref, else: nil) { bytes in
+            try ValueCodec.priorityRange(bytes, at: path).map {
+                ValueRef(lsn: ref.lsn, offset: ref.offset + UInt32($0.lowerBound), length: UInt32($0.count))
+            }
         }
     }
 
     /// How many children the node at `path` below the value `ref` names has, read from its
     /// header (0 for a leaf, none, or a value that cannot be read).
     func childCount(_ ref: ValueRef, at path: Path) -> Int {
-        do {
-            return try withValue(ref) { try ValueCodec.childCount($0, at: path) }
-        } catch {
-            readFailed(error, lsn: ref.lsn)
-            return 0
-        }
+        reading(ref, else: 0) { try ValueCodec.childCount($0, at: path) }
     }
 
     /// Whether the node at `path` below the value `ref` names is empty, read from its tag
     /// (true for a value that cannot be read).
     func isEmpty(_ ref: ValueRef, at path: Path) -> Bool {
-        do {
-            return try withValue(ref) { try ValueCodec.isEmpty($0, at: path) }
-        } catch {
-            readFailed(error, lsn: ref.lsn)
-            return true
-        }
+        reading(ref, else: true) { try ValueCodec.isEmpty($0, at: path) }
     }
 
     /// The first byte of the stored value (nil when it cannot be read): whether it carries a
@@ -280,16 +269,15 @@ final class LayeredIndex {
     }
 
     /// The last key of a priority's path, as an index key ends with it.
-    private static let priorityComponent: [UInt8] = Array(".priority".utf8) + [0]
 
     /// Whether a non-empty entry lies below `path`, its own priority aside (which does not turn
     /// a leaf into an object).
     private func hasNonEmptyEntry(below path: Path) -> Bool {
         let prefix = PathKey.encode(path)
-        let ownPriority = prefix.count + Self.priorityComponent.count
+        let ownPriority = prefix.count + PathKey.priorityComponent.count
         var found = false
         index.forEach(withPrefix: prefix) { k, e in
-            if k.count > prefix.count && !e.isEmpty && !(k.count == ownPriority && k.starts(with: prefix) && k[prefix.count...].elementsEqual(Self.priorityComponent)) {
+            if k.count > prefix.count && !e.isEmpty && !(k.count == ownPriority && k.starts(with: prefix) && k[prefix.count...].elementsEqual(PathKey.priorityComponent)) {
                 found = true
             }
         }
@@ -302,7 +290,7 @@ final class LayeredIndex {
     /// `location/.priority` referring to where the leaf's value stores it).
     private func turnIntoObject(_ location: Path, leaf: Node, of source: LayeredEntry, at relative: Path) {
         let markerKey = PathKey.encode(location)
-        let priorityKey = markerKey + Self.priorityComponent
+        let priorityKey = markerKey + PathKey.priorityComponent
         var carried: LayeredEntry?
         if let written = index.get(priorityKey) {
             carried = written.isInline ? makeEntry(.inline(value(written)), empty: written.isEmpty, depth: location.count + 1) : written
@@ -361,7 +349,7 @@ final class LayeredIndex {
     /// Whether the node at `path` (whose index key is `key`) has a priority where the entries
     /// make it complete: one written at `path/.priority`, else the one its value carries.
     private func hasPriority(_ path: Path, key: [UInt8]) -> Bool {
-        if depthCounts[path.count + 1] > 0, let written = index.get(key + Self.priorityComponent) { return !written.isEmpty }
+        if depthCounts[path.count + 1] > 0, let written = index.get(key + PathKey.priorityComponent) { return !written.isEmpty }
         guard let (chainPath, entry) = deepestChainEntry(path, key: key, strictlyAbove: false) else { return false }
         if entry.isEmpty { return false }
         let relative = chainPath.relative(to: path)
@@ -386,7 +374,7 @@ final class LayeredIndex {
             anyBelow = true
             w.key(into: &buffer)
             if previousSettles && !buffer.starts(with: previousKey) { return false }  // (nothing below it)
-            let isPriority = buffer.reversed().starts(with: Self.priorityComponent.reversed())
+            let isPriority = buffer.reversed().starts(with: PathKey.priorityComponent.reversed())
             previousSettles = !w.entry.isEmpty && !isPriority
             if !w.entry.isEmpty && !isPriority { onlyRemovals = false }
             let child = buffer[key.count...].prefix { $0 != 0 }

@@ -8,6 +8,9 @@ import Darwin
 /// characters), the root empty. A location's subtree is then exactly the keys that start with
 /// its key, and sorts right after it; an ancestor sorts before its descendants.
 enum PathKey {
+    /// The key component of a `.priority` child (appended to a node's key: its priority's key).
+    static let priorityComponent: [UInt8] = Array(".priority".utf8) + [0]
+
     static func encode(_ path: Path) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(path.keys.reduce(0) { $0 + $1.utf8.count + 1 })
