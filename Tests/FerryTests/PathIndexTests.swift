@@ -80,6 +80,31 @@ import Testing
         #expect(index.chunks.count > 1)
     }
 
+    /// A key replaced where it stands (nothing below it) and a key whose only descendant
+    /// begins the next chunk: the descendant goes too, wherever it is kept.
+    @Test func replacingAKeyRemovesADescendantThatBeginsTheNextChunk() {
+        var index = PathIndex<Int>()
+        let capacity = PathIndex<Int>.chunkCapacity
+        for i in 0..<(capacity - 1) { index.set(PathKey.encode(Path(keys: ["k\(1000 + i)"])), i) }
+        let parent = PathKey.encode(Path(keys: ["z"])), child = PathKey.encode(Path(keys: ["z", "c"]))
+        index.set(parent, -1)  // fills the first chunk
+        index.set(child, -2)  // past a full last chunk: begins a new one
+        #expect(index.chunks.count == 2 && index.chunks[1].count == 1)
+
+        var removed: [Int] = []
+        let alone = PathKey.encode(Path(keys: ["k1007"]))
+        index.replaceSubtree(alone, 7_000) { removed.append($0) }
+        #expect(removed == [7] && index.get(alone) == 7_000 && index.count == capacity + 1)
+
+        removed = []
+        index.replaceSubtree(parent, 9_000) { removed.append($0) }
+        #expect(Set(removed) == [-1, -2])
+        #expect(index.get(parent) == 9_000 && index.get(child) == nil && index.count == capacity)
+        var seen: [[UInt8]] = []
+        index.forEach(withPrefix: []) { k, _ in seen.append(Array(k)) }
+        #expect(seen.count == capacity && seen.last == parent)
+    }
+
     /// Keys that share long prefixes, inserted in order (whole chunks fill up) and out of
     /// order (chunks split and their shared prefixes shrink and grow).
     @Test func keysWithLongSharedPrefixesStayFindableInAnyInsertionOrder() {

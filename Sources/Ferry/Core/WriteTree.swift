@@ -160,13 +160,14 @@ final class WriteTree {
 
     /// Removes the oldest pending write (acknowledged in order): O(1) in the number of pending
     /// writes — O(log n) index look-ups per location the write wrote — instead of
-    /// ``removeWrite(_:)``'s scan of every pending write. `writtenPaths` are the locations it
-    /// wrote (its path for a set; each child's for an update). Returns what ``removeWrite(_:)``
+    /// ``removeWrite(_:)``'s scan of every pending write. `writtenKeys` are the index keys
+    /// (``PathKey/encode(_:)``) of the locations it wrote (its path for a set; each child's for
+    /// an update). Returns what ``removeWrite(_:)``
     /// returns. Falls back to re-layering the remaining writes (O(n)) only where a newer write
     /// sits below one of those locations or a marker stands in for one of its leaves, while
     /// some write's entry may lie above its own path (``LayeredIndex/hasFoldedWrites``), and for
     /// memory-only stores, whose values are not named by write id in the overlay.
-    func removeOldest(_ writeID: Int64, writtenPaths: [Path]) -> Bool {
+    func removeOldest(_ writeID: Int64, writtenKeys: [[UInt8]]) -> Bool {
         precondition(pending.firstID == writeID, "removeOldest takes the oldest pending write")
         if pending.inlineRecord(writeID) != nil { return removeWrite(writeID) }
         let visible = pending.isVisible(at: 0)
@@ -180,8 +181,7 @@ final class WriteTree {
             return true
         }
         var own: [[UInt8]] = []
-        for path in writtenPaths {
-            let key = PathKey.encode(path)
+        for key in writtenKeys {
             guard let entry = overlay.index.get(key) else { continue }  // a newer write above replaced it
             if entry.isInline || entry.isMarker {
                 rebuildOverlay()

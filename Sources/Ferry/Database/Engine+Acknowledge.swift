@@ -31,7 +31,7 @@ extension Engine {
     /// last record written (0 when none was).
     ///
     /// O(1) per acknowledged write in the number of pending writes: each is the oldest pending
-    /// one when its turn comes (see ``WriteTree/removeOldest(_:writtenPaths:)``); its cost is
+    /// one when its turn comes (see ``WriteTree/removeOldest(_:writtenKeys:)``); its cost is
     /// its own locations and the views on them. Rejections cost O(pending writes) each.
     func acknowledge(through: Int64, rejections: [WriteRejection]) throws -> ([Event], Int64) {
         try checkUsable()
@@ -47,11 +47,13 @@ extension Engine {
         var acked: [(id: Int64, applied: Bool)] = []
         var notApplied: [Int64] = []
         var i = 0
+        let noViews = syncTree.syncPoints.isEmpty  // (then no path needs decoding)
         while i < writeTree.pending.count, writeTree.pending.id(at: i) <= through {
             let id = writeTree.pending.id(at: i)
             // Where a listen keeps the data up to date, the server's own update is the truth;
             // elsewhere the acknowledged value is the best knowledge of the server's data.
-            let applied = writeTree.pending.isVisible(at: i) && !syncTree.hasCompleteView(covering: writeTree.pending.path(at: i))
+            let applied = writeTree.pending.isVisible(at: i)
+                && (noViews || !syncTree.hasCompleteView(covering: writeTree.pending.path(at: i)))
             if !applied { notApplied.append(id) }
             acked.append((id, applied))
             i += 1
@@ -82,21 +84,23 @@ extension Engine {
     /// cache if `applied`, takes it off the write tree and (live) raises the events of views on it.
     private func removeAcknowledged(_ id: Int64, applied: Bool, live: Bool) -> [Event] {
         if !memoryUnresolved.isEmpty { memoryUnresolved[id] = nil }
-        let base = writeTree.pending.path(at: 0)
         let isOverwrite = writeTree.pending.isOverwrite(at: 0)
-        let values: [(Path, ValueHandle, Bool)]
-        if isPersistent {
-            values = writeValues(id).map { (base.child($0.0), $0.1, $0.2) }
+        let base: Path, values: [(Path, ValueHandle, Bool)]
+        if isPersistent, let stored = storedWrite(id) {
+            (base, values) = stored  // (the record's path: the pending list's is not decoded again)
         } else {
-            values = writeTree.write(id).map(valueHandles(of:)) ?? []
+            base = writeTree.pending.path(at: 0)
+            values = isPersistent ? [] : writeTree.write(id).map(valueHandles(of:)) ?? []
         }
-        if applied { for (p, h, empty) in values { server.set(h, empty: empty, at: p) } }
+        // Each location's index key, made once (the write's own path's is in the pending list).
+        let baseKey = writeTree.pending.withKey(at: 0) { Array($0) }
+        let keys = values.map { $0.0.count == base.count ? baseKey : PathKey.encode($0.0) }
+        if applied { for ((p, h, empty), key) in zip(values, keys) { server.set(h, empty: empty, at: p, key: key) } }
         let events = applied && live ? showAcknowledgedValues(values.map(\.0)) : []
-        let written = isOverwrite ? [base] : values.map(\.0)
-        let mayShow = writeTree.removeOldest(id, writtenPaths: written)
+        let mayShow = writeTree.removeOldest(id, writtenKeys: isOverwrite ? [baseKey] : keys)
         guard live, mayShow, syncTree.hasSyncPoint(relatedTo: base) else { return events }
         var affected = ImmutableTree<Bool>.empty
-        for p in written { affected = affected.setting(true, at: base.relative(to: p)) }
+        for p in isOverwrite ? [base] : values.map(\.0) { affected = affected.setting(true, at: base.relative(to: p)) }
         return events + syncTree.applyAcknowledgement(at: base, affected: affected, revert: false)
     }
 

@@ -370,13 +370,26 @@ struct PathIndex<Entry> {
         key.withUnsafeBytes { k in
             if chunks.isEmpty { chunks.append(Chunk()) }
             let ci = chunkIndex(k)
-            let (i, _) = chunks[ci].search(k)
+            let (i, found) = chunks[ci].search(k)
+            // The key alone, nothing below it (an overwrite of a leaf or of a value at the
+            // same place, the common case): replaced where it stands, nothing shifted.
+            if found && !hasKeyAfter(chunk: ci, at: i, withPrefix: k) {
+                removed(chunks[ci].entries[i])
+                chunks[ci].entries[i] = entry
+                return
+            }
             if removeRun(prefix: k, chunk: ci, at: i, removed) {
                 insert(k, entry, chunk: ci, at: i)
             } else {
                 set(k, entry)
             }
         }
+    }
+
+    /// Whether the key following (`ci`, `i`) starts with `p`.
+    private func hasKeyAfter(chunk ci: Int, at i: Int, withPrefix p: UnsafeRawBufferPointer) -> Bool {
+        if i + 1 < chunks[ci].count { return chunks[ci].hasPrefix(i + 1, p) }
+        return ci + 1 < chunks.count && chunks[ci + 1].count > 0 && chunks[ci + 1].hasPrefix(0, p)
     }
 
     /// Removes every key that starts with `prefix` (the key `prefix` itself included), calling
