@@ -236,7 +236,8 @@ struct CompareRun: AsyncParsableCommand {
             options.compactionSegments = nil  // overwrite compacts when asked, after measuring the bytes before
             // Overwrite's live data (100,000 posts, ~21 MB) is over the default cache limit: with
             // it, eviction would drop acknowledged posts, and the bytes compared would not hold
-            // them all. The peers keep everything; so does Ferry here (checked below).
+            // them all. The peers keep everything; so does Ferry here (checked below). (With no
+            // limit, segments are the default 8 MiB, not an eighth of a limit.)
             if workload == "overwrite" { options.cacheSizeBytes = .unlimited }
             let db = try Database.open(at: directory, options: options)
             // As in an app that has synced: the server said /posts was empty, so that /posts,
@@ -287,7 +288,7 @@ struct CompareRun: AsyncParsableCommand {
                 try await db.compact()
                 result.compactionSeconds = seconds(c.duration(to: clock.now))
                 // Every key still reads its last post (every 7th key checked, after the timing).
-                for k in stride(from: 0, to: keys.count, by: 7) {
+                for k in stride(from: 0, to: n >= keys.count ? keys.count : 0, by: 7) {
                     let last = n - keys.count + k
                     let want = try data.withRecord(last) { try Value(jsonBytes: Array($0)) }
                     guard try await db.reference(String(keys[k].dropFirst())).getData().value == want else {
