@@ -10,8 +10,8 @@ import Darwin
 ///
 /// The file is grown ahead of the writes, a step of zeros at a time (`fallocate`), and frames
 /// are written into that space at their offsets: an `fdatasync` after a write that does not
-/// change the file's size has no size to commit, which on ext4 makes a sync of a small write
-/// about a third cheaper (a journal commit per step, not per sync). The zeros past the last
+/// change the file's size has no size to write, which on ext4 made a sync of a small write
+/// about a third cheaper (the size written once per step, not at every sync). The zeros past the last
 /// frame are cut off when the segment is sealed or the log closed; after a crash, a scan takes
 /// a rest of the file that is all zeros for that space (FORMAT.md, *Writing* and *Recovery*).
 struct SegmentWriter: ~Copyable {
