@@ -113,10 +113,25 @@ public struct RecoveryReport: Sendable, CustomStringConvertible {
         public var reason: String
     }
 
+    /// Zeros after the last frame of the newest segment: space the writer grew ahead of its
+    /// frames (FORMAT.md, *Writing*) that a crash left uncut. Not
+    /// damage — nothing was ever written there — but a sign the log was not closed.
+    public struct ZeroTail: Sendable, Equatable {
+        public var segment: String
+        /// Where the zeros start (the end of the last frame).
+        public var offset: Int64
+        public var bytes: Int64
+        /// Whether the open cut them off (after a sealed segment's seal; the active segment's
+        /// are written into).
+        public var cut: Bool
+    }
+
     /// True when the store did not exist and was created.
     public var created = false
     /// The torn tail truncated, if there was one.
     public var tornTail: TornTail?
+    /// Zeros after the newest segment's last frame, if a crash left them.
+    public var zeroTail: ZeroTail?
     /// Everything a salvage open dropped; empty unless ``RecoveryMode/salvage`` was chosen and needed.
     public var salvaged: [Loss] = []
     /// Temporary files left by an interrupted file creation, now removed.
@@ -131,12 +146,15 @@ public struct RecoveryReport: Sendable, CustomStringConvertible {
     public var segmentCount = 0
 
     /// True when the open found nothing to repair.
-    public var isClean: Bool { tornTail == nil && salvaged.isEmpty && removedTemporaryFiles.isEmpty && finishedDeletions.isEmpty }
+    public var isClean: Bool {
+        tornTail == nil && zeroTail?.cut != true && salvaged.isEmpty && removedTemporaryFiles.isEmpty && finishedDeletions.isEmpty
+    }
 
     public var description: String {
         var parts = ["\(segmentCount) segment(s), LSN \(firstLSN)..<\(nextLSN)"]
         if created { parts.append("created") }
         if let t = tornTail { parts.append("torn tail truncated in \(t.segment) at \(t.offset) (\(t.discardedBytes) bytes: \(t.reason))") }
+        if let z = zeroTail { parts.append("\(z.bytes) bytes of space grown ahead left after the last frame of \(z.segment) at \(z.offset)" + (z.cut ? " (cut)" : "")) }
         for l in salvaged { parts.append("salvage dropped LSN \(l.lsns.lowerBound)..<\(l.lsns.upperBound) in \(l.segment) at \(l.offset): \(l.reason)") }
         if !removedTemporaryFiles.isEmpty { parts.append("removed \(removedTemporaryFiles.joined(separator: ", "))") }
         if !finishedDeletions.isEmpty { parts.append("finished deleting \(finishedDeletions.joined(separator: ", "))") }

@@ -138,8 +138,9 @@ enum Recovery {
         }
         // A crash between a seal and the cutting of the zeros after it: the writer starts a new
         // segment, so nothing would cut them.
-        if scan.tornTail == nil, let seg = scan.segments.last, seg.sealed, seg.zeroTail > 0 {
-            try cutAfterValidEnd(seg, dir)
+        if scan.tornTail == nil, let seg = scan.segments.last, seg.zeroTail > 0 {
+            if seg.sealed { try cutAfterValidEnd(seg, dir) }
+            report.zeroTail = .init(segment: seg.name, offset: seg.fileSize - seg.zeroTail, bytes: seg.zeroTail, cut: seg.sealed)
         }
         try dir.remove(scan.temporaryFiles)
         report.removedTemporaryFiles = scan.temporaryFiles.sorted()

@@ -93,12 +93,14 @@ import Testing
         #expect(verify.segments.map(\.zeroTail) == [Int64(zeros)])
         let log = try WriteAheadLog.open(at: dir.path, options: testOptions(.fsync))
         #expect(log.recovery.isClean)
+        let z = log.recovery.zeroTail
+        #expect(z?.segment == name && z?.offset == Int64(size) && z?.bytes == Int64(zeros) && z?.cut == false, "\(log.recovery)")
         expectPosts(try log.records(), count: 30)
         try await appendPosts(log, 30..<40)
         try await log.close()
         #expect(try Files.size(dir.sub(name)) > size, "the new frames went where the zeros began")
         let again = try WriteAheadLog.open(at: dir.path, options: testOptions())
-        #expect(again.recovery.isClean)
+        #expect(again.recovery.isClean && again.recovery.zeroTail == nil)
         expectPosts(try again.records(), count: 40)
         try await again.close()
         #expect(try LogInspection.inspect(dir.path).segments.map(\.zeroTail) == [0], "the close cut the zeros off")
@@ -132,8 +134,12 @@ import Testing
         #expect(names.count == 2)
         try Files.remove(dir.sub(names[1]))  // (the next segment not made yet)
         try Files.append(dir.sub(names[0]), [UInt8](repeating: 0, count: 5000))
+        let sealedSize = try Files.size(dir.sub(names[0])) - 5000
         let reopened = try WriteAheadLog.open(at: dir.path, options: testOptions())
         #expect(reopened.recovery.tornTail == nil)
+        let z = reopened.recovery.zeroTail
+        #expect(z?.segment == names[0] && z?.offset == Int64(sealedSize) && z?.bytes == 5000 && z?.cut == true, "\(reopened.recovery)")
+        #expect(!reopened.recovery.isClean, "a cut is a repair")
         expectPosts(try reopened.records(), count: 30)
         try await reopened.close()
         let seen = try LogInspection.inspect(dir.path)
