@@ -140,7 +140,7 @@ enum Recovery {
         // segment, so nothing would cut them.
         if scan.tornTail == nil, let seg = scan.segments.last, seg.zeroTail > 0 {
             if seg.sealed { try cutAfterValidEnd(seg, dir) }
-            report.zeroTail = .init(segment: seg.name, offset: seg.fileSize - seg.zeroTail, bytes: seg.zeroTail, cut: seg.sealed)
+            report.zeroTail = .init(segment: seg.name, offset: seg.validEnd, bytes: seg.zeroTail, cut: seg.sealed)
         }
         try dir.remove(scan.temporaryFiles)
         report.removedTemporaryFiles = scan.temporaryFiles.sorted()
