@@ -30,7 +30,8 @@ struct WriteRecord: Sendable {
 protocol StoredValues: ValueReader {
     /// The write with this id, values resolved as the local view shows them.
     func writeRecord(_ id: Int64) -> WriteRecord?
-    /// Where each value of the write sits (and whether it is empty), for rebuilding the overlay.
+    /// Where each value of the write sits (its path from the root) and whether it is empty,
+    /// for rebuilding the overlay.
     func writeValues(_ id: Int64) -> [(Path, ValueHandle, Bool)]
 }
 
@@ -210,8 +211,7 @@ final class WriteTree {
                 case .merge(let m): m.forEachWrite { p, n in overlay.set(node: n, at: record.path.child(p)) }
                 }
             } else {
-                let base = pending.path(at: i)
-                for (p, handle, empty) in stored?.writeValues(id) ?? [] { overlay.set(handle, empty: empty, at: base.child(p)) }
+                for (p, handle, empty) in stored?.writeValues(id) ?? [] { overlay.set(handle, empty: empty, at: p) }
             }
         }
     }

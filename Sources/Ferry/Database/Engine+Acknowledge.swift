@@ -86,11 +86,12 @@ extension Engine {
         if !memoryUnresolved.isEmpty { memoryUnresolved[id] = nil }
         let isOverwrite = writeTree.pending.isOverwrite(at: 0)
         let base: Path, values: [(Path, ValueHandle, Bool)]
-        if isPersistent, let stored = storedWrite(id) {
-            (base, values) = stored  // (the record's path: the pending list's is not decoded again)
+        if isPersistent {
+            // The record's path (the pending list's is not decoded again); none if the record
+            // could not be read (the database failed: nothing to copy).
+            (base, values) = storedWrite(id) ?? (writeTree.pending.path(at: 0), [])
         } else {
-            base = writeTree.pending.path(at: 0)
-            values = isPersistent ? [] : writeTree.write(id).map(valueHandles(of:)) ?? []
+            (base, values) = (writeTree.pending.path(at: 0), writeTree.write(id).map(valueHandles(of:)) ?? [])
         }
         // Each location's index key, made once (the write's own path's is in the pending list).
         let baseKey = writeTree.pending.withKey(at: 0) { Array($0) }

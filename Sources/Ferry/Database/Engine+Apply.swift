@@ -145,7 +145,7 @@ extension Engine {
 
     /// The absolute paths and values a write wrote, and whether each is empty.
     func valueHandles(of write: WriteRecord) -> [(Path, ValueHandle, Bool)] {
-        if isPersistent { return writeValues(write.writeID).map { (write.path.child($0.0), $0.1, $0.2) } }
+        if isPersistent { return writeValues(write.writeID) }
         switch write.change {
         case .overwrite(let n): return [(write.path, .inline(n), n.isEmpty)]
         case .merge(let m):
@@ -196,8 +196,8 @@ extension Engine {
                 }
             }
         case .ack:
-            if s.appliedToServerCache, let base = writeTree.write(s.ackedWrite)?.path {
-                for (p, h, empty) in writeValues(s.ackedWrite) { server.set(h, empty: empty, at: base.child(p)) }
+            if s.appliedToServerCache, writeTree.pending.index(of: s.ackedWrite) != nil {
+                for (p, h, empty) in writeValues(s.ackedWrite) { server.set(h, empty: empty, at: p) }
             }
             _ = writeTree.removeWrite(s.ackedWrite)
             if s.revert { recentRejections[s.ackedWrite] = DatabaseError(.writeRejected, "the server rejected write \(s.ackedWrite); it was reverted locally") }

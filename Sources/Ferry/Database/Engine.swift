@@ -222,18 +222,16 @@ final class Engine: StoredValues, ServerCacheSource {
         }
     }
 
-    func writeValues(_ id: Int64) -> [(Path, ValueHandle, Bool)] { storedWrite(id, absolute: false)?.values ?? [] }
+    func writeValues(_ id: Int64) -> [(Path, ValueHandle, Bool)] { storedWrite(id)?.values ?? [] }
 
     /// The path of write `id` and where each of its values sits (paths from the root), read
     /// from its record; nil (the database failed) when it cannot be read.
-    func storedWrite(_ id: Int64) -> (path: Path, values: [(Path, ValueHandle, Bool)])? { storedWrite(id, absolute: true) }
-
-    private func storedWrite(_ id: Int64, absolute: Bool) -> (path: Path, values: [(Path, ValueHandle, Bool)])? {
+    func storedWrite(_ id: Int64) -> (path: Path, values: [(Path, ValueHandle, Bool)])? {
         do {
             return try withPayload(UInt64(id)) { kind, payload in
                 let s = try RecordCodec.summarize(kind: kind, payload)
                 return (s.path, s.values.map {
-                    (absolute ? s.path.child($0.path) : $0.path,
+                    (s.path.child($0.path),
                      .stored(ValueRef(lsn: UInt64(id), offset: UInt32($0.range.lowerBound), length: UInt32($0.range.count))),
                      Engine.isEmptyValue(payload, $0.range))
                 })
