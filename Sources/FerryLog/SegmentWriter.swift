@@ -8,11 +8,13 @@ import Darwin
 
 /// The segment being appended to. Only the log's writer touches it.
 ///
-/// The file is grown ahead of the writes, a step of zeros at a time (`fallocate`), and frames
-/// are written into that space at their offsets: an `fdatasync` after a write that does not
-/// change the file's size has no size to write, which on ext4 made a sync of a small write
-/// about a third cheaper (the size written once per step, not at every sync). The zeros past the last
-/// frame are cut off when the segment is sealed or the log closed; after a crash, a scan takes
+/// The file is grown ahead of the writes, a step of zeros at a time (`fallocate`, then the
+/// zeros written), and frames are written into that space at their offsets: an `fdatasync`
+/// after a write that does not change the file's size, into blocks already written, has no
+/// size and no block conversion to write. On ext4 here a durable 230-byte write costs ~83 µs
+/// so against ~120 µs appended, and 5 KB ~90 µs against ~140 µs appended (and ~180 µs into
+/// space `fallocate` only reserved: each sync then turned new blocks written). The zeros past
+/// the last frame are cut off when the segment is sealed or the log closed; after a crash, a scan takes
 /// a rest of the file that is all zeros for that space (FORMAT.md, *Writing* and *Recovery*).
 struct SegmentWriter: ~Copyable {
     let file: FileHandle
@@ -37,6 +39,10 @@ struct SegmentWriter: ~Copyable {
 
     /// Bytes the file grows by at a time.
     static let preallocationStep: Int64 = 1 << 20
+
+    /// A step of zeros to write ahead (`calloc`'s: pages that stay the shared zero page).
+    nonisolated(unsafe) private static let zeros = UnsafeRawBufferPointer(
+        start: calloc(1, Int(preallocationStep)), count: Int(preallocationStep))
 
     private init(file: consuming FileHandle, seq: UInt64, firstLSN: LSN, name: String, size: Int64, allocated: Int64,
                  sizeLimit: Int, index: [IndexEntry]) {
@@ -85,6 +91,17 @@ struct SegmentWriter: ~Copyable {
             let target = max(end, min((end / step + 1) * step, sizeLimit))
             switch system.preallocate(file.fd, target) {
             case .success:
+                // The zeros written too: `fallocate` alone leaves the space "unwritten", and the
+                // first sync after a write into each new block then has metadata to write
+                // (the block turned written). Written zeros need that once, at the sync after
+                // this. (Frames overwrite them in the page cache before they reach the disk,
+                // unless a sync comes first.)
+                if target > end {
+                    let zeros = UnsafeRawBufferPointer(rebasing: Self.zeros[0..<Int(target - end)])
+                    if case .failure(let e) = system.pwriteAll(file.fd, zeros, at: end) {
+                        throw LogError.io("pwrite", path: file.path, e)
+                    }
+                }
                 allocated = target
             case .failure(let e):
                 // It may have grown the file part of the way: know its size (to cut it back).

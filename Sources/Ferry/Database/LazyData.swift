@@ -309,7 +309,7 @@ final class LazyLocation: @unchecked Sendable {
             case .key: (ChildCursor(self, decode: false), { _ in .empty })
             default: nil
             }
-            if var (cursor, stands) = ordering {
+            if case (var cursor, let stands)? = ordering {
                 kept = limited.selectWindow { body in
                     while let (k, n) = cursor.next() { body(k, stands(n)) }
                 }.map { NamedNode(name: $0.name, node: self.child($0.name)) }
