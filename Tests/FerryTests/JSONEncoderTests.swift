@@ -119,7 +119,7 @@ extension JSONEncoderTests {
         texts += ["{" + many.joined(separator: ",") + "}", "{" + many.reversed().joined(separator: ",") + "}",
                   "[" + (0..<130).map { String($0) }.joined(separator: ",") + "]",
                   #"{"b":{"y":null},"a":{},"c":[null,null]}"#, #"{"b":1,"a":null}"#,
-                  // Children of the open objects beyond the 64 kept on the stack.
+                  // Children of the open objects beyond the 16 kept on the stack, and output beyond its 1 KiB.
                   "{" + (0..<50).map { #""o\#($0)":{"# + many.prefix(50).reversed().joined(separator: ",") + "}" }.joined(separator: ",") + "}"]
         for text in texts {
             let bytes = Array(text.utf8)
