@@ -118,6 +118,23 @@ struct FrameReader: ~Copyable {
 
     /// Reads and checks the frame at `offset`.
     mutating func readFrame(at offset: Int64) throws -> FrameRead {
+        let header: FrameHeader
+        switch try readHeader(at: offset) {
+        case .frame(let h, _): header = h
+        case let other: return other
+        }
+        let bodyOffset = offset + Int64(LogFormat.frameHeaderSize)
+        guard let body = try bytes(at: bodyOffset, length: Int(header.storedLength)) else {
+            return .incomplete("the file ended while reading the frame body")
+        }
+        guard CRC32C.checksum(body) == header.bodyCRC else { return .invalid("frame body checksum mismatch") }
+        return .frame(header, body: body)
+    }
+
+    /// Reads and checks the header of the frame at `offset` (its own checksum, and that the
+    /// body it announces lies within `limit`), not the body: for stepping over frames on the
+    /// way to another. On success, the body is given empty.
+    mutating func readHeader(at offset: Int64) throws -> FrameRead {
         if offset == limit { return .end }
         guard let head = try bytes(at: offset, length: LogFormat.frameHeaderSize) else {
             return .incomplete("\(limit - offset) bytes remain, fewer than a frame header")
@@ -132,11 +149,7 @@ struct FrameReader: ~Copyable {
         guard bodyOffset + Int64(header.storedLength) <= limit else {
             return .incomplete("the frame announces \(header.storedLength) body bytes; \(limit - bodyOffset) remain")
         }
-        guard let body = try bytes(at: bodyOffset, length: Int(header.storedLength)) else {
-            return .incomplete("the file ended while reading the frame body")
-        }
-        guard CRC32C.checksum(body) == header.bodyCRC else { return .invalid("frame body checksum mismatch") }
-        return .frame(header, body: body)
+        return .frame(header, body: UnsafeRawBufferPointer(start: nil, count: 0))
     }
 
     /// Looks for the next offset after `offset` where a whole valid frame starts (used to tell a

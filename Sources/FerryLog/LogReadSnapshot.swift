@@ -114,7 +114,8 @@ public final class LogReadSnapshot: Sendable {
             guard lo < segments.count, segments[lo].firstLSN <= lsn else {
                 throw LogError(.recordsUnavailable, "no segment holds record \(lsn)", file: directory.path)
             }
-            let f = try WriteAheadLog.readFrame(containing: lsn, in: segments[lo], cursor: try cursor(lo, &s), directory: directory)
+            let f = try WriteAheadLog.readFrame(containing: lsn, in: segments[lo], cursor: try cursor(lo, &s), directory: directory,
+                                                after: s.frames.last)
             s.frames.append(f)
             if s.frames.count > Self.maxFrames { s.frames.removeFirst() }
             return f

@@ -22,18 +22,23 @@ final class CachedFrame: Sendable {
     let firstLSN: LSN
     /// The frame's byte offset in its segment file.
     let offset: Int64
+    /// Where the next frame of the segment starts.
+    let end: Int64
     let bytes: [UInt8]
     /// Offsets of kind byte, payload start and payload length, three per record.
     let layout: [UInt32]
 
-    init(firstLSN: LSN, offset: Int64, bytes: [UInt8], layout: [UInt32]) {
+    init(firstLSN: LSN, offset: Int64, end: Int64, bytes: [UInt8], layout: [UInt32]) {
         self.firstLSN = firstLSN
         self.offset = offset
+        self.end = end
         self.bytes = bytes
         self.layout = layout
     }
 
     var count: Int { layout.count / 3 }
+    /// The first record after this frame.
+    var nextLSN: LSN { firstLSN + UInt64(count) }
 
     /// Whether record `lsn` is in this frame.
     func contains(_ lsn: LSN) -> Bool { firstLSN <= lsn && lsn.rawValue < firstLSN.rawValue + UInt64(count) }
@@ -84,6 +89,9 @@ final class RecordCache {
         }
         return frames[frames.count - 1].frame
     }
+
+    /// The frame read or used last.
+    var newest: CachedFrame? { frames.last?.frame }
 
     func store(_ frame: CachedFrame, segment: UInt64) {
         frames.append((segment, frame))
@@ -136,24 +144,46 @@ extension WriteAheadLog {
     private func locateFrame(_ lsn: LSN, in segment: SegmentInfo, cache: RecordCache) throws -> CachedFrame {
         if let cached = cache.frame(containing: lsn) { return cached }
         let cursor = try cache.cursor(for: segment, directory: directory)
-        let frame = try Self.readFrame(containing: lsn, in: segment, cursor: cursor, directory: directory)
+        let frame = try Self.readFrame(containing: lsn, in: segment, cursor: cursor, directory: directory, after: cache.newest)
         cache.store(frame, segment: segment.seq)
         return frame
     }
 
     /// Reads and decompresses the data frame of `segment` that holds record `lsn`, through `cursor`.
-    static func readFrame(containing lsn: LSN, in segment: SegmentInfo, cursor: SegmentCursor, directory: StoreDirectory) throws -> CachedFrame {
+    ///
+    /// It starts at the segment's index entry at or before `lsn` (one per ~64 KiB of file), or
+    /// right after `previous` (a frame read before) when that is nearer: a walk in LSN order
+    /// then reads each frame once. Frames on the way are stepped over by their headers (each
+    /// checked by its own checksum); only the frame read has its body checked. (Before,
+    /// stepping read and checked every body on the way: a walk of a million posts in frames of
+    /// ~3.5 KB read ~17 frames per frame it needed, and checksummed 1.5 GB.)
+    static func readFrame(containing lsn: LSN, in segment: SegmentInfo, cursor: SegmentCursor, directory: StoreDirectory,
+                          after previous: CachedFrame? = nil) throws -> CachedFrame {
         var (offset, expected) = segment.seek(to: lsn)
+        if let p = previous, p.end > offset, p.nextLSN <= lsn,
+           segment.firstLSN <= p.firstLSN, p.firstLSN < segment.nextLSN {  // (the same segment)
+            (offset, expected) = (p.end, p.nextLSN)
+        }
         while offset < segment.size {
             let frameOffset = offset
             func corrupt(_ why: String) -> LogError { LogError(.corruption, why, file: directory.path(segment.name), offset: frameOffset) }
-            switch try cursor.reader.readFrame(at: offset) {
-            case .end: break
-            case .incomplete(let why), .invalid(let why): throw corrupt(why)
-            case .unsupported(let why): throw LogError(.unsupportedFormat, why, file: directory.path(segment.name), offset: frameOffset)
-            case .frame(let h, let stored):
-                guard h.firstLSN == expected else { throw corrupt("LSN discontinuity: expected \(expected), found \(h.firstLSN)") }
-                if h.kind == .data && lsn < h.nextLSN {
+            func failed(_ read: FrameRead) -> LogError? {
+                switch read {
+                case .frame: nil
+                case .end: corrupt("the segment ends before record \(lsn)")
+                case .incomplete(let why), .invalid(let why): corrupt(why)
+                case .unsupported(let why): LogError(.unsupportedFormat, why, file: directory.path(segment.name), offset: frameOffset)
+                }
+            }
+            let head = try cursor.reader.readHeader(at: offset)
+            if case .end = head { break }
+            if let error = failed(head) { throw error }
+            guard case .frame(let h, _) = head else { break }
+            guard h.firstLSN == expected else { throw corrupt("LSN discontinuity: expected \(expected), found \(h.firstLSN)") }
+            if h.kind == .data && lsn < h.nextLSN {
+                let read = try cursor.reader.readFrame(at: offset)
+                if let error = failed(read) { throw error }
+                if case .frame(let h, let stored) = read {
                     guard let raw = cursor.reader.rawBody(of: h, body: stored) else { throw corrupt("the frame body does not decompress") }
                     var layout: [UInt32] = []
                     layout.reserveCapacity(Int(h.recordCount) * 3)
@@ -164,13 +194,12 @@ extension WriteAheadLog {
                         layout.append(UInt32(r.payload.count))
                     }
                     guard ok else { throw corrupt("the frame's records do not match its header") }
-                    return CachedFrame(firstLSN: h.firstLSN, offset: frameOffset, bytes: Array(raw), layout: layout)
+                    return CachedFrame(firstLSN: h.firstLSN, offset: frameOffset, end: frameOffset + Int64(h.frameSize),
+                                       bytes: Array(raw), layout: layout)
                 }
-                offset += Int64(h.frameSize)
-                expected = h.nextLSN
-                continue
             }
-            break
+            offset += Int64(h.frameSize)
+            expected = h.nextLSN
         }
         throw LogError(.recordsUnavailable, "record \(lsn) was not found in \(segment.name)", file: directory.path(segment.name))
     }
