@@ -20,6 +20,7 @@ extension WriteAheadLog {
     func runDelayed() {
         let start = shared.withLock { s -> WriterStart in
             s.delayedQueued = false
+            s.flushRequested = true
             return claimRun(&s, urgent: true)
         }
         if case .schedule = start { runWriter() } else { startWriter(start) }
@@ -56,13 +57,21 @@ extension WriteAheadLog {
     private enum Next {
         case round(Round)
         case wait(Duration)
-        case stop
+        /// Nothing to do; `armFlush`: records are left pending (fewer than a frame's worth,
+        /// nobody waiting), so the delayed flush must be queued for them.
+        case stop(armFlush: Bool)
     }
 
     /// The next round of work. With `inFlight` > 1 appenders waiting for durability (or just
     /// answered, and likely to be back within microseconds), it first waits until they are all
     /// waiting, or one `fdatasync`'s time has passed, so that one sync serves them all.
     /// Returns nil (with `runQueued` cleared) when there is nothing to do.
+    ///
+    /// Pending records with no sync, flush or durability waiting on them make a round only
+    /// once they fill a frame (``LogOptions/frameTargetSize``); fewer wait for the delayed
+    /// flush. (A writer that took whatever was pending, round after round, while a caller
+    /// appended in a loop wrote frames of ~8 KB, ~40 records, and a `pwrite` each; a frame's
+    /// worth compresses better and costs the writer a round per 64 KB.)
     private func nextRound(_ w: inout Writer, inFlight: Int) -> Round? {
         var gathered = inFlight < 2
         let gatherFor = min(max(w.lastSyncDuration, .microseconds(20)), .milliseconds(2))
@@ -70,9 +79,12 @@ extension WriteAheadLog {
             let next = shared.withLock { s -> Next in
                 guard s.failure == nil, !w.closed else {
                     s.runQueued = false
-                    return .stop
+                    return .stop(armFlush: false)
                 }
-                let hasWork = !s.pending.isEmpty || (s.syncRequested && (w.unsynced || !s.waiters.isEmpty))
+                let urgent = s.flushRequested || s.syncRequested || !s.waiters.isEmpty || !s.spaceWaiters.isEmpty
+                    || options.durability.mode == .fsync
+                let hasWork = (!s.pending.isEmpty && (urgent || s.pending.count >= options.frameTargetSize))
+                    || (s.syncRequested && (w.unsynced || !s.waiters.isEmpty))
                 if hasWork && !gathered && s.waiters.count < inFlight && !s.syncRequested {
                     gathered = true
                     s.writerWaiting = .gather(inFlight)
@@ -81,11 +93,15 @@ extension WriteAheadLog {
                 if hasWork { return .round(takeRound(&s, &w)) }
                 s.syncRequested = false
                 s.runQueued = false
-                return .stop
+                let armFlush = !s.pending.isEmpty && !s.delayedQueued
+                if armFlush { s.delayedQueued = true }
+                return .stop(armFlush: armFlush)
             }
             switch next {
             case .round(let r): return r
-            case .stop: return nil
+            case .stop(let armFlush):
+                if armFlush { queue.asyncAfter(deadline: .now() + options.flushDelay.dispatchInterval) { self.runDelayed() } }
+                return nil
             case .wait(let d):
                 if wake.wait(timeout: .now() + d.dispatchInterval) == .timedOut {
                     // An enqueuer that cleared `writerWaiting` has signalled (or is about to):
@@ -116,6 +132,7 @@ extension WriteAheadLog {
         let first = s.pendingFirstLSN
         s.pendingFirstLSN = s.nextLSN
         s.syncRequested = false
+        s.flushRequested = false
         let space = s.spaceWaiters
         s.spaceWaiters.removeAll()
         let fsyncMode = options.durability.mode == .fsync
@@ -141,7 +158,10 @@ extension WriteAheadLog {
                     }
                     frameRecords += mark.count
                     previousEnd = mark.end
-                    if mark.end - frameStart >= target || i == batches.count - 1 {
+                    // A frame ends once it holds `target` bytes — unless less than half that
+                    // would be left for the round's last frame, which then joins this one.
+                    let full = mark.end - frameStart >= target && all.count - mark.end >= target / 2
+                    if full || i == batches.count - 1 {
                         try emitFrame(UnsafeRawBufferPointer(rebasing: all[frameStart..<mark.end]), lsn, frameRecords, &w)
                         lsn = lsn + UInt64(frameRecords)
                         frameStart = mark.end

@@ -178,6 +178,10 @@ public final class WriteAheadLog: Sendable {
         /// The running writer is blocked on ``WriteAheadLog/wake`` waiting for work.
         var writerWaiting: WriterWait = .no
         var delayedQueued = false
+        /// The delayed flush is due: the next round takes the pending records however few
+        /// (other rounds without a sync or a waiter wait for a frame's worth, see
+        /// ``WriteAheadLog/nextRound``).
+        var flushRequested = false
         /// An ``Durability/interval(_:)`` sync is scheduled.
         var syncTimerQueued = false
         var syncRequested = false

@@ -167,6 +167,37 @@ import Glibc
         try await log.close()
     }
 
+    /// Records taken without waiting, in a loop, are written a frame's worth at a time (the
+    /// writer does not take whatever is pending, round after round, while the loop runs) — and
+    /// the rest, fewer than a frame's worth, still reaches the file without a flush or sync.
+    @Test func appendsInALoopAreWrittenInFramesOfTheTargetSizeAndTheRestWithoutBeingAsked() async throws {
+        let dir = try TemporaryDirectory()
+        var options = testOptions(.none, segmentSize: 4 << 20)
+        options.frameTargetSize = 16 << 10
+        options.flushDelay = .seconds(2)  // (so that the loop, however slow, mostly fills frames first)
+        let log = try WriteAheadLog.open(at: dir.path, options: options)
+        var bytes = 0
+        for i in 0..<5_000 {
+            var batch = LogBatch()
+            batch.append(kind: UInt8(i % 5), payload: Payloads.post(i))
+            bytes += batch.encodedSize
+            _ = try log.enqueue(batch)
+        }
+        var waited = 0
+        while log.writtenLSN < LSN(5_001) && waited < 1_000 {
+            try await Task.sleep(for: .milliseconds(10))
+            waited += 1
+        }
+        #expect(log.writtenLSN == LSN(5_001))
+        let frames = log.statistics.frames
+        // (A delayed flush that came during a slow loop may have cut one frame short.)
+        #expect(frames <= UInt64(bytes / options.frameTargetSize * 5 / 4 + 3), "\(frames) frames for \(bytes) bytes")
+        try await log.close()
+        let reopened = try WriteAheadLog.open(at: dir.path, options: testOptions())
+        expectPosts(try reopened.records(), count: 5_000)
+        try await reopened.close()
+    }
+
     @Test func concurrentFsyncAppendersShareSyncsAndAllLand() async throws {
         let dir = try TemporaryDirectory()
         var options = testOptions(.fsync, segmentSize: 32 << 10)
