@@ -59,10 +59,14 @@ public struct LogOptions: Sendable {
     /// What to do with corruption found when opening. Default: ``RecoveryMode/strict``.
     public var recovery: RecoveryMode = .strict
     /// Batches are packed into frames of at least this many bytes (before compression) when
-    /// several are waiting. Default 64 KiB.
+    /// several are waiting (up to about 1.5 times it: a round's short last frame joins the one
+    /// before). With ``Durability/none`` and ``Durability/interval(_:)``, the writer waits for
+    /// this many bytes (or ``flushDelay``) unless a sync or flush asks. Default 64 KiB.
     public var frameTargetSize: Int = 64 << 10
     /// With ``Durability/none`` and ``Durability/interval(_:)``: how long appended records may
-    /// wait in memory before they are written to the operating system. Default 5 ms.
+    /// wait in memory before they are written to the operating system (counted from the
+    /// append, or from the end of the writer's round that left them, fewer than a frame's
+    /// worth, waiting). Default 5 ms.
     public var flushDelay: Duration = .milliseconds(5)
     /// Appends wait while this many bytes are waiting to be written. Default 16 MiB.
     public var maxPendingBytes: Int = 16 << 20

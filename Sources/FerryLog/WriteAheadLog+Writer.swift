@@ -1,7 +1,8 @@
 import Dispatch
 
 /// The serial writer: runs on the log's queue, one round at a time. A round takes every batch
-/// waiting, packs them into frames (at batch boundaries, so a batch never spans two frames),
+/// waiting (once there is a frame's worth, or someone asks: see `nextRound`), packs them into
+/// frames (at batch boundaries, so a batch never spans two frames),
 /// writes the frames with as few `pwrite` calls as possible (into space grown ahead of them,
 /// see ``SegmentWriter``), rolls segments, syncs per the
 /// durability mode, publishes the new end to readers and resumes the appenders it satisfied.
