@@ -166,6 +166,35 @@ import Testing
         #expect(KeyOrder.compare("é", "é") == 0)
     }
 
+    /// Decoding checks a stored object's children are in key order from their stored bytes:
+    /// the bytes' order is the keys' order for every pair of the test keys, and a value whose
+    /// children are stored out of order (or twice) is refused as damaged.
+    @Test func storedChildrenAreCheckedInKeyOrderFromTheirBytes() throws {
+        let keys = ["b", "\u{E000}", "😀", "a", "10", "9", "007", "7", "-1", "-0", "00", "2147483648", "-2147483649", "aa", "A", "é", "k1", "k10", "k9"]
+        for a in keys {
+            for b in keys {
+                var x = a, y = b
+                let bytes = x.withUTF8 { x in y.withUTF8 { y in KeyOrder.compare(utf8: x, y) } }
+                #expect(bytes == KeyOrder.compare(a, b), "\(a) \(b)")
+            }
+        }
+        func object(_ keys: [String]) -> [UInt8] {
+            var w = ByteWriter(capacity: 64)
+            w.u8(ValueCodec.Tag.children.rawValue)
+            w.varint(UInt64(keys.count))
+            for k in keys {
+                w.varint(UInt64(k.utf8.count))
+                w.bytes.append(contentsOf: k.utf8)
+                w.u8(ValueCodec.Tag.true.rawValue)
+            }
+            return w.bytes
+        }
+        #expect(try object(["2", "10", "a"]).withUnsafeBytes { try ValueCodec.decode($0) }.numChildren == 3)
+        for bad in [["10", "2"], ["a", "10"], ["b", "a"], ["a", "a"], ["😀", "\u{E000}", "a"].reversed()] {
+            #expect(throws: DatabaseError.self, "\(bad)") { try object(Array(bad)).withUnsafeBytes { try ValueCodec.decode($0) } }
+        }
+    }
+
     @Test func objectsWithManyChildrenCountThemBeyondOneByte() throws {
         let v = Value.object(Dictionary(uniqueKeysWithValues: (0..<300).map { ("k\($0)", Value.int(Int64($0))) }))
         let encoded = try EncodedValue(v, path: .root)

@@ -206,6 +206,24 @@ enum KeyOrder {
         return Array(key.utf8).withUnsafeBufferPointer { integerValue(utf8: $0) }
     }
 
+    /// ``compare(_:_:)`` of two real keys (no sentinels) given as their UTF-8 bytes, without
+    /// making strings of them.
+    static func compare(utf8 a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
+        @inline(__always) func mayBeInteger(_ k: UnsafeBufferPointer<UInt8>) -> Bool {
+            guard let c = k.first else { return false }
+            return c == UInt8(ascii: "-") || (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9"))
+        }
+        let ai = mayBeInteger(a) ? integerValue(utf8: a) : nil, bi = mayBeInteger(b) ? integerValue(utf8: b) : nil
+        switch (ai, bi) {
+        case let (x?, y?):
+            if x != y { return x < y ? -1 : 1 }
+            return a.count == b.count ? utf16Order(a, b) : (a.count < b.count ? -1 : 1)
+        case (_?, nil): return -1
+        case (nil, _?): return 1
+        default: return utf16Order(a, b)
+        }
+    }
+
     static func integerValue(utf8 b: UnsafeBufferPointer<UInt8>) -> Int64? {
         var i = 0
         var negative = false

@@ -128,10 +128,15 @@ struct ByteReader {
     }
 
     mutating func string() throws -> String {
+        String(decoding: try stringBytes(), as: UTF8.self)
+    }
+
+    /// The bytes of the string at the reader (moved past it), valid as long as the reader's.
+    mutating func stringBytes() throws -> UnsafeBufferPointer<UInt8> {
         let n = try varintCount()
         guard n <= bytes.count - offset else { throw Self.damaged("string longer than the record") }
         defer { offset += n }
-        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]), as: UTF8.self)
+        return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]).assumingMemoryBound(to: UInt8.self)
     }
 
     mutating func path() throws -> Path {
