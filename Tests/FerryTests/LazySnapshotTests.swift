@@ -109,11 +109,20 @@ import Testing
         #expect(lazy.exportValue == eager.exportValue, "\(`where`): exportValue")
         let lazyChildren = lazy.children, eagerChildren = eager.children
         #expect(lazyChildren.map(\.key) == eagerChildren.map(\.key), "\(`where`): children's order")
+        #expect(lazyChildren.map(\.ref) == eagerChildren.map(\.ref), "\(`where`): children's refs")
+        #expect(eagerChildren.allSatisfy { $0.ref.path.parent == lazy.ref.path }, "\(`where`): children's refs below it")
         for (a, b) in zip(lazyChildren, eagerChildren) where Int.random(in: 0..<4, using: &g) == 0 {
             #expect(a.exportValue == b.exportValue, "\(`where`): child \(b.key!)")
         }
         var walked: [(String, Value)] = []
-        try lazy.forEachChild { walked.append(($0.key!, $0.exportValue)) }
+        try lazy.forEachChild { child in
+            walked.append((child.key!, child.exportValue))
+            // A child's reference (made when asked) is its parent's and its key, and so are its children's.
+            #expect(child.ref == lazy.ref.childUnchecked(Path(keys: [child.key!])), "\(`where`): forEachChild's ref")
+            if let grandchild = child.children.first {
+                #expect(grandchild.ref.path == lazy.ref.path.child(Path(keys: [child.key!, grandchild.key!])), "\(`where`): a grandchild's ref")
+            }
+        }
         #expect(walked.map(\.0) == eagerChildren.map { $0.key! }, "\(`where`): forEachChild's order")
         #expect(walked.map(\.1) == eagerChildren.map(\.exportValue), "\(`where`): forEachChild's values")
         for _ in 0..<40 {

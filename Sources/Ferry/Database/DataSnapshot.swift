@@ -31,7 +31,14 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     }
 
     /// Where the data is.
-    public let ref: DatabaseReference
+    public var ref: DatabaseReference {
+        guard let childKey else { return base }
+        return DatabaseReference(database: base.database, path: base.path.child(childKey))
+    }
+    /// `ref`, or for a child given by ``forEachChild(_:)`` its parent's (the child's is made
+    /// when asked: making a path for each of a million children was ~5% of walking them).
+    private let base: DatabaseReference
+    private let childKey: String?
     let content: Content
     let index: QueryIndex
     /// Whether the data comes from the cache and whether local writes touch it.
@@ -42,7 +49,12 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     }
 
     init(ref: DatabaseReference, content: Content, index: QueryIndex = .priority, metadata: SnapshotMetadata) {
-        self.ref = ref
+        self.init(base: ref, childKey: nil, content: content, index: index, metadata: metadata)
+    }
+
+    private init(base: DatabaseReference, childKey: String?, content: Content, index: QueryIndex, metadata: SnapshotMetadata) {
+        self.base = base
+        self.childKey = childKey
         self.content = content
         self.index = index
         self.metadata = metadata
@@ -57,7 +69,7 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     }
 
     /// The last key of the location; nil for the root.
-    public var key: String? { ref.key }
+    public var key: String? { childKey ?? base.key }
     /// The value: null, a leaf, an object (an array when its keys are dense integers).
     public var value: Value { node.value() }
     /// The value with priorities (`.priority`, `{".value", ".priority"}`) and never arrays.
@@ -116,12 +128,14 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     public var children: [DataSnapshot] {
         switch content {
         case .node(let n):
+            let ref = self.ref
             return IndexedNode(n, index: index).ordered.map {
-                child($0.name, $0.node)
+                DataSnapshot(base: ref, childKey: $0.name, content: .node($0.node), index: .priority, metadata: metadata)
             }
         case .lazy(let l):
             guard l.plan != nil else { return DataSnapshot(ref: ref, node: l.node, index: index, metadata: metadata).children }
             let keys = l.indexOrder(index) ?? l.keys
+            let ref = self.ref
             return keys.map { k in
                 let p = Path(keys: [k])
                 return DataSnapshot(ref: ref.childUnchecked(p), content: .lazy(.deferred(l.data, at: l.path.child(p))), metadata: metadata)
@@ -144,9 +158,10 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
             for child in children { try body(child) }
             return
         }
+        let ref = self.ref
         func give(_ key: String, _ node: Node) throws {
             if let e = l.data.reader.error { throw e }
-            try body(child(key, node))
+            try body(DataSnapshot(base: ref, childKey: key, content: .node(node), index: .priority, metadata: metadata))
         }
         var walk = OrderedChildWalk(l, index: index)
         while let (key, node) = walk.next() { try give(key, node) }
@@ -155,7 +170,7 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
 
     /// The snapshot of child `key`, whose data is `node`.
     func child(_ key: String, _ node: Node) -> DataSnapshot {
-        DataSnapshot(ref: DatabaseReference(database: ref.database, path: ref.path.child(key)), node: node, metadata: metadata)
+        DataSnapshot(base: ref, childKey: key, content: .node(node), index: .priority, metadata: metadata)
     }
 
     /// Decodes the value into a `Decodable` type (through JSON).
