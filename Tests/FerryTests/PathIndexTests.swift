@@ -131,6 +131,48 @@ import Testing
         }
     }
 
+    /// `allChildKeys(below:)` — read from the chunks in place — asks about exactly the
+    /// children a key-by-key derivation finds below each location (keys sharing long prefixes,
+    /// locations whose children share a chunk's prefix, the location's own key, deeper keys),
+    /// and stops at the first it refuses.
+    @Test func theChildKeysBelowALocationAreThoseOfItsKeys() {
+        var g = SplitMix(seed: 21)
+        for round in 0..<6 {
+            var index = PathIndex<Int>()
+            var paths: [Path] = [Path(keys: ["posts"]), Path(keys: ["users"])]
+            for i in 0..<(800 * (round + 1)) {
+                let top = ["posts", "users", "p", "postsX"][Int(g.next() % 4)]
+                let child = g.next() % 3 == 0 ? "\(g.next() % 40)" : "p\(String(format: "%08d", Int(g.next() % 5_000)))"
+                paths.append(g.next() % 4 == 0 ? Path(keys: [top, child, "likes"]) : Path(keys: [top, child]))
+                if i % 97 == 0 { paths.append(Path(keys: [top, "é\(i)"])) }
+            }
+            // A child with whole chunks of keys below it (its key lies in their shared prefix).
+            paths += (0..<700).map { Path(keys: ["users", "u1", "f\($0)"]) }
+            for (i, p) in paths.enumerated() { index.set(PathKey.encode(p), i) }
+            for location in [Path(keys: ["posts"]), Path(keys: ["users"]), Path(keys: ["p"]), Path(keys: ["none"]), Path(keys: ["posts", "7"])] {
+                let prefix = PathKey.encode(location)
+                var expected = Set<String>()
+                index.forEach(withPrefix: prefix) { k, _ in
+                    guard k.count > prefix.count else { return }
+                    let rest = k[prefix.count...]
+                    expected.insert(String(decoding: rest[rest.startIndex..<rest.firstIndex(of: 0)!], as: UTF8.self))
+                }
+                var asked = Set<String>()
+                #expect(index.allChildKeys(below: prefix) { asked.insert(String(decoding: $0, as: UTF8.self)); return true })
+                #expect(asked == expected, "round \(round), below \(location)")
+                if let refused = expected.randomElement(using: &g) {
+                    var after = 0
+                    let all = index.allChildKeys(below: prefix) { k in
+                        if String(decoding: k, as: UTF8.self) == refused { after += 1; return false }
+                        #expect(after == 0, "asked again after a refusal")
+                        return true
+                    }
+                    #expect(!all && after == 1)
+                }
+            }
+        }
+    }
+
     @Test func pathKeysRoundTripAndSortSubtreesTogether() {
         let paths: [Path] = [.root, "a", "a/b", "a/b/c", "ab", "a/.priority", "b"]
         for p in paths { #expect(PathKey.decode(PathKey.encode(p)) == p) }

@@ -192,17 +192,8 @@ final class LazyLocation: @unchecked Sendable {
         if let known = plain.withLock({ $0 }) { return known }
         var isPlainSoFar = true
         plan.base.forEachChild { k, _ in if isPlainSoFar && !Self.isPlain(k) { isPlainSoFar = false } }
-        var buffer: [UInt8] = []
         for layer in plan.layers where isPlainSoFar {
-            var w = PathIndex.Walker(layer.index, atOrAfter: pathKey)
-            while isPlainSoFar && pathKey.withUnsafeBytes({ w.hasPrefix($0) }) {
-                w.key(into: &buffer)
-                if buffer.count > pathKey.count {
-                    let end = buffer[pathKey.count...].firstIndex(of: 0)!
-                    if !Self.isPlain(buffer[pathKey.count..<end]) { isPlainSoFar = false }
-                }
-                w.advance()
-            }
+            isPlainSoFar = layer.index.allChildKeys(below: pathKey) { Self.isPlain($0) }
         }
         plain.withLock { $0 = isPlainSoFar }
         return isPlainSoFar
@@ -210,6 +201,13 @@ final class LazyLocation: @unchecked Sendable {
 
     /// Whether a key's bytes sort as the key does (see ``ChildPlan/plainKeys``).
     static func isPlain(_ key: String) -> Bool { isPlain(ArraySlice(key.utf8)) }
+
+    static func isPlain(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        if let first = bytes.first, first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9")) {
+            if KeyOrder.integerValue(utf8: bytes.assumingMemoryBound(to: UInt8.self)) != nil { return false }
+        }
+        return !bytes.contains { $0 >= 0xEE }
+    }
 
     static func isPlain(_ bytes: ArraySlice<UInt8>) -> Bool {
         if let first = bytes.first, first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9")) {

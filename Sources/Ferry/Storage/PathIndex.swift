@@ -450,6 +450,77 @@ struct PathIndex<Entry> {
         }
     }
 
+    /// Whether `test` accepts the key of every child that keys starting with `prefix` (a path
+    /// key, ending with 0) have below it: the bytes after `prefix` up to the next 0, given as
+    /// they are held (valid during the call; a child with several keys below it is asked about
+    /// more than once). Stops at the first child refused. Reads the chunks in place, a child's
+    /// key copied only when it straddles a chunk's shared prefix (a pass with a ``Walker``,
+    /// copying each key, was ~5% of walking a million children).
+    func allChildKeys(below prefix: [UInt8], _ test: (UnsafeRawBufferPointer) -> Bool) -> Bool {
+        guard !chunks.isEmpty else { return true }
+        return prefix.withUnsafeBytes { p in
+            var ci = chunkIndex(p)
+            var i = chunks[ci].search(p).0
+            var scratch: [UInt8] = []
+            return chunks.withUnsafeBufferPointer { all in
+                while ci < all.count {
+                    let ok = all[ci].prefix.withUnsafeBytes { shared in
+                        all[ci].suffixes.withUnsafeBytes { suffixes in
+                            all[ci].ends.withUnsafeBufferPointer { ends -> Bool? in
+                                // The part of the child's key in the shared prefix, and whether it ends there.
+                                let sharedHasPrefix = shared.count >= p.count && memcmp(shared.baseAddress!, p.baseAddress!, p.count) == 0
+                                while i < ends.count {
+                                    guard all[ci].hasPrefix(i, p) else { return false }  // past the keys below `prefix`
+                                    let start = i == 0 ? 0 : Int(ends[i - 1]), end = Int(ends[i])
+                                    let rest = UnsafeRawBufferPointer(rebasing: suffixes[start..<end])
+                                    if shared.count + rest.count == p.count {  // `prefix` itself
+                                        i += 1
+                                        continue
+                                    }
+                                    if sharedHasPrefix {
+                                        let inShared = UnsafeRawBufferPointer(rebasing: shared[p.count...])
+                                        if let zero = inShared.firstIndex(of: 0) {
+                                            // Every key of the chunk has this child: asked once.
+                                            if !test(UnsafeRawBufferPointer(rebasing: inShared[..<zero])) { return nil }
+                                            return true
+                                        }
+                                        let zero = rest.firstIndex(of: 0) ?? rest.count
+                                        if inShared.isEmpty {
+                                            if !test(UnsafeRawBufferPointer(rebasing: rest[..<zero])) { return nil }
+                                        } else {
+                                            scratch.removeAll(keepingCapacity: true)
+                                            scratch.append(contentsOf: inShared)
+                                            scratch.append(contentsOf: rest[..<zero])
+                                            if !scratch.withUnsafeBytes(test) { return nil }
+                                        }
+                                    } else {
+                                        // (The key begins in the shared prefix, before `prefix` ends.)
+                                        scratch.removeAll(keepingCapacity: true)
+                                        scratch.append(contentsOf: shared)
+                                        scratch.append(contentsOf: rest)
+                                        let child = scratch[p.count...]
+                                        let zero = child.firstIndex(of: 0) ?? scratch.count
+                                        if !scratch.withUnsafeBytes({ test(UnsafeRawBufferPointer(rebasing: $0[p.count..<zero])) }) { return nil }
+                                    }
+                                    i += 1
+                                }
+                                return true
+                            }
+                        }
+                    }
+                    switch ok {
+                    case nil: return false  // refused
+                    case false?: return true  // no more keys below `prefix`
+                    case true?: break
+                    }
+                    ci += 1
+                    i = 0
+                }
+                return true
+            }
+        }
+    }
+
     /// A place in the index (where a ``Walker`` starts).
     private struct Position {
         var chunk: Int
