@@ -14,12 +14,14 @@ public struct Durability: Sendable, Hashable, CustomStringConvertible {
     public static let fsync = Durability(mode: .fsync)
 
     /// An append returns once the log has taken it; the log writes it to the operating system
-    /// within ``LogOptions/flushDelay`` and calls `fdatasync` at most once per `period` (and at
+    /// once a frame's worth is waiting or within about ``LogOptions/flushDelay``, and calls
+    /// `fdatasync` at most once per `period` (and at
     /// least once per period while anything is unsynced). A crash can lose up to a period.
     public static func interval(_ period: Duration) -> Durability { Durability(mode: .interval(period)) }
 
     /// An append returns once the log has taken it; the log writes it to the operating system
-    /// within ``LogOptions/flushDelay`` and never calls `fdatasync` on its own (only on a
+    /// once a frame's worth is waiting or within about ``LogOptions/flushDelay``, and never
+    /// calls `fdatasync` on its own (only on a
     /// segment roll, ``WriteAheadLog/sync()`` and ``WriteAheadLog/close()``).
     public static let none = Durability(mode: .none)
 

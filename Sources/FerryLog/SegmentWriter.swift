@@ -12,8 +12,11 @@ import Darwin
 /// zeros written), and frames are written into that space at their offsets: an `fdatasync`
 /// after a write that does not change the file's size, into blocks already written, has no
 /// size and no block conversion to write. On ext4 here a durable 230-byte write costs ~83 µs
-/// so against ~120 µs appended, and 5 KB ~90 µs against ~140 µs appended (and ~180 µs into
-/// space `fallocate` only reserved: each sync then turned new blocks written). The zeros past
+/// that way against ~120 µs appended, and 5 KB ~90 µs against ~140 µs appended (and ~180 µs
+/// into space `fallocate` only reserved: each sync then turned new blocks written). The cost:
+/// where syncs come between the step and the frames (`.fsync`, `sync()`), the step's zeros
+/// reach the device at the next sync (one write of up to 1 MiB per MiB of log, besides the
+/// frames'). The zeros past
 /// the last frame are cut off when the segment is sealed or the log closed; after a crash, a scan takes
 /// a rest of the file that is all zeros for that space (FORMAT.md, *Writing* and *Recovery*).
 struct SegmentWriter: ~Copyable {
@@ -93,9 +96,11 @@ struct SegmentWriter: ~Copyable {
             case .success:
                 // The zeros written too: `fallocate` alone leaves the space "unwritten", and the
                 // first sync after a write into each new block then has metadata to write
-                // (the block turned written). Written zeros need that once, at the sync after
-                // this. (Frames overwrite them in the page cache before they reach the disk,
-                // unless a sync comes first.)
+                // (the block turned written). Written zeros need that once, at the next sync,
+                // which writes them to the device; without a sync before the frames come, the
+                // frames overwrite them in the page cache first. A failure of this write stops
+                // the log, as any failed write does (the space is reserved: where `fallocate`
+                // really reserves it, a full disk refuses `fallocate` first).
                 if target > end {
                     let zeros = UnsafeRawBufferPointer(rebasing: Self.zeros[0..<Int(target - end)])
                     if case .failure(let e) = system.pwriteAll(file.fd, zeros, at: end) {

@@ -193,6 +193,12 @@ import Testing
         for bad in [["10", "2"], ["a", "10"], ["b", "a"], ["a", "a"], ["😀", "\u{E000}", "a"].reversed()] {
             #expect(throws: DatabaseError.self, "\(bad)") { try object(Array(bad)).withUnsafeBytes { try ValueCodec.decode($0) } }
         }
+        // Two keys of bytes that are not UTF-8, in byte order, both repaired to U+FFFD: refused
+        // (they would be two children of one name).
+        var notUTF8 = object(["a", "b"])  // tag, count, then (length, key byte, value) twice
+        notUTF8[3] = 0x80  // (lone continuation bytes, below the bytes that are compared as UTF-16)
+        notUTF8[6] = 0x81
+        #expect(throws: DatabaseError.self) { try notUTF8.withUnsafeBytes { try ValueCodec.decode($0) } }
     }
 
     @Test func objectsWithManyChildrenCountThemBeyondOneByte() throws {

@@ -133,7 +133,14 @@ enum ValueCodec {
                 previous = keyBytes
                 let child = try decode(&r, depth: depth + 1)
                 guard !child.isEmpty else { throw ByteReader.damaged("an empty child") }
-                entries.append(NamedNode(name: String(decoding: keyBytes, as: UTF8.self), node: child))
+                let name = String(decoding: keyBytes, as: UTF8.self)
+                // A key that is not UTF-8 would be repaired into a name that may equal another's
+                // (bytes that differ, the same U+FFFD): refused, as the order check no longer sees
+                // the names. (Valid UTF-8 keeps its bytes; ASCII needs no look.)
+                if keyBytes.contains(where: { $0 >= 0x80 }), !name.utf8.elementsEqual(keyBytes) {
+                    throw ByteReader.damaged("a key that is not UTF-8")
+                }
+                entries.append(NamedNode(name: name, node: child))
             }
             return entries.isEmpty ? .empty : .children(ChildMap(sorted: entries), priority: .empty)
         }
