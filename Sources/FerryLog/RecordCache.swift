@@ -167,36 +167,31 @@ extension WriteAheadLog {
         while offset < segment.size {
             let frameOffset = offset
             func corrupt(_ why: String) -> LogError { LogError(.corruption, why, file: directory.path(segment.name), offset: frameOffset) }
-            func failed(_ read: FrameRead) -> LogError? {
+            /// The frame read, nil at the end, or the error it is.
+            func frame(_ read: FrameRead) throws -> (FrameHeader, UnsafeRawBufferPointer)? {
                 switch read {
-                case .frame: nil
-                case .end: corrupt("the segment ends before record \(lsn)")
-                case .incomplete(let why), .invalid(let why): corrupt(why)
-                case .unsupported(let why): LogError(.unsupportedFormat, why, file: directory.path(segment.name), offset: frameOffset)
+                case .frame(let h, let body): return (h, body)
+                case .end: return nil
+                case .incomplete(let why), .invalid(let why): throw corrupt(why)
+                case .unsupported(let why): throw LogError(.unsupportedFormat, why, file: directory.path(segment.name), offset: frameOffset)
                 }
             }
-            let head = try cursor.reader.readHeader(at: offset)
-            if case .end = head { break }
-            if let error = failed(head) { throw error }
-            guard case .frame(let h, _) = head else { break }
+            guard let (h, _) = try frame(cursor.reader.readHeader(at: offset)) else { break }
             guard h.firstLSN == expected else { throw corrupt("LSN discontinuity: expected \(expected), found \(h.firstLSN)") }
             if h.kind == .data && lsn < h.nextLSN {
-                let read = try cursor.reader.readFrame(at: offset)
-                if let error = failed(read) { throw error }
-                if case .frame(let h, let stored) = read {
-                    guard let raw = cursor.reader.rawBody(of: h, body: stored) else { throw corrupt("the frame body does not decompress") }
-                    var layout: [UInt32] = []
-                    layout.reserveCapacity(Int(h.recordCount) * 3)
-                    let base = raw.baseAddress
-                    let ok = RecordDecoding.forEach(in: raw, header: h) { r in
-                        layout.append(UInt32(UnsafeRawPointer(r.payload.baseAddress ?? base!) - base! - 1 - Varint.length(UInt32(r.payload.count))))
-                        layout.append(UInt32((r.payload.baseAddress ?? base!) - base!))
-                        layout.append(UInt32(r.payload.count))
-                    }
-                    guard ok else { throw corrupt("the frame's records do not match its header") }
-                    return CachedFrame(firstLSN: h.firstLSN, offset: frameOffset, end: frameOffset + Int64(h.frameSize),
-                                       bytes: Array(raw), layout: layout)
+                guard let (h, stored) = try frame(cursor.reader.readFrame(at: offset)) else { break }
+                guard let raw = cursor.reader.rawBody(of: h, body: stored) else { throw corrupt("the frame body does not decompress") }
+                var layout: [UInt32] = []
+                layout.reserveCapacity(Int(h.recordCount) * 3)
+                let base = raw.baseAddress
+                let ok = RecordDecoding.forEach(in: raw, header: h) { r in
+                    layout.append(UInt32(UnsafeRawPointer(r.payload.baseAddress ?? base!) - base! - 1 - Varint.length(UInt32(r.payload.count))))
+                    layout.append(UInt32((r.payload.baseAddress ?? base!) - base!))
+                    layout.append(UInt32(r.payload.count))
                 }
+                guard ok else { throw corrupt("the frame's records do not match its header") }
+                return CachedFrame(firstLSN: h.firstLSN, offset: frameOffset, end: frameOffset + Int64(h.frameSize),
+                                   bytes: Array(raw), layout: layout)
             }
             offset += Int64(h.frameSize)
             expected = h.nextLSN

@@ -129,9 +129,7 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
         switch content {
         case .node(let n):
             let ref = self.ref
-            return IndexedNode(n, index: index).ordered.map {
-                DataSnapshot(base: ref, childKey: $0.name, content: .node($0.node), index: .priority, metadata: metadata)
-            }
+            return IndexedNode(n, index: index).ordered.map { child($0.name, $0.node, of: ref) }
         case .lazy(let l):
             guard l.plan != nil else { return DataSnapshot(ref: ref, node: l.node, index: index, metadata: metadata).children }
             let keys = l.indexOrder(index) ?? l.keys
@@ -161,7 +159,7 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
         let ref = self.ref
         func give(_ key: String, _ node: Node) throws {
             if let e = l.data.reader.error { throw e }
-            try body(DataSnapshot(base: ref, childKey: key, content: .node(node), index: .priority, metadata: metadata))
+            try body(child(key, node, of: ref))
         }
         var walk = OrderedChildWalk(l, index: index)
         while let (key, node) = walk.next() { try give(key, node) }
@@ -169,7 +167,10 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     }
 
     /// The snapshot of child `key`, whose data is `node`.
-    func child(_ key: String, _ node: Node) -> DataSnapshot {
+    func child(_ key: String, _ node: Node) -> DataSnapshot { child(key, node, of: ref) }
+
+    /// The same, given this snapshot's reference (made once for a walk of many children).
+    private func child(_ key: String, _ node: Node, of ref: DatabaseReference) -> DataSnapshot {
         DataSnapshot(base: ref, childKey: key, content: .node(node), index: .priority, metadata: metadata)
     }
 

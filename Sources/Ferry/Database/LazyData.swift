@@ -200,20 +200,13 @@ final class LazyLocation: @unchecked Sendable {
     }
 
     /// Whether a key's bytes sort as the key does (see ``ChildPlan/plainKeys``).
-    static func isPlain(_ key: String) -> Bool { isPlain(ArraySlice(key.utf8)) }
-
-    static func isPlain(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        if let first = bytes.first, first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9")) {
-            if KeyOrder.integerValue(utf8: bytes.assumingMemoryBound(to: UInt8.self)) != nil { return false }
-        }
-        return !bytes.contains { $0 >= 0xEE }
+    static func isPlain(_ key: String) -> Bool {
+        var key = key
+        return key.withUTF8 { isPlain(UnsafeRawBufferPointer($0)) }
     }
 
-    static func isPlain(_ bytes: ArraySlice<UInt8>) -> Bool {
-        if let first = bytes.first, first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9")) {
-            if bytes.withUnsafeBufferPointer({ KeyOrder.integerValue(utf8: $0) }) != nil { return false }
-        }
-        return !bytes.contains { $0 >= 0xEE }
+    static func isPlain(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        KeyOrder.integerValue(utf8: bytes.assumingMemoryBound(to: UInt8.self)) == nil && !bytes.contains { $0 >= 0xEE }
     }
 
     /// The whole node. For a location with a plan this decodes everything below it, each time

@@ -166,16 +166,8 @@ enum KeyOrder {
             if a == minName || b == maxName { return -1 }
             if b == minName || a == maxName { return 1 }
         }
-        let ai = integerValue(a), bi = integerValue(b)
-        switch (ai, bi) {
-        case let (x?, y?):
-            if x != y { return x < y ? -1 : 1 }
-            let la = a.utf8.count, lb = b.utf8.count
-            return la == lb ? utf16Order(a, b) : (la < lb ? -1 : 1)
-        case (_?, nil): return -1
-        case (nil, _?): return 1
-        default: return utf16Order(a, b)
-        }
+        var a = a, b = b
+        return a.withUTF8 { x in b.withUTF8 { y in compare(utf8: x, y) } }
     }
 
     /// Orders by UTF-16 code units, as Firebase does. UTF-8 bytes give the same order except
@@ -199,22 +191,14 @@ enum KeyOrder {
     /// The key as a 32-bit integer, if it is one: an optional `-`, digits (leading zeros
     /// allowed, at most 10 significant), within Int32.
     static func integerValue(_ key: String) -> Int64? {
-        guard let first = key.utf8.first, first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9")) else {
-            return nil
-        }
         if let n = key.utf8.withContiguousStorageIfAvailable({ integerValue(utf8: $0) }) { return n }
         return Array(key.utf8).withUnsafeBufferPointer { integerValue(utf8: $0) }
     }
 
-    /// ``compare(_:_:)`` of two real keys (no sentinels) given as their UTF-8 bytes, without
-    /// making strings of them.
+    /// ``compare(_:_:)`` of two real keys (no sentinels) given as their UTF-8 bytes (decoding
+    /// checks a stored object's key order this way, without making strings of the keys).
     static func compare(utf8 a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
-        @inline(__always) func mayBeInteger(_ k: UnsafeBufferPointer<UInt8>) -> Bool {
-            guard let c = k.first else { return false }
-            return c == UInt8(ascii: "-") || (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9"))
-        }
-        let ai = mayBeInteger(a) ? integerValue(utf8: a) : nil, bi = mayBeInteger(b) ? integerValue(utf8: b) : nil
-        switch (ai, bi) {
+        switch (integerValue(utf8: a), integerValue(utf8: b)) {
         case let (x?, y?):
             if x != y { return x < y ? -1 : 1 }
             return a.count == b.count ? utf16Order(a, b) : (a.count < b.count ? -1 : 1)
@@ -225,6 +209,10 @@ enum KeyOrder {
     }
 
     static func integerValue(utf8 b: UnsafeBufferPointer<UInt8>) -> Int64? {
+        // (Most keys are not integers: one look at the first byte answers for them.)
+        guard let first = b.first, first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9")) else {
+            return nil
+        }
         var i = 0
         var negative = false
         if i < b.count && b[i] == UInt8(ascii: "-") {

@@ -247,6 +247,42 @@ struct PathIndex<Entry> {
         }
 
         /// Moves the entries from `at` on into a new chunk.
+        enum ChildKeyScan { case refused, ended, more }
+
+        /// ``PathIndex/allChildKeys(below:_:)`` over this chunk's keys from slot `first` on:
+        /// whether `test` refused a child, the keys below `p` ended here, or they may go on.
+        func childKeys(from first: Int, below p: UnsafeRawBufferPointer, _ scratch: inout [UInt8],
+                       _ test: (UnsafeRawBufferPointer) -> Bool) -> ChildKeyScan {
+            prefix.withUnsafeBytes { shared in
+                suffixes.withUnsafeBytes { suffixes in
+                    // A child's key wholly in the shared prefix: every key here is below that one child.
+                    if shared.count > p.count, memcmp(shared.baseAddress!, p.baseAddress!, p.count) == 0,
+                       let zero = shared[p.count...].firstIndex(of: 0) {
+                        return test(UnsafeRawBufferPointer(rebasing: shared[p.count..<zero])) ? .more : .refused
+                    }
+                    for i in first..<count {
+                        guard hasPrefix(i, p) else { return .ended }
+                        let rest = UnsafeRawBufferPointer(rebasing: suffixes[suffixRange(i)])
+                        if shared.count + rest.count == p.count { continue }  // `prefix` itself
+                        let child: Bool
+                        if shared.count <= p.count {  // the child's key is in the key's own rest
+                            let from = p.count - shared.count
+                            let to = rest[from...].firstIndex(of: 0) ?? rest.count
+                            child = test(UnsafeRawBufferPointer(rebasing: rest[from..<to]))
+                        } else {  // it begins in the shared prefix and ends in the rest
+                            scratch.removeAll(keepingCapacity: true)
+                            // (Appended as buffers: a slice of one is copied a byte at a time.)
+                            scratch.append(contentsOf: UnsafeRawBufferPointer(rebasing: shared[p.count...]))
+                            scratch.append(contentsOf: UnsafeRawBufferPointer(rebasing: rest[..<(rest.firstIndex(of: 0) ?? rest.count)]))
+                            child = scratch.withUnsafeBytes(test)
+                        }
+                        if !child { return .refused }
+                    }
+                    return .more
+                }
+            }
+        }
+
         mutating func split(at half: Int) -> Chunk {
             var upper = Chunk()
             let byteStart = half == 0 ? 0 : Int(ends[half - 1])
@@ -462,62 +498,14 @@ struct PathIndex<Entry> {
             var ci = chunkIndex(p)
             var i = chunks[ci].search(p).0
             var scratch: [UInt8] = []
-            return chunks.withUnsafeBufferPointer { all in
-                while ci < all.count {
-                    let ok = all[ci].prefix.withUnsafeBytes { shared in
-                        all[ci].suffixes.withUnsafeBytes { suffixes in
-                            all[ci].ends.withUnsafeBufferPointer { ends -> Bool? in
-                                // The part of the child's key in the shared prefix, and whether it ends there.
-                                let sharedHasPrefix = shared.count >= p.count && memcmp(shared.baseAddress!, p.baseAddress!, p.count) == 0
-                                while i < ends.count {
-                                    guard all[ci].hasPrefix(i, p) else { return false }  // past the keys below `prefix`
-                                    let start = i == 0 ? 0 : Int(ends[i - 1]), end = Int(ends[i])
-                                    let rest = UnsafeRawBufferPointer(rebasing: suffixes[start..<end])
-                                    if shared.count + rest.count == p.count {  // `prefix` itself
-                                        i += 1
-                                        continue
-                                    }
-                                    if sharedHasPrefix {
-                                        let inShared = UnsafeRawBufferPointer(rebasing: shared[p.count...])
-                                        if let zero = inShared.firstIndex(of: 0) {
-                                            // Every key of the chunk has this child: asked once.
-                                            if !test(UnsafeRawBufferPointer(rebasing: inShared[..<zero])) { return nil }
-                                            return true
-                                        }
-                                        let zero = rest.firstIndex(of: 0) ?? rest.count
-                                        if inShared.isEmpty {
-                                            if !test(UnsafeRawBufferPointer(rebasing: rest[..<zero])) { return nil }
-                                        } else {
-                                            scratch.removeAll(keepingCapacity: true)
-                                            scratch.append(contentsOf: inShared)
-                                            scratch.append(contentsOf: rest[..<zero])
-                                            if !scratch.withUnsafeBytes(test) { return nil }
-                                        }
-                                    } else {
-                                        // (The key begins in the shared prefix, before `prefix` ends.)
-                                        scratch.removeAll(keepingCapacity: true)
-                                        scratch.append(contentsOf: shared)
-                                        scratch.append(contentsOf: rest)
-                                        let child = scratch[p.count...]
-                                        let zero = child.firstIndex(of: 0) ?? scratch.count
-                                        if !scratch.withUnsafeBytes({ test(UnsafeRawBufferPointer(rebasing: $0[p.count..<zero])) }) { return nil }
-                                    }
-                                    i += 1
-                                }
-                                return true
-                            }
-                        }
-                    }
-                    switch ok {
-                    case nil: return false  // refused
-                    case false?: return true  // no more keys below `prefix`
-                    case true?: break
-                    }
-                    ci += 1
-                    i = 0
+            while ci < chunks.count {
+                switch chunks[ci].childKeys(from: i, below: p, &scratch, test) {
+                case .refused: return false
+                case .ended: return true
+                case .more: (ci, i) = (ci + 1, 0)
                 }
-                return true
             }
+            return true
         }
     }
 
