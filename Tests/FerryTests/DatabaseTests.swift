@@ -150,6 +150,13 @@ import Testing
         #expect(try await db.root.child("sparse").getData().value == ["0": 1, "9": 2])
         try await db.root.child("big").setValue(.int(Int64.max))
         #expect(try await db.root.child("big").getData().value == .int(Int64.max))
+        // Only keys as Firebase writes array indices (no sign, no leading zero) make an array:
+        // reading an object with a key like "-3" used to trap.
+        for keys in [["-3"], ["-1", "0"], ["+1"], ["-0"], ["00", "1"], ["0", "01"]] {
+            let object = Value.object(Dictionary(uniqueKeysWithValues: keys.map { ($0, Value.string($0)) }))
+            try await db.root.child("signed").setValue(object)
+            #expect(try await db.root.child("signed").getData().value == object, "\(keys)")
+        }
     }
 
     @Test func codableValuesRoundTrip() async throws {

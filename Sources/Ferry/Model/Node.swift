@@ -406,25 +406,31 @@ extension Node {
             if export { return .object([".value": v.value, ".priority": p.value()]) }
             return v.value
         case .plainChildren(let c), .prioritizedChildren(let c, _):
-            let p = priority
-            var object: [String: Value] = [:]
-            object.reserveCapacity(c.count + 1)
-            var allIntegers = !export
-            var maxKey = 0
-            for e in c.entries {
-                object[e.name] = e.node.value(export: export)
-                if allIntegers {
-                    if let k = arrayIndex(e.name) { maxKey = Swift.max(maxKey, k) } else { allIntegers = false }
-                }
-            }
-            if allIntegers && maxKey < 2 * c.count {
-                var array = [Value](repeating: .null, count: maxKey + 1)
-                for (k, v) in object { array[arrayIndex(k)!] = v }
+            // An array when every key is an index and at least half the slots are used; built
+            // straight, not through a dictionary first.
+            if !export, let count = Self.arrayCount(c.entries) {
+                var array = [Value](repeating: .null, count: count)
+                for e in c.entries { array[arrayIndex(e.name)!] = e.node.value() }
                 return .array(array)
             }
+            let p = priority
+            var object = [String: Value](minimumCapacity: c.count + 1)
+            for e in c.entries { object[e.name] = e.node.value(export: export) }
             if export, !p.isEmpty { object[".priority"] = p.value() }
             return .object(object)
         }
+    }
+
+    /// The length of the array that children with these keys make (in key order, never
+    /// none), or nil when they make an object.
+    private static func arrayCount(_ entries: [NamedNode]) -> Int? {
+        // (Integer keys sort first: when the first key is no index, none is.)
+        var maxKey = 0
+        for e in entries {
+            guard let k = arrayIndex(e.name) else { return nil }
+            maxKey = Swift.max(maxKey, k)
+        }
+        return maxKey < 2 * entries.count ? maxKey + 1 : nil
     }
 
     /// Builds a node from a value, checking it: keys, priorities, server values, numbers, and
@@ -511,7 +517,14 @@ extension Node {
 
 /// The index of an array element: a non-negative integer key without leading zeros.
 func arrayIndex(_ key: String) -> Int? {
-    guard let first = key.utf8.first, key.utf8.count <= 9 else { return nil }
-    if first == UInt8(ascii: "0") && key.utf8.count > 1 { return nil }
-    return Int(key)
+    // Firebase's /^(0|[1-9]\d*)$/ (up to 9 digits): no sign, no leading zero. (`Int(key)`
+    // alone took "-3" for an index, and reading an object with such a key trapped.)
+    let utf8 = key.utf8
+    guard let first = utf8.first, utf8.count <= 9, first != UInt8(ascii: "0") || utf8.count == 1 else { return nil }
+    var n = 0
+    for byte in utf8 {
+        guard byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") else { return nil }
+        n = n * 10 + Int(byte - UInt8(ascii: "0"))
+    }
+    return n
 }
