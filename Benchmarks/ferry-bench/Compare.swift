@@ -59,6 +59,11 @@ struct CompareBench: AsyncParsableCommand {
                         r.payloadBytes = results["bulk"]![engine]!.last!.payloadBytes
                         results["reopen", default: [:]][engine, default: []].append(r)
                         if engine == "ferry" {
+                            // The same walk building each child's whole value (`value`), as an
+                            // app that reads every field does.
+                            var values = try child("reopen", "ferry-values", dir)
+                            values.payloadBytes = r.payloadBytes
+                            results["reopen", default: [:]]["ferry-values", default: []].append(values)
                             for f in try FileManager.default.contentsOfDirectory(atPath: dir) where f.hasPrefix("checkpoint-") {
                                 try FileManager.default.removeItem(atPath: dir + "/" + f)
                             }
@@ -92,7 +97,7 @@ struct CompareBench: AsyncParsableCommand {
 
         var report = Report(json: common.json)
         for workload in Self.workloads where wants(workload) {
-            for engine in Self.engines + ["ferry-replay", "ferry-indexed", "ferry-listener", "ferry-listener-plain"] {
+            for engine in Self.engines + ["ferry-values", "ferry-replay", "ferry-indexed", "ferry-listener", "ferry-listener-plain"] {
                 guard let runs = results[workload]?[engine] else { continue }
                 report.add(measurement(workload, engine, runs))
             }
@@ -128,6 +133,7 @@ struct CompareBench: AsyncParsableCommand {
             notes.append(String(format: "(open + getData %.3f s, then the walk)", q))
         }
         if engine == "ferry-replay" { notes.append("no checkpoint") }
+        if engine == "ferry-values" { notes.append("each child's value built") }
         if engine == "ferry-indexed" { notes.append("child-value index") }
         if engine == "ferry-listener", let note = runs.last?.note { notes.append("observe, child-value index; " + note) }
         if engine == "ferry-listener-plain", let note = runs.last?.note { notes.append("observe, no declared index (one made for it); " + note) }
@@ -213,6 +219,7 @@ struct Summary {
                 ("ferry-indexed", "limited, with a child-value index on likes"),
                 ("ferry-listener", "limited, a listener (`observe`) with the index"),
                 ("ferry-listener-plain", "limited, a listener without a declared index (one made for it)"),
+                ("ferry-values", "reopen, each child's whole value built (`value`)"),
                 ("ferry-replay", "reopen without checkpoint"),
             ]
             for (engine, label) in variants {

@@ -188,17 +188,23 @@ struct CompareRun: AsyncParsableCommand {
             let count: Int
             var opened: Database?  // closed after the clock stops
             switch engine {
-            case "ferry", "ferry-replay":
+            case "ferry", "ferry-replay", "ferry-values":
                 var options = DatabaseOptions(durability: .none)
                 options.checkpointOnClose = false
                 let db = try Database.open(at: directory, options: options)
                 opened = db
                 // Every value: the snapshot of /posts is read lazily, and walked a child at a
-                // time, each decoded (memory stays what the open needs).
+                // time (memory stays what the open needs), each child's stored bytes read and
+                // checked, as LevelDB's and SQLite's scans read each value's bytes; decoded as far
+                // as asked — here one byte, or (ferry-values) the whole value built.
                 let posts = try await db.reference("posts").getData()
                 result.querySeconds = seconds(start.duration(to: clock.now))  // open + getData
                 var n = 0
-                try posts.forEachChild { if $0.hasChildren { n += 1 } }
+                if engine == "ferry-values" {
+                    try posts.forEachChild { if case .object = $0.value { n += 1 } }
+                } else {
+                    try posts.forEachChild { if $0.hasChildren { n += 1 } }
+                }
                 count = n
             case "leveldb": count = try LevelDB(path: directory).scan().count
             case "sqlite": count = try SQLite(path: directory + "/kv.sqlite").scan()

@@ -115,8 +115,10 @@ import Testing
             #expect(a.exportValue == b.exportValue, "\(`where`): child \(b.key!)")
         }
         var walked: [(String, Value)] = []
+        var sampled: [DataSnapshot] = []
         try lazy.forEachChild { child in
             walked.append((child.key!, child.exportValue))
+            if Int.random(in: 0..<4, using: &g) == 0 { sampled.append(child) }
             // A child's reference (made when asked) is its parent's and its key, and so are its children's.
             #expect(child.ref == lazy.ref.childUnchecked(Path(keys: [child.key!])), "\(`where`): forEachChild's ref")
             if let grandchild = child.children.first {
@@ -125,6 +127,11 @@ import Testing
         }
         #expect(walked.map(\.0) == eagerChildren.map { $0.key! }, "\(`where`): forEachChild's order")
         #expect(walked.map(\.1) == eagerChildren.map(\.exportValue), "\(`where`): forEachChild's values")
+        // A walked child (one stored value is given as its bytes, decoded as far as it is read)
+        // shows what the materialized child shows, every accessor.
+        for child in sampled where child.content.isStored || Int.random(in: 0..<4, using: &g) == 0 {
+            try expectSame(child, eager.childSnapshot(forPath: child.key!).node, index: .priority, &g, "\(`where`), walked child \(child.key!)")
+        }
         for _ in 0..<40 {
             var path = [key(&g, 700)]
             if Bool.random(using: &g) { path.append(["x", "y", "z", "1", ".priority"].randomElement(using: &g)!) }
@@ -132,6 +139,13 @@ import Testing
             #expect(lazy.hasChild(p) == eager.hasChild(p), "\(`where`): hasChild(\(p))")
             #expect(lazy.childSnapshot(forPath: p).exportValue == eager.childSnapshot(forPath: p).exportValue, "\(`where`): childSnapshot(\(p))")
         }
+    }
+
+    /// How many children a walk of `s` gives as their stored bytes.
+    static func storedChildren(_ s: DataSnapshot) throws -> Int {
+        var n = 0
+        try s.forEachChild { if $0.content.isStored { n += 1 } }
+        return n
     }
 
     static func isLazy(_ s: DataSnapshot) -> Bool {
@@ -155,7 +169,10 @@ import Testing
         let node = try Self.materialized(db, "data")
         let snapshot = try await db.reference("data").getData()
         #expect(Self.isLazy(snapshot), "a location with hundreds of entries below it is read lazily")
-        if seed % 2 == 1, case .lazy(let l) = snapshot.content { #expect(l.plainKeys) }
+        if seed % 2 == 1, case .lazy(let l) = snapshot.content {
+            #expect(l.plainKeys)
+            #expect(try Self.storedChildren(snapshot) > 0, "children written whole are walked as their stored bytes")
+        }
         try Self.expectSame(snapshot, node, index: .priority, &g, "seed \(seed)")
         // Every index type orders the same children the same way.
         let data = try db.reference("data")

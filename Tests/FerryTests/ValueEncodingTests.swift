@@ -43,6 +43,7 @@ import Testing
             let encoded = try EncodedValue(v, path: "x/y")
             #expect(encoded.bytes == ValueCodec.encode(node), "\(v)")
             #expect(try encoded.node() == node)
+            #expect(try encoded.bytes.withUnsafeBytes { try ValueCodec.value($0) } == node.value(), "\(v)")  // (straight from the bytes)
             #expect(encoded.isEmpty == node.isEmpty)
             #expect(encoded.hasServerValues == ServerValueResolver.containsDeferred(node))
             if !node.isEmpty { nonEmpty += 1 }
@@ -82,6 +83,61 @@ import Testing
                 #expect(count == node.getChild(path).numChildren, "\(node) at \(path)")
             }
         }
+    }
+
+    /// The validator a walk runs on each child it gives as stored bytes refuses exactly what
+    /// decoding refuses, and agrees on emptiness: on random values with priorities, arrays and
+    /// leaves, each then damaged many ways (a byte changed, cut short, a byte put in), and on
+    /// the damage decoding is known to refuse (children out of order or repeated, an empty
+    /// child, a key that is not UTF-8, a number that is not finite, a priority without a value,
+    /// nesting past the data model's depth).
+    @Test func theValidatorRefusesExactlyWhatDecodingRefuses() throws {
+        func agree(_ bytes: [UInt8], _ what: String) {
+            let decoded = try? bytes.withUnsafeBytes { try ValueCodec.decode($0) }
+            let valid = try? bytes.withUnsafeBytes { try ValueCodec.validate($0) }
+            #expect((decoded == nil) == (valid == nil), "\(what): \(bytes)")
+            if let decoded, let valid { #expect(valid == decoded.isEmpty, "\(what): \(bytes)") }
+        }
+        var g = SplitMix(seed: 777)
+        var refused = 0, accepted = 0
+        for _ in 0..<3_000 {
+            let bytes = ValueCodec.encode(try Node(LazySnapshotTests.value(&g)))
+            agree(bytes, "as encoded")
+            // The value built straight from the bytes is the decoded node's.
+            #expect(try bytes.withUnsafeBytes { try ValueCodec.value($0) } == bytes.withUnsafeBytes { try ValueCodec.decode($0) }.value())
+            for _ in 0..<12 {
+                var damaged = bytes
+                let at = Int.random(in: 0..<damaged.count, using: &g)
+                switch Int.random(in: 0..<3, using: &g) {
+                case 0: damaged[at] = UInt8.random(in: 0...255, using: &g)
+                case 1: damaged.removeLast(damaged.count - at)
+                default: damaged.insert(UInt8.random(in: 0...12, using: &g), at: at)
+                }
+                agree(damaged, "damaged")
+                if (try? damaged.withUnsafeBytes { try ValueCodec.decode($0) }) == nil { refused += 1 } else { accepted += 1 }
+            }
+        }
+        #expect(refused > 5_000 && accepted > 1_000, "refused \(refused), accepted \(accepted)")
+        let t = ValueCodec.Tag.true.rawValue, children = ValueCodec.Tag.children.rawValue
+        let infinity = [ValueCodec.Tag.double.rawValue] + withUnsafeBytes(of: Double.infinity.bitPattern.littleEndian) { Array($0) }
+        var deep: [UInt8] = []
+        for _ in 0...Path.maxDepth + 1 { deep += [children, 1, 1, UInt8(ascii: "a")] }
+        deep.append(t)
+        for (bytes, what) in [
+            ([children, 2, 1, UInt8(ascii: "b"), t, 1, UInt8(ascii: "a"), t], "out of order"),
+            ([children, 2, 1, UInt8(ascii: "a"), t, 1, UInt8(ascii: "a"), t], "repeated"),
+            ([children, 1, 1, UInt8(ascii: "a"), ValueCodec.Tag.empty.rawValue], "an empty child"),
+            ([children, 1, 1, UInt8(ascii: "a"), children, 0], "a child with no children"),
+            ([children, 2, 1, 0x80, t, 1, 0x81, t], "keys not UTF-8"),
+            (infinity, "infinity"),
+            ([ValueCodec.Tag.withPriority.rawValue, ValueCodec.Tag.int.rawValue, 2], "a priority without a value"),
+            (deep, "too deep"),
+            ([children, 0], "no children: empty, accepted"),
+        ] {
+            agree(bytes, what)
+        }
+        #expect(throws: DatabaseError.self) { try deep.withUnsafeBytes { try ValueCodec.validate($0) } }
+        #expect(try [children, 0].withUnsafeBytes { try ValueCodec.validate($0) } == true)
     }
 
     /// Random JSON texts — keys in any order, duplicates, escapes, whitespace, nulls inside

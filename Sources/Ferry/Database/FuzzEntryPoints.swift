@@ -11,13 +11,21 @@ import Logging
 @_spi(Fuzzing) public enum FuzzEntryPoints {
     /// Decodes a stored value (``ValueCodec``), as a read or a listener does.
     ///
-    /// Checks: what decodes, the skipper (which replay uses to index records) steps over
-    /// exactly; encoding the decoded node and decoding that gives the same node.
+    /// Checks: the validator (which a walk over a big location uses, decoding each child only
+    /// when read) refuses exactly what decoding refuses; what decodes, the skipper (which replay
+    /// uses to index records) steps over exactly; encoding the decoded node and decoding that gives the same node.
     /// - Returns: the number of nodes decoded (leaves and objects).
     /// - Throws: ``DatabaseError`` (``DatabaseError/Code/storage``) for damaged bytes.
     @discardableResult
     public static func decodeValue(_ bytes: UnsafeRawBufferPointer) throws -> Int {
-        let node = try ValueCodec.decode(bytes)
+        let node: Node
+        do { node = try ValueCodec.decode(bytes) } catch {
+            if (try? ValueCodec.validate(bytes)) != nil { preconditionFailure("validate accepts a value that decode refuses: \(error)") }
+            throw error
+        }
+        do {
+            guard try ValueCodec.validate(bytes) == node.isEmpty else { preconditionFailure("validate and decode disagree on emptiness") }
+        } catch { preconditionFailure("decode accepts a value that validate refuses: \(error)") }
         var r = ByteReader(bytes)
         do { try ValueCodec.skip(&r) } catch { preconditionFailure("decode accepts a value that skip refuses: \(error)") }
         guard r.offset == bytes.count else { preconditionFailure("skip stops at \(r.offset) of a \(bytes.count)-byte value") }

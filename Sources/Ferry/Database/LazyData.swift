@@ -1,6 +1,11 @@
 import FerryLog
 import Synchronization
 import Dispatch
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Reads the stored values of a frozen state (see ``FrozenData``) outside the engine's lock:
 /// records the log had not written when the state was frozen from a copy of their payloads,
@@ -393,17 +398,34 @@ struct ChildCursor {
 
     /// The next child: its key, and its node when decoded (nil means not empty, not decoded).
     mutating func next() -> (String, Node?)? {
+        guard let (key, child) = step(keepingStored: false) else { return nil }
+        guard case .node(let node) = child else { preconditionFailure("a stored child not asked for") }
+        return (key, node)
+    }
+
+    /// What ``step(keepingStored:)`` gives for a child.
+    enum Child {
+        /// Its node when decoded (nil means not empty, not decoded).
+        case node(Node?)
+        /// Its whole stored value, checked but not decoded, without a priority (not empty).
+        case stored([UInt8])
+    }
+
+    /// The next child, as ``next()`` gives it; with `keepingStored`, a decoding cursor gives a
+    /// child whose data is one stored value as its checked bytes (``ValueCodec/validate(_:)``),
+    /// to decode when read: copying them costs a fraction of building the node.
+    mutating func step(keepingStored: Bool) -> (String, Child)? {
         guard planned else {
             guard baseNext < baseChildren.count else { return nil }
             defer { baseNext += 1 }
-            return (baseChildren[baseNext].name, projected(baseChildren[baseNext].node))
+            return (baseChildren[baseNext].name, .node(projected(baseChildren[baseNext].node)))
         }
         if let sortedKeys {
             while nextSorted < sortedKeys.count {
                 let k = sortedKeys[nextSorted]
                 nextSorted += 1
                 let node = location.child(k)
-                if !node.isEmpty { return (k, projected(node)) }
+                if !node.isEmpty { return (k, .node(projected(node))) }
             }
             return nil
         }
@@ -413,13 +435,7 @@ struct ChildCursor {
             for i in walkers.indices {
                 guard pathKey.withUnsafeBytes({ walkers[i].hasPrefix($0) }) else { continue }
                 walkers[i].key(into: &buffer)
-                let end = buffer[pathKey.count...].firstIndex(of: 0)!
-                let child = buffer[pathKey.count..<end]
-                if !found || child.lexicographicallyPrecedes(smallest) {
-                    smallest.removeAll(keepingCapacity: true)
-                    smallest.append(contentsOf: child)
-                    found = true
-                }
+                if Self.takeChildKey(of: buffer, below: pathKey.count, into: &smallest, unlessAfter: found) { found = true }
             }
             var fromBase: Node?
             if baseNext < baseChildren.count {
@@ -436,10 +452,7 @@ struct ChildCursor {
             }
             guard found else { return nil }
             // The child's entries: how many, and the one when it is alone and at the child itself.
-            childKey.removeAll(keepingCapacity: true)
-            childKey.append(contentsOf: pathKey)
-            childKey.append(contentsOf: smallest)
-            childKey.append(0)
+            Self.join(pathKey, smallest, into: &childKey)
             var count = 0
             var single: (layer: Int, entry: LayeredEntry)?
             for i in walkers.indices {
@@ -450,18 +463,65 @@ struct ChildCursor {
                 }
             }
             let name = String(decoding: smallest, as: UTF8.self)
-            if count == 0, let fromBase { return (name, projected(fromBase)) }
+            if count == 0, let fromBase { return (name, .node(projected(fromBase))) }
             if count == 1, fromBase == nil, let (layer, entry) = single {
                 if entry.isEmpty { continue }
-                if decode { return (name, value(entry, layer)) }
-                if priorities && (entry.isInline || (layers[layer].knowsPriorities ? entry.hasPriority : reader.hasPriority(entry.ref))) {
-                    return (name, value(entry, layer))
+                if decode {
+                    if keepingStored, projection == nil, !entry.isInline, entry.ref.length > 0, let bytes = stored(entry.ref) {
+                        return (name, .stored(bytes))
+                    }
+                    return (name, .node(value(entry, layer)))
                 }
-                return (name, nil)
+                if priorities && (entry.isInline || (layers[layer].knowsPriorities ? entry.hasPriority : reader.hasPriority(entry.ref))) {
+                    return (name, .node(value(entry, layer)))
+                }
+                return (name, .node(nil))
             }
             let node = location.data.visibleNode(at: location.path.child(name)) ?? .empty
             if node.isEmpty { continue }
-            return (name, projected(node))
+            return (name, .node(projected(node)))
+        }
+    }
+
+    /// Puts the child key in `key` (its bytes after the location's `count`, up to the next 0)
+    /// into `smallest`, unless `compare` and it does not sort before `smallest`; whether it did.
+    /// (Through the arrays' buffers: slices and generic appends retained and released the
+    /// arrays at each step, several times per child of a walk.)
+    private static func takeChildKey(of key: [UInt8], below count: Int, into smallest: inout [UInt8], unlessAfter compare: Bool) -> Bool {
+        key.withUnsafeBufferPointer { k in
+            let rest = UnsafeBufferPointer(rebasing: k[count...])
+            let child = UnsafeBufferPointer(rebasing: rest[..<rest.firstIndex(of: 0)!])
+            if compare, !smallest.withUnsafeBufferPointer({ Self.precedes(child, $0) }) { return false }
+            smallest.removeAll(keepingCapacity: true)
+            smallest.append(contentsOf: child)
+            return true
+        }
+    }
+
+    /// Whether `a` sorts before `b` byte by byte (a location's keys are plain when walked so).
+    private static func precedes(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Bool {
+        let n = min(a.count, b.count)
+        if n > 0 {
+            let c = memcmp(a.baseAddress!, b.baseAddress!, n)
+            if c != 0 { return c < 0 }
+        }
+        return a.count < b.count
+    }
+
+    /// `out` = `a`, `b`, 0.
+    private static func join(_ a: [UInt8], _ b: [UInt8], into out: inout [UInt8]) {
+        out.removeAll(keepingCapacity: true)
+        a.withUnsafeBufferPointer { out.append(contentsOf: $0) }
+        b.withUnsafeBufferPointer { out.append(contentsOf: $0) }
+        out.append(0)
+    }
+
+    /// The stored value's bytes, checked; nil when it is empty, carries a priority, or cannot
+    /// be read (then ``value(_:_:)`` decodes it, or tells the reader of the failure).
+    private func stored(_ ref: ValueRef) -> [UInt8]? {
+        try? reader.withValue(ref) { bytes -> [UInt8]? in
+            guard bytes.first != ValueCodec.Tag.withPriority.rawValue, try !ValueCodec.validate(bytes) else { return nil }
+            return Array(bytes)
         }
     }
 
@@ -478,8 +538,9 @@ struct ChildCursor {
     }
 }
 
-/// A lazily read location's children in an index's order, each decoded once where it can be:
-/// in key order the cursor's children as they come; by priority, the children without one as
+/// A lazily read location's children in an index's order, each read once where it can be (a
+/// child stored as one value, without a priority, given as its checked bytes, to be decoded
+/// when read): in key order the cursor's children as they come; by priority, the children without one as
 /// they come (they sort first, in key order, and are nearly always all of them), then those
 /// with one, sorted by it (only their keys and priorities are kept meanwhile, and each is read
 /// again); by value or a child's value, the keys sorted by ``LazyLocation/indexOrder(_:)``,
@@ -508,15 +569,20 @@ struct OrderedChildWalk {
         }
     }
 
-    mutating func next() -> (String, Node)? {
+    /// The next child: its node, or its checked stored bytes (see ``ChildCursor/step(keepingStored:)``).
+    mutating func step() -> (String, StoredChild)? {
         if cursor != nil {
-            while let (key, decoded) = cursor!.next() {
-                let node = decoded ?? .empty
+            while let (key, child) = cursor!.step(keepingStored: true) {
+                let node: Node
+                switch child {
+                case .stored(let bytes): return (key, .stored(bytes))  // (no priority: given at once)
+                case .node(let decoded): node = decoded ?? .empty
+                }
                 if priorityFirst && !node.priority.isEmpty {
                     withPriority.append((key, node.priority))
                     continue
                 }
-                return (key, node)
+                return (key, .node(node))
             }
             cursor = nil
             // Ties keep key order, as the index's own comparison does.
@@ -529,9 +595,17 @@ struct OrderedChildWalk {
         }
         guard nextSorted < sorted.count else { return nil }
         defer { nextSorted += 1 }
-        return (sorted[nextSorted], location.child(sorted[nextSorted]))
+        return (sorted[nextSorted], .node(location.child(sorted[nextSorted])))
     }
 }
+
+/// A child as a walk gives it: decoded, or as its stored value's checked bytes.
+enum StoredChild {
+    case node(Node)
+    case stored([UInt8])
+}
+
+
 
 /// The children of a snapshot as an asynchronous sequence (``DataSnapshot/childStream``).
 public struct ChildStream: AsyncSequence, Sendable {
@@ -603,14 +677,14 @@ final class ChildSource: @unchecked Sendable {
             if walk == nil { walk = start() }
             var out: [DataSnapshot] = []
             out.reserveCapacity(batchSize)
-            let child = snapshot.child
             switch walk! {
             case .materialized(let all, var i):
                 while out.count < batchSize && i < all.count { out.append(all[i]); i += 1 }
                 walk = .materialized(all, i)
             case .ordered(var children):
                 walk = .done  // (so that the walk is not copied while it moves)
-                while out.count < batchSize, let (k, n) = children.next() { out.append(child(k, n)) }
+                let ref = snapshot.ref
+                while out.count < batchSize, let (k, c) = children.step() { out.append(snapshot.child(k, c, of: ref)) }
                 if out.count == batchSize { walk = .ordered(children) }
             case .done:
                 break
