@@ -99,7 +99,8 @@ import Testing
     }
 
     /// Compares everything a snapshot shows (recursing into some children) with the node.
-    static func expectSame(_ lazy: DataSnapshot, _ node: Node, index: QueryIndex, _ g: inout SplitMix, _ where: String) throws {
+    static func expectSame(_ lazy: DataSnapshot, _ node: Node, index: QueryIndex, _ g: inout SplitMix, _ where: String,
+                           ofAChild: Bool = false) throws {
         let eager = DataSnapshot(ref: lazy.ref, node: node, index: index, metadata: lazy.metadata)
         #expect(lazy.exists == eager.exists, "\(`where`): exists")
         #expect(lazy.childrenCount == eager.childrenCount, "\(`where`): childrenCount")
@@ -130,11 +131,15 @@ import Testing
         // A walked child (one stored value is given as its bytes, decoded as far as it is read)
         // shows what the materialized child shows, every accessor.
         for child in sampled where child.content.isStored || Int.random(in: 0..<4, using: &g) == 0 {
-            try expectSame(child, eager.childSnapshot(forPath: child.key!).node, index: .priority, &g, "\(`where`), walked child \(child.key!)")
+            try expectSame(child, eager.childSnapshot(forPath: child.key!).node, index: .priority, &g, "\(`where`), walked child \(child.key!)",
+                           ofAChild: true)
         }
         for _ in 0..<40 {
-            var path = [key(&g, 700)]
-            if Bool.random(using: &g) { path.append(["x", "y", "z", "1", ".priority"].randomElement(using: &g)!) }
+            // Below a location, its children's keys; below a child (a value of \(value(_:))), its
+            // fields' (read from its stored bytes when the walk gave them).
+            let fields = ["x", "y", "z", "likes", "0", "1", "2", ".priority"]
+            var path = [ofAChild ? fields.randomElement(using: &g)! : key(&g, 700)]
+            if Bool.random(using: &g) { path.append(fields.randomElement(using: &g)!) }
             let p = path.joined(separator: "/")
             #expect(lazy.hasChild(p) == eager.hasChild(p), "\(`where`): hasChild(\(p))")
             #expect(lazy.childSnapshot(forPath: p).exportValue == eager.childSnapshot(forPath: p).exportValue, "\(`where`): childSnapshot(\(p))")

@@ -131,12 +131,23 @@ import Testing
             ([children, 2, 1, 0x80, t, 1, 0x81, t], "keys not UTF-8"),
             (infinity, "infinity"),
             ([ValueCodec.Tag.withPriority.rawValue, ValueCodec.Tag.int.rawValue, 2], "a priority without a value"),
+            ([ValueCodec.Tag.withPriority.rawValue, ValueCodec.Tag.int.rawValue, 2, ValueCodec.Tag.empty.rawValue], "a priority over null"),
+            ([ValueCodec.Tag.withPriority.rawValue, ValueCodec.Tag.int.rawValue, 2, ValueCodec.Tag.withPriority.rawValue,
+              ValueCodec.Tag.int.rawValue, 4, t], "wrapped twice"),
+            ([ValueCodec.Tag.withPriority.rawValue, t, t], "a priority that is a boolean"),
+            ([ValueCodec.Tag.withPriority.rawValue, ValueCodec.Tag.int.rawValue, 2, children, 0], "a priority over no children: empty"),
+            ([200], "an unknown tag"),
+            ([t, t], "a trailing byte"),
             (deep, "too deep"),
             ([children, 0], "no children: empty, accepted"),
         ] {
             agree(bytes, what)
         }
-        #expect(throws: DatabaseError.self) { try deep.withUnsafeBytes { try ValueCodec.validate($0) } }
+        for bad in [deep, [ValueCodec.Tag.withPriority.rawValue, ValueCodec.Tag.int.rawValue, 2, ValueCodec.Tag.empty.rawValue],
+                    [ValueCodec.Tag.withPriority.rawValue, ValueCodec.Tag.int.rawValue, 2, ValueCodec.Tag.withPriority.rawValue, ValueCodec.Tag.int.rawValue, 4, t],
+                    [ValueCodec.Tag.withPriority.rawValue, t, t], [200], [t, t]] {
+            #expect(throws: DatabaseError.self, "\(bad)") { try bad.withUnsafeBytes { try ValueCodec.validate($0) } }
+        }
         #expect(try [children, 0].withUnsafeBytes { try ValueCodec.validate($0) } == true)
     }
 

@@ -424,7 +424,6 @@ extension Node {
     /// The length of the array that children with these keys make (in key order, never
     /// none), or nil when they make an object.
     private static func arrayCount(_ entries: [NamedNode]) -> Int? {
-        // (Integer keys sort first: when the first key is no index, none is.)
         var maxKey = 0
         for e in entries {
             guard let k = arrayIndex(e.name) else { return nil }

@@ -175,6 +175,8 @@ extension ValueCodec {
     /// The value ``Node/value(export:)`` gives for the decoded node (priorities dropped, an
     /// array where the keys make one), built straight from the bytes: a walked child's
     /// ``DataSnapshot/value`` (building the node first, then the value, took ~25% longer).
+    /// Only for bytes ``validate(_:)`` has accepted: it checks what it reads, not the order of
+    /// keys, their UTF-8 or an empty child (so damage it does not see gives some value).
     static func value(_ bytes: UnsafeRawBufferPointer) throws -> Value {
         var r = ByteReader(bytes)
         let v = try value(&r, depth: 0)
@@ -203,7 +205,7 @@ extension ValueCodec {
         case .children:
             let n = try r.varintCount()
             guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
-            // As array items while every key is an index (integer keys come first), else an object.
+            // As array items while every key so far is an index, else an object.
             var items: [(index: Int, name: String, value: Value)] = []
             var object: [String: Value]?
             var maxIndex = 0
