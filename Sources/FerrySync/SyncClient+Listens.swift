@@ -77,6 +77,7 @@ extension SyncClient {
         let t = try await currentToken()
         let request = transport.request(.GET, listen.path, parameters: listen.parameters,
                                         headers: [("Accept", "text/event-stream")], token: t)
+        let requestedAt = ContinuousClock.now
         let response: HTTPClientResponse
         do {
             response = try await transport.http.execute(request, deadline: .distantFuture)
@@ -97,7 +98,7 @@ extension SyncClient {
         let silence = Silence()
         let limit = options.streamSilenceLimit
         return try await withThrowingTaskGroup(of: StreamOutcome.self) { group in
-            group.addTask { try await self.consume(response.body, listen, generation, silence) }
+            group.addTask { try await self.consume(response.body, listen, generation, silence, requestedAt: requestedAt) }
             // A server that stops sending (not even its keep-alives) is a lost connection.
             group.addTask {
                 while true {
@@ -111,7 +112,8 @@ extension SyncClient {
     }
 
     /// Applies a stream's events until it ends.
-    private func consume(_ body: HTTPClientResponse.Body, _ listen: ListenRequest, _ generation: Int, _ silence: Silence) async throws -> StreamOutcome {
+    private func consume(_ body: HTTPClientResponse.Body, _ listen: ListenRequest, _ generation: Int, _ silence: Silence,
+                         requestedAt: ContinuousClock.Instant) async throws -> StreamOutcome {
         var parser = StreamEventParser()
         var complete = false
         do {
@@ -127,6 +129,7 @@ extension SyncClient {
                         let data = o["data"] ?? .null
                         let at = Self.join(listen.path, rel)
                         if Task.isCancelled { throw CancellationError() }  // (a listen ended: its data is not wanted)
+                        let first = event.name == "put" && !complete
                         if event.name == "put" {
                             // The first put is the whole value: the listen is complete with it.
                             try await database.applyServerPut(at: at, data, tag: listen.tag, completingListenAt: complete ? nil : listen.path)
@@ -136,7 +139,7 @@ extension SyncClient {
                             guard case .object(let children) = data else { throw SyncError(.badAnswer, "a patch whose data is not an object") }
                             try await database.applyServerMerge(at: at, children, tag: listen.tag)
                         }
-                        noteTouch(at)
+                        noteTouch(at, snapshotRequestedAt: first ? requestedAt : nil)
                     case "keep-alive":
                         break
                     case "cancel":
@@ -161,10 +164,11 @@ extension SyncClient {
         return .ended
     }
 
-    /// Notes that server data at `path` was applied.
-    private func noteTouch(_ path: String) {
+    /// Notes that server data at `path` was applied (by a stream's first put: its request's
+    /// time, see ``recentTouches``).
+    private func noteTouch(_ path: String, snapshotRequestedAt: ContinuousClock.Instant?) {
         eventSerial += 1
-        recentTouches.append((eventSerial, path))
+        recentTouches.append((eventSerial, path, snapshotRequestedAt))
         if recentTouches.count > 4096 { recentTouches.removeFirst(2048) }
     }
 
@@ -173,7 +177,11 @@ extension SyncClient {
     /// write (on another connection) must be applied first — otherwise the acknowledgement
     /// drops the pending write before the server's data shows it, and listeners would see the
     /// old value as confirmed. Waits (up to `limit`) for an event touching each such path.
-    func awaitStreamEvents(for paths: [String], sentAfter sentSerial: Int, limit: Duration = .seconds(2)) async {
+    /// A stream's first put counts only when its request went out after the answer came
+    /// (`answeredAt`): one asked for earlier may show the data from before the write — taking
+    /// it for the write's event made a listener see its own acknowledged write go back.
+    func awaitStreamEvents(for paths: [String], sentAfter sentSerial: Int, answeredAt: ContinuousClock.Instant,
+                           limit: Duration = .seconds(2)) async {
         func prefixes(_ p: String) -> [String] {
             var out = ["/"], cur = ""
             for k in p.split(separator: "/") {
@@ -193,6 +201,7 @@ extension SyncClient {
             // Touches since the last look: a touch at or below a path, or above it, answers it.
             for t in recentTouches.reversed() {
                 if t.serial <= seen { break }
+                if let requested = t.snapshotRequestedAt, requested <= answeredAt { continue }
                 let ps = prefixes(t.path)
                 touched.insert(ps.last!)
                 touchedOrAbove.formUnion(ps)

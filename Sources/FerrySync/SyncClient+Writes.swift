@@ -103,12 +103,14 @@ extension SyncClient {
         var rejections: [WriteRejection]
         var paths: [String]
         var sentSerial: Int
+        /// When the answer came (made as it is read).
+        var answeredAt = ContinuousClock.now
     }
 
     /// Records an answer: after the stream events it caused (see ``awaitStreamEvents``), the
     /// rejections and the cursor, durably.
     private func record(_ a: Answered) async throws {
-        await awaitStreamEvents(for: a.paths, sentAfter: a.sentSerial)
+        await awaitStreamEvents(for: a.paths, sentAfter: a.sentSerial, answeredAt: a.answeredAt)
         try await database.acknowledgeWrites(through: a.through, rejecting: a.rejections)
     }
 

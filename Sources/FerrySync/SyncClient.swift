@@ -84,9 +84,11 @@ public actor SyncClient {
     /// changes or the client goes online again.
     var refusedListens: [ListenRequest: String] = [:]
     /// Every server event applied by a listen, numbered, with the location it touched (the
-    /// latest few thousand): for ordering answers after the events they caused.
+    /// latest few thousand): for ordering answers after the events they caused. A stream's
+    /// first put carries when its request was sent: it is the data as the server found it on
+    /// taking the listen, which shows only the writes answered before then.
     var eventSerial = 0
-    var recentTouches: [(serial: Int, path: String)] = []
+    var recentTouches: [(serial: Int, path: String, snapshotRequestedAt: ContinuousClock.Instant?)] = []
     /// Listens whose stream is open and complete (their views follow the server).
     var liveListens: [ListenRequest: Int] = [:]
     /// Numbers the listen tasks (a listen's live mark belongs to the task that set it).

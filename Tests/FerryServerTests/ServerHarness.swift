@@ -191,6 +191,11 @@ final class ScriptedServer: @unchecked Sendable {
         thread.start()
     }
 
+    /// Sends `bytes` on every connection held open (a stream's later events).
+    func push(_ bytes: [UInt8]) {
+        for c in heldConnections.list.withLock({ $0 }) { TestHTTP.send(Int32(c)!, bytes) }
+    }
+
     func stop() {
         guard !stopped.withLock({ let was = $0; $0 = true; return was }) else { return }
         shutdown(fd, Int32(SHUT_RDWR))
