@@ -118,11 +118,15 @@ struct FrameReader: ~Copyable {
 
     /// Reads and checks the frame at `offset`.
     mutating func readFrame(at offset: Int64) throws -> FrameRead {
-        let header: FrameHeader
         switch try readHeader(at: offset) {
-        case .frame(let h, _): header = h
+        case .frame(let h, _): return try readBody(of: h, at: offset)
         case let other: return other
         }
+    }
+
+    /// Reads and checks the body of the frame at `offset`, whose header ``readHeader(at:)``
+    /// gave (a frame looked for by its header is not read twice).
+    mutating func readBody(of header: FrameHeader, at offset: Int64) throws -> FrameRead {
         let bodyOffset = offset + Int64(LogFormat.frameHeaderSize)
         guard let body = try bytes(at: bodyOffset, length: Int(header.storedLength)) else {
             return .incomplete("the file ended while reading the frame body")

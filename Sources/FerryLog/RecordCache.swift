@@ -179,7 +179,7 @@ extension WriteAheadLog {
             guard let (h, _) = try frame(cursor.reader.readHeader(at: offset)) else { break }
             guard h.firstLSN == expected else { throw corrupt("LSN discontinuity: expected \(expected), found \(h.firstLSN)") }
             if h.kind == .data && lsn < h.nextLSN {
-                guard let (h, stored) = try frame(cursor.reader.readFrame(at: offset)) else { break }
+                guard let (h, stored) = try frame(cursor.reader.readBody(of: h, at: offset)) else { break }
                 guard let raw = cursor.reader.rawBody(of: h, body: stored) else { throw corrupt("the frame body does not decompress") }
                 var layout: [UInt32] = []
                 layout.reserveCapacity(Int(h.recordCount) * 3)

@@ -16,9 +16,9 @@ import Darwin
 /// into space `fallocate` only reserved: each sync then turned new blocks written). The cost:
 /// where syncs come between the step and the frames (`.fsync`, `sync()`), the step's zeros
 /// reach the device at the next sync (one write of up to 1 MiB per MiB of log, besides the
-/// frames'). The zeros past
-/// the last frame are cut off when the segment is sealed or the log closed; after a crash, a scan takes
-/// a rest of the file that is all zeros for that space (FORMAT.md, *Writing* and *Recovery*).
+/// frames'). The zeros past the last frame are cut off when the segment is sealed or the log
+/// closed; after a crash, a scan takes a rest of the file that is all zeros for that space
+/// (FORMAT.md, *Writing* and *Recovery*).
 struct SegmentWriter: ~Copyable {
     let file: FileHandle
     let seq: UInt64

@@ -2,10 +2,10 @@ import Dispatch
 
 /// The serial writer: runs on the log's queue, one round at a time. A round takes every batch
 /// waiting (once there is a frame's worth, or someone asks: see `nextRound`), packs them into
-/// frames (at batch boundaries, so a batch never spans two frames),
-/// writes the frames with as few `pwrite` calls as possible (into space grown ahead of them,
-/// see ``SegmentWriter``), rolls segments, syncs per the
-/// durability mode, publishes the new end to readers and resumes the appenders it satisfied.
+/// frames (at batch boundaries, so a batch never spans two frames), writes the frames with as
+/// few `pwrite` calls as possible (into space grown ahead of them, see ``SegmentWriter``), rolls
+/// segments, syncs per the durability mode, publishes the new end to readers and resumes the
+/// appenders it satisfied.
 extension WriteAheadLog {
     private struct Round {
         var firstLSN: LSN

@@ -21,9 +21,8 @@ public struct SnapshotMetadata: Sendable, Hashable, CustomStringConvertible {
 /// build its data up front: it keeps a frozen view of the store's indexes and decodes a child
 /// when it is asked for. ``childrenCount``, ``hasChild(_:)``, ``childSnapshot(forPath:)`` and
 /// ``exists`` read only what they need; ``forEachChild(_:)`` and ``childStream`` walk the
-/// children in order holding one at a time, each child stored as one value given as its
-/// checked bytes and decoded only as far as it is read (``hasChildren``, ``childrenCount``,
-/// ``childSnapshot(forPath:)``), whole by ``value``; ``value`` builds the whole value. Such a snapshot
+/// children in order holding one at a time (a child stored as one value comes as its checked
+/// bytes, decoded only as far as it is read); ``value`` builds the whole value. Such a snapshot
 /// keeps the log's segment files it may read open while it lives (space that compaction or
 /// eviction frees comes back when it goes).
 public struct DataSnapshot: Sendable, CustomStringConvertible {
@@ -146,7 +145,7 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
         switch content {
         case .node(let n):
             let ref = self.ref
-            return IndexedNode(n, index: index).ordered.map { child($0.name, $0.node, of: ref) }
+            return IndexedNode(n, index: index).ordered.map { child($0.name, .node($0.node), of: ref) }
         case .lazy(let l):
             guard l.plan != nil else { return DataSnapshot(ref: ref, node: l.node, index: index, metadata: metadata).children }
             let keys = l.indexOrder(index) ?? l.keys
@@ -163,7 +162,9 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     /// Calls `body` with each child in the query's order (key order for a plain location),
     /// one child at a time: the memory a walk over a million children needs is what `body`
     /// keeps. A child stored as one value comes as its bytes, checked as decoding would check
-    /// them (so that damage throws here), and is decoded as far as it is read. Ordering by priority gives the children without a priority as they are
+    /// them (so that damage throws here), and is decoded as far as it is read (``hasChildren``
+    /// reads one byte, ``childSnapshot(forPath:)`` that path, ``value`` builds the value
+    /// straight from the bytes). Ordering by priority gives the children without a priority as they are
     /// read (they come first, in key order), keeping only the keys and priorities of those with
     /// one, which then come sorted, each read again. Ordering by value or by a child's value
     /// reads every child once to sort them, keeping only their keys and the values ordered by,
@@ -189,21 +190,12 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     }
 
     /// The snapshot of child `key`, whose data is `node`.
-    func child(_ key: String, _ node: Node) -> DataSnapshot { child(key, node, of: ref) }
+    func child(_ key: String, _ node: Node) -> DataSnapshot { child(key, .node(node), of: ref) }
 
-    /// The same, given this snapshot's reference (made once for a walk of many children).
-    private func child(_ key: String, _ node: Node, of ref: DatabaseReference) -> DataSnapshot {
-        DataSnapshot(base: ref, childKey: key, content: .node(node), index: .priority, metadata: metadata)
-    }
-
-    /// The snapshot of child `key` as a walk gives it.
-    func child(_ key: String, _ child: StoredChild, of ref: DatabaseReference) -> DataSnapshot {
-        let content: Content
-        switch child {
-        case .node(let n): content = .node(n)
-        case .stored(let bytes): content = .stored(bytes)
-        }
-        return DataSnapshot(base: ref, childKey: key, content: content, index: .priority, metadata: metadata)
+    /// The snapshot of child `key` with `content`, given this snapshot's reference (made once
+    /// for a walk of many children).
+    func child(_ key: String, _ content: Content, of ref: DatabaseReference) -> DataSnapshot {
+        DataSnapshot(base: ref, childKey: key, content: content, index: .priority, metadata: metadata)
     }
 
     /// Decodes the value into a `Decodable` type (through JSON).

@@ -12,8 +12,9 @@ import Logging
     /// Decodes a stored value (``ValueCodec``), as a read or a listener does.
     ///
     /// Checks: the validator (which a walk over a big location uses, decoding each child only
-    /// when read) refuses exactly what decoding refuses; what decodes, the skipper (which replay
-    /// uses to index records) steps over exactly; encoding the decoded node and decoding that gives the same node.
+    /// when read) refuses exactly what decoding refuses; what decodes, the skipper (which
+    /// replay uses to index records) steps over exactly; encoding the decoded node and
+    /// decoding that gives the same node.
     /// - Returns: the number of nodes decoded (leaves and objects).
     /// - Throws: ``DatabaseError`` (``DatabaseError/Code/storage``) for damaged bytes.
     @discardableResult

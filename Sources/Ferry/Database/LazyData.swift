@@ -467,8 +467,8 @@ struct ChildCursor {
             if count == 1, fromBase == nil, let (layer, entry) = single {
                 if entry.isEmpty { continue }
                 if decode {
-                    if keepingStored, projection == nil, !entry.isInline, entry.ref.length > 0, let bytes = stored(entry.ref) {
-                        return (name, .stored(bytes))
+                    if keepingStored, projection == nil, !entry.isInline, entry.ref.length > 0, let child = stored(entry.ref) {
+                        return (name, child)
                     }
                     return (name, .node(value(entry, layer)))
                 }
@@ -516,12 +516,13 @@ struct ChildCursor {
         out.append(0)
     }
 
-    /// The stored value's bytes, checked; nil when it is empty, carries a priority, or cannot
-    /// be read (then ``value(_:_:)`` decodes it, or tells the reader of the failure).
-    private func stored(_ ref: ValueRef) -> [UInt8]? {
-        try? reader.withValue(ref) { bytes -> [UInt8]? in
-            guard bytes.first != ValueCodec.Tag.withPriority.rawValue, try !ValueCodec.validate(bytes) else { return nil }
-            return Array(bytes)
+    /// The stored value, read once: its bytes, checked; decoded when it carries a priority
+    /// (walks order by it) or is empty. Nil when it cannot be read or checked: then
+    /// ``value(_:_:)`` reads it again and tells the reader of the failure.
+    private func stored(_ ref: ValueRef) -> Child? {
+        try? reader.withValue(ref) { bytes in
+            if bytes.first == ValueCodec.Tag.withPriority.rawValue { return .node(try ValueCodec.decode(bytes)) }
+            return try ValueCodec.validate(bytes) ? .node(.empty) : .stored(Array(bytes))
         }
     }
 
@@ -540,8 +541,8 @@ struct ChildCursor {
 
 /// A lazily read location's children in an index's order, each read once where it can be (a
 /// child stored as one value, without a priority, given as its checked bytes, to be decoded
-/// when read): in key order the cursor's children as they come; by priority, the children without one as
-/// they come (they sort first, in key order, and are nearly always all of them), then those
+/// when read): in key order the cursor's children as they come; by priority, the children
+/// without one as they come (they sort first, in key order, and are nearly always all of them), then those
 /// with one, sorted by it (only their keys and priorities are kept meanwhile, and each is read
 /// again); by value or a child's value, the keys sorted by ``LazyLocation/indexOrder(_:)``,
 /// each child read again. Used by ``DataSnapshot/forEachChild(_:)`` and ``ChildStream``.
@@ -570,7 +571,7 @@ struct OrderedChildWalk {
     }
 
     /// The next child: its node, or its checked stored bytes (see ``ChildCursor/step(keepingStored:)``).
-    mutating func step() -> (String, StoredChild)? {
+    mutating func step() -> (String, DataSnapshot.Content)? {
         if cursor != nil {
             while let (key, child) = cursor!.step(keepingStored: true) {
                 let node: Node
@@ -598,14 +599,6 @@ struct OrderedChildWalk {
         return (sorted[nextSorted], .node(location.child(sorted[nextSorted])))
     }
 }
-
-/// A child as a walk gives it: decoded, or as its stored value's checked bytes.
-enum StoredChild {
-    case node(Node)
-    case stored([UInt8])
-}
-
-
 
 /// The children of a snapshot as an asynchronous sequence (``DataSnapshot/childStream``).
 public struct ChildStream: AsyncSequence, Sendable {

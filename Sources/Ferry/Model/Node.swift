@@ -429,7 +429,7 @@ extension Node {
             guard let k = arrayIndex(e.name) else { return nil }
             maxKey = Swift.max(maxKey, k)
         }
-        return maxKey < 2 * entries.count ? maxKey + 1 : nil
+        return arrayLength(maxIndex: maxKey, count: entries.count)
     }
 
     /// Builds a node from a value, checking it: keys, priorities, server values, numbers, and
@@ -513,6 +513,10 @@ extension Node {
         throw DatabaseError(.invalidData, "the server value at \(path) is \(sv); only \"timestamp\" and {\"increment\": number} exist")
     }
 }
+
+/// The length of the array that `count` children whose keys are indices, the largest
+/// `maxIndex`, make: nil when fewer than half its slots would be used (they are an object).
+func arrayLength(maxIndex: Int, count: Int) -> Int? { maxIndex < 2 * count ? maxIndex + 1 : nil }
 
 /// The index of an array element: a non-negative integer key without leading zeros.
 func arrayIndex(_ key: String) -> Int? {

@@ -246,7 +246,6 @@ struct PathIndex<Entry> {
             entries.removeSubrange(range)
         }
 
-        /// Moves the entries from `at` on into a new chunk.
         enum ChildKeyScan { case refused, ended, more }
 
         /// ``PathIndex/allChildKeys(below:_:)`` over this chunk's keys from slot `first` on:
@@ -283,6 +282,7 @@ struct PathIndex<Entry> {
             }
         }
 
+        /// Moves the entries from `at` on into a new chunk.
         mutating func split(at half: Int) -> Chunk {
             var upper = Chunk()
             let byteStart = half == 0 ? 0 : Int(ends[half - 1])

@@ -102,11 +102,7 @@ enum ValueCodec {
     /// the root; one written lower nests less); a priority is a number or string leaf and a
     /// wrapped value is neither empty nor wrapped again, so nothing else can nest.
     static func decode(_ r: inout ByteReader, depth: Int) throws -> Node {
-        guard depth <= Path.maxDepth else {
-            throw ByteReader.damaged("a value nested deeper than the data model's \(Path.maxDepth) levels")
-        }
-        guard let tag = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
-        switch tag {
+        switch try tag(&r, depth: depth) {
         case .empty: return .empty
         case .false: return .leaf(.bool(false), priority: .empty)
         case .true: return .leaf(.bool(true), priority: .empty)
@@ -124,23 +120,12 @@ enum ValueCodec {
             guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
             var entries: [NamedNode] = []
             entries.reserveCapacity(n)
-            // (Keys compared as the stored bytes: making strings of them to compare took ~5% of
-            // a walk that decodes every child.)
             var previous = UnsafeBufferPointer<UInt8>(start: nil, count: 0)
             for i in 0..<n {
-                let keyBytes = try r.stringBytes()
-                if i > 0, KeyOrder.compare(utf8: previous, keyBytes) >= 0 { throw ByteReader.damaged("children out of order") }
-                previous = keyBytes
+                let key = try childKey(&r, index: i, after: &previous)
                 let child = try decode(&r, depth: depth + 1)
                 guard !child.isEmpty else { throw ByteReader.damaged("an empty child") }
-                let name = String(decoding: keyBytes, as: UTF8.self)
-                // A key that is not UTF-8 would be repaired into a name that may equal another's
-                // (bytes that differ, the same U+FFFD): refused, as the order check no longer sees
-                // the names. (Valid UTF-8 keeps its bytes; ASCII needs no look.)
-                if keyBytes.contains(where: { $0 >= 0x80 }), !name.utf8.elementsEqual(keyBytes) {
-                    throw ByteReader.damaged("a key that is not UTF-8")
-                }
-                entries.append(NamedNode(name: name, node: child))
+                entries.append(NamedNode(name: String(decoding: key, as: UTF8.self), node: child))
             }
             return entries.isEmpty ? .empty : .children(ChildMap(sorted: entries), priority: .empty)
         }
@@ -148,13 +133,47 @@ enum ValueCodec {
 }
 
 extension ValueCodec {
+    /// The tag of the value at `r`, `depth` levels below the value's top (see
+    /// ``decode(_:depth:)`` for the limit).
+    @inline(__always)
+    private static func tag(_ r: inout ByteReader, depth: Int) throws -> Tag {
+        guard depth <= Path.maxDepth else {
+            throw ByteReader.damaged("a value nested deeper than the data model's \(Path.maxDepth) levels")
+        }
+        guard let tag = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
+        return tag
+    }
+
+    /// The key of an object's child `index` at `r`, checked: after `previous` (the key before,
+    /// which becomes this one) in key order, compared as the stored bytes (making strings of
+    /// them to compare took ~5% of a walk that decodes every child), and UTF-8 — a key that is
+    /// not would be repaired into a name that may equal another's (bytes that differ, the same
+    /// U+FFFD), which the order check does not see. (Valid UTF-8 keeps its bytes; ASCII needs
+    /// no look.)
+    @inline(__always)
+    private static func childKey(_ r: inout ByteReader, index: Int,
+                                 after previous: inout UnsafeBufferPointer<UInt8>) throws -> UnsafeBufferPointer<UInt8> {
+        let key = try r.stringBytes()
+        if index > 0, KeyOrder.compare(utf8: previous, key) >= 0 { throw ByteReader.damaged("children out of order") }
+        previous = key
+        if key.contains(where: { $0 >= 0x80 }), !String(decoding: key, as: UTF8.self).utf8.elementsEqual(key) {
+            throw ByteReader.damaged("a key that is not UTF-8")
+        }
+        return key
+    }
+
     /// The priority after a `withPriority` tag, checked: a number or a string, followed by a
     /// value (where `r` is left).
     static func priority(_ r: inout ByteReader, depth: Int) throws -> Node {
+        try priority(&r) { try decode(&$0, depth: depth) }
+    }
+
+    /// A priority read by `read`, with ``priority(_:depth:)``'s checks around it.
+    private static func priority<T>(_ r: inout ByteReader, _ read: (inout ByteReader) throws -> T) throws -> T {
         guard r.offset < r.bytes.count, [Tag.int, .double, .string].contains(Tag(rawValue: r.bytes[r.offset])) else {
             throw ByteReader.damaged("a priority that is not a number or a string")
         }
-        let p = try decode(&r, depth: depth)
+        let p = try read(&r)
         guard r.offset < r.bytes.count, let inner = Tag(rawValue: r.bytes[r.offset]), inner != .withPriority, inner != .empty else {
             throw ByteReader.damaged("a priority without a value")
         }
@@ -185,11 +204,7 @@ extension ValueCodec {
     }
 
     private static func value(_ r: inout ByteReader, depth: Int) throws -> Value {
-        guard depth <= Path.maxDepth else {
-            throw ByteReader.damaged("a value nested deeper than the data model's \(Path.maxDepth) levels")
-        }
-        guard let tag = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
-        switch tag {
+        switch try tag(&r, depth: depth) {
         case .empty: return .null
         case .false: return .bool(false)
         case .true: return .bool(true)
@@ -227,8 +242,8 @@ extension ValueCodec {
             }
             if let object { return .object(object) }
             guard n > 0 else { return .null }
-            if maxIndex < 2 * n {
-                var array = [Value](repeating: .null, count: maxIndex + 1)
+            if let count = arrayLength(maxIndex: maxIndex, count: n) {
+                var array = [Value](repeating: .null, count: count)
                 for item in items { array[item.index] = item.value }
                 return .array(array)
             }
@@ -238,37 +253,22 @@ extension ValueCodec {
 
     /// ``decode(_:depth:)``'s checks, in its order; whether the value is empty.
     private static func validate(_ r: inout ByteReader, depth: Int) throws -> Bool {
-        guard depth <= Path.maxDepth else {
-            throw ByteReader.damaged("a value nested deeper than the data model's \(Path.maxDepth) levels")
-        }
-        guard let tag = Tag(rawValue: try r.u8()) else { throw ByteReader.damaged("unknown value tag") }
-        switch tag {
+        switch try tag(&r, depth: depth) {
         case .empty: return true
         case .false, .true, .timestamp: return false
         case .int, .incrementInt: _ = try r.signed()
         case .double, .incrementDouble: _ = try finite(r.double())
         case .string: _ = try r.stringBytes()  // (decoding repairs a string value; never refused)
         case .withPriority:
-            guard r.offset < r.bytes.count, [Tag.int, .double, .string].contains(Tag(rawValue: r.bytes[r.offset])) else {
-                throw ByteReader.damaged("a priority that is not a number or a string")
-            }
-            _ = try validate(&r, depth: depth)
-            guard r.offset < r.bytes.count, let inner = Tag(rawValue: r.bytes[r.offset]), inner != .withPriority, inner != .empty else {
-                throw ByteReader.damaged("a priority without a value")
-            }
+            _ = try priority(&r) { try validate(&$0, depth: depth) }
             return try validate(&r, depth: depth)
         case .children:
             let n = try r.varintCount()
             guard n <= r.bytes.count - r.offset else { throw ByteReader.damaged("more children than bytes") }
             var previous = UnsafeBufferPointer<UInt8>(start: nil, count: 0)
             for i in 0..<n {
-                let keyBytes = try r.stringBytes()
-                if i > 0, KeyOrder.compare(utf8: previous, keyBytes) >= 0 { throw ByteReader.damaged("children out of order") }
-                previous = keyBytes
+                _ = try childKey(&r, index: i, after: &previous)
                 guard try !validate(&r, depth: depth + 1) else { throw ByteReader.damaged("an empty child") }
-                if keyBytes.contains(where: { $0 >= 0x80 }), !String(decoding: keyBytes, as: UTF8.self).utf8.elementsEqual(keyBytes) {
-                    throw ByteReader.damaged("a key that is not UTF-8")
-                }
             }
             return n == 0
         }
