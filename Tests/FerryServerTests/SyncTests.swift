@@ -718,14 +718,17 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-first-put")
         final class Box: @unchecked Sendable { var server: ScriptedServer? }
         let box = Box()
+        let shown = Mutex<[Int64]>([])
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /stats") }) { line in
             if line.hasPrefix("GET /stats") {  // (the stream opens; its first put comes later)
                 return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n".utf8)
             }
             if line.hasPrefix("PUT /stats/count") {
-                // The data as the server found it on taking the listen, before this write…
+                // The data as the server found it on taking the listen, before this write, applied
+                // by the client before the answer comes (the listener has seen it, over the write)…
                 box.server?.push(Array("event: put\ndata: {\"path\": \"/\", \"data\": {\"count\": 0}}\n\n".utf8))
-                Thread.sleep(forTimeInterval: 0.2)
+                let deadline = Date().addingTimeInterval(10)
+                while shown.withLock({ $0.isEmpty }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
                 // …and, after the answer, the stream's event of the write.
                 DispatchQueue.global().asyncAfter(deadline: .now() + 0.4) {
                     box.server?.push(Array("event: put\ndata: {\"path\": \"/count\", \"data\": 1}\n\n".utf8))
@@ -737,7 +740,6 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         box.server = server
         let a = try await Client(dir.sub("a"), port: server.port, batches: false)
         await a.sync.goOnline()
-        let shown = Mutex<[Int64]>([])
         let handle = try a.db.reference("stats").observe(.value, includeMetadataChanges: true) { s in
             if case .int(let n) = s.childSnapshot(forPath: "count").value { shown.withLock { $0.append(n) } }
         }
