@@ -87,7 +87,23 @@ import Testing
             Refused(testDescription: "Codable UInt64 2^63") { db in try await db.reference("x").setValue(Post(n: UInt64(Int64.max) + 1)) },
             Refused(testDescription: "Codable [UInt] with UInt.max") { db in try await db.reference("x").setValue(Wide(items: [1, .max])) },
             Refused(testDescription: "Codable bare UInt64.max") { db in try await db.reference("x").setValue(UInt64.max) },
+            // An increment that is not a finite number, or whose sum is not (`big` holds 1.5e308):
+            // stored, it would be a record no read could decode.
+            Refused(testDescription: "setValue: an increment of NaN") { db in try await db.reference("x").setValue(ServerValue.increment(Double.nan)) },
+            Refused(testDescription: "setValue: an increment of infinity") { db in try await db.reference("x").setValue(ServerValue.increment(Double.infinity)) },
+            Refused(testDescription: "updateChildValues: an increment of NaN") { db in try await db.root.updateChildValues(["x": ServerValue.increment(Double.nan)]) },
+            Refused(testDescription: "setValue: an increment past a double's range") { db in try await db.reference("big").setValue(ServerValue.increment(1.5e308)) },
+            Refused(testDescription: "setValueNow: an increment past a double's range") { db in try db.reference("big").setValueNow(ServerValue.increment(1.5e308)) },
+            Refused(testDescription: "setValue: an increment past a double's range, below") { db in try await db.root.setValue(["big": ServerValue.increment(1.5e308), "base": 2]) },
+            Refused(testDescription: "updateChildValues: an increment past a double's range") { db in
+                try await db.root.updateChildValues(["base": 3, "big": ServerValue.increment(1.5e308)])
+            },
         ]
+        // Keys Swift holds equal though their bytes differ ("é" as one code point, and "e" with a
+        // combining accent) are one key of a `Value`'s dictionary: JSON giving both is refused by
+        // both paths, as a key given twice.
+        cases += Refused.json("keys that differ only in Unicode normalization", Array(#"{"\#u{E9}":1,"e\#u{301}":2}"#.utf8))
+        cases += Refused.json("keys that differ only in Unicode normalization, escaped", Array(#"{"\u00e9":1,"a":0,"e\u0301":2}"#.utf8))
         return cases
     }()
 
@@ -95,7 +111,7 @@ import Testing
     func aRefusedInputIsAnErrorAtTheCallAndWritesNothing(_ input: Refused) async throws {
         let dir = try TemporaryDirectory()
         let db = try Database.open(at: dir.path, options: quietOptions(.none))
-        try await db.applyServerPut(at: "", ["base": 1])
+        try await db.applyServerPut(at: "", ["base": 1, "big": 1.5e308])
         try await db.reference("w").setValue("pending")
         let recorder = Recorder()
         recorder.listen(db.root.query)

@@ -110,6 +110,43 @@ import Testing
         await #expect(throws: DatabaseError.self) { try await db.root.child("x").setValue([".sv": "bogus"]) }
     }
 
+    /// Values are equal only when the Realtime Database holds them equal: an integer and a
+    /// double are equal when they are the same number exactly (`Value ==` trapped on
+    /// `.int(Int64.max)` against the double 2^63, which it rounds to), and strings when their
+    /// code units are. A listener is told of a change between values that differ only so.
+    @Test func valuesAreEqualOnlyWhenExactlyTheSameNumberOrTheSameCodeUnits() async throws {
+        #expect(Value.int(1) == .double(1))
+        #expect(Value.int(-3) == .double(-3))
+        #expect(Value.int(.max) != .double(0x1p63))
+        #expect(Value.double(0x1p63) != .int(.max))
+        #expect(Value.int(.min) == .double(-0x1p63))
+        #expect(Value.int(9_007_199_254_740_993) != .double(9_007_199_254_740_992))
+        #expect(Value.double(0.5) != .int(0))
+        #expect(Value.string("\u{E9}") != .string("e\u{301}"))
+        #expect(Value.string("\u{E9}") == .string("\u{E9}"))
+        // From stored JSON, compared and hashed together (a Set of the values did the same).
+        let db = Database.inMemory()
+        try await db.reference("n").setValue(json: #"{"a":9223372036854775807,"b":9223372036854775808}"#)
+        let n = try await db.reference("n").getData()
+        #expect(n.childSnapshot(forPath: "a").value != n.childSnapshot(forPath: "b").value)
+        #expect(Set(n.children.map(\.value)).count == 2)
+
+        try await db.applyServerPut(at: "c", [:])
+        let rec = Recorder()
+        rec.listen(try db.reference("c").query)
+        let changes: [Value] = [.int(9_007_199_254_740_993), .double(9_007_199_254_740_992), .int(9_007_199_254_740_992),
+                                .string("\u{E9}"), .string("e\u{301}")]
+        for v in changes { try await db.reference("c/x").setValue(v) }
+        let shown = rec.values.map { value -> String in
+            guard case .object(let o) = value, let x = o["x"] else { return "\(value)" }
+            if case .string(let s) = x { return "string " + s.unicodeScalars.map { String($0.value, radix: 16) }.joined(separator: "+") }
+            return "\(x)"
+        }
+        // Each write a change (the double 2^53 and the integer 2^53 are the same number).
+        #expect(shown == ["null", "9007199254740993", "9007199254740992.0", "string e9", "string 65+301"], "\(shown)")
+        try await db.close()
+    }
+
     @Test func aHugeValueIsRefusedAndNothingIsWritten() async throws {
         let dir = try TemporaryDirectory()
         let db = try Database.open(at: dir.path, options: quietOptions())

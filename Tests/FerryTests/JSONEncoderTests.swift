@@ -49,7 +49,7 @@ import Testing
         (#"{"é/":1}"#,
          #"at /x/y: the key "é/" contains "/"; keys may not contain . $ # [ ] or /"#),
         (#"{"a":{".sv":"nonsense"}}"#,
-         #"the server value at /x/y/a is "nonsense"; only "timestamp" and {"increment": number} exist"#),
+         #"the server value at /x/y/a is "nonsense"; only "timestamp" and {"increment": n} with n a finite number exist"#),
         (#"{"a":1}x"#,
          #"invalid JSON at byte 7: unexpected text after the JSON value"#),
         (#"{"[":1}"#,

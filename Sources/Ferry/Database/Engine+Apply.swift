@@ -25,7 +25,7 @@ extension Engine {
         try checkSize([node])
         let time = serverTime
         let resolved = ServerValueResolver.containsDeferred(node)
-            ? ServerValueResolver.resolve(node, existing: visibleNode(at: path) ?? .empty, time: time) : nil
+            ? try ServerValueResolver.resolve(node, existing: visibleNode(at: path) ?? .empty, time: time, at: path) : nil
         let shown = resolved ?? node
         if isPersistent {
             let (payload, range) = RecordCodec.localSet(path: path, value: node, resolved: resolved, time: time, hidden: hidden)
@@ -58,9 +58,9 @@ extension Engine {
         try checkUsable()
         try checkSize(children.map(\.1))
         let time = serverTime
-        let resolved: [(Path, Node, Node?)] = children.map { p, n in
+        let resolved: [(Path, Node, Node?)] = try children.map { p, n in
             guard ServerValueResolver.containsDeferred(n) else { return (p, n, nil) }
-            return (p, n, ServerValueResolver.resolve(n, existing: visibleNode(at: path.child(p)) ?? .empty, time: time))
+            return (p, n, try ServerValueResolver.resolve(n, existing: visibleNode(at: path.child(p)) ?? .empty, time: time, at: path.child(p)))
         }
         let merge = CompoundWrite(resolved.map { ($0.0, $0.2 ?? $0.1) })
         if isPersistent {

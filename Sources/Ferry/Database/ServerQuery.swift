@@ -53,9 +53,10 @@
     /// in the export form (priorities as `.priority`, integer keys as object keys).
     ///
     /// - Throws: ``DatabaseError/Code/invalidData`` for a value the data model refuses (an
-    ///   unknown server value among them).
+    ///   unknown server value among them), or an increment whose sum is not finite.
     public static func resolve(_ value: Value, at path: String, existing: Value, time: Int64) throws -> Value {
-        let node = try Node(value, path: try Path(validating: path))
-        return ServerValueResolver.resolve(node, existing: try Node(existing), time: time).value(export: true)
+        let at = try Path(validating: path)
+        let node = try Node(value, path: at)
+        return try ServerValueResolver.resolve(node, existing: try Node(existing), time: time, at: at).value(export: true)
     }
 }

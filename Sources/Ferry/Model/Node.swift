@@ -43,7 +43,9 @@ enum LeafValue: Sendable {
         if ra != rb { return ra < rb ? -1 : 1 }
         switch (a, b) {
         case let (.bool(x), .bool(y)): return x == y ? 0 : (x ? 1 : -1)
-        case let (.string(x), .string(y)): return x == y ? 0 : (x.utf16.lexicographicallyPrecedes(y.utf16) ? -1 : 1)
+        // (By code units, as the Realtime Database and the child-value index order them: not
+        // `==`, which holds "é" and "e" with a combining accent equal.)
+        case let (.string(x), .string(y)): return KeyOrder.utf16Order(x, y)
         case let (.int(x), .int(y)): return x == y ? 0 : (x < y ? -1 : 1)
         default:
             if let x = a.doubleValue, let y = b.doubleValue {
@@ -62,6 +64,10 @@ extension LeafValue: Equatable, Hashable {
         case let (.deferred(x), .deferred(y)): return x == y
         case (.post, .post): return true
         case (.deferred, _), (_, .deferred), (.post, _), (_, .post): return false
+        // Exactly, unlike the order (which ties an integer past 2^53 with the double it rounds
+        // to, and strings Swift holds equal): a change between them is a change to show.
+        case let (.int(x), .double(y)), let (.double(y), .int(x)): return Int64(exactly: y) == x
+        case let (.string(x), .string(y)): return x.utf8.elementsEqual(y.utf8)
         default: return a.typeRank == b.typeRank && LeafValue.compare(a, b) == 0
         }
     }
@@ -507,10 +513,10 @@ extension Node {
         switch sv {
         case .string("timestamp"): return
         case .object(let o) where o.count == 1:
-            if let n = o["increment"], n.number != nil { return }
+            if let n = o["increment"], let d = n.number, d.isFinite { return }
         default: break
         }
-        throw DatabaseError(.invalidData, "the server value at \(path) is \(sv); only \"timestamp\" and {\"increment\": number} exist")
+        throw DatabaseError(.invalidData, "the server value at \(path) is \(sv); only \"timestamp\" and {\"increment\": n} with n a finite number exist")
     }
 }
 

@@ -28,12 +28,15 @@ public enum Value: Sendable, CustomStringConvertible {
 }
 
 extension Value: Equatable, Hashable {
-    /// Numbers compare by value (`.int(1) == .double(1)`), as in the Realtime Database.
+    /// Numbers compare by value (`.int(1) == .double(1)`), as in the Realtime Database, and
+    /// exactly (`.int(Int64.max)` is not the double 2^63 it rounds to). Strings compare by their
+    /// code units, as in the Realtime Database: "é" written as one code point is not "e" and a
+    /// combining accent (which Swift's `String` holds equal).
     public static func == (a: Value, b: Value) -> Bool {
         switch (a, b) {
         case (.null, .null): true
         case let (.bool(x), .bool(y)): x == y
-        case let (.string(x), .string(y)): x == y
+        case let (.string(x), .string(y)): x.utf8.elementsEqual(y.utf8)
         case let (.array(x), .array(y)): x == y
         case let (.object(x), .object(y)): x == y
         case (.int, .int), (.int, .double), (.double, .int), (.double, .double): numbersEqual(a, b)
@@ -59,7 +62,9 @@ func numbersEqual(_ a: Value, _ b: Value) -> Bool {
     case let (.int(x), .int(y)): return x == y
     case let (.double(x), .double(y)): return x == y
     case let (.int(x), .double(y)), let (.double(y), .int(x)):
-        return Double(x) == y && (y.magnitude < 9.3e18 ? Int64(y) == x : false)
+        // (Exactly: `Double(x) == y` holds for integers past 2^53 that round to y, and
+        // converting a y of 2^63 to Int64 traps.)
+        return Int64(exactly: y) == x
     default: return false
     }
 }

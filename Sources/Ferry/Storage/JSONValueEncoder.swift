@@ -306,6 +306,7 @@ struct JSONValueEncoder {
         w.u8(ValueCodec.Tag.children.rawValue)
         let countAt = w.count
         w.u8(0)
+        var nonASCIIKeys = 0
         while true {
             skipSpace()
             guard i < input.count, input[i] == UInt8(ascii: "\"") else { throw syntax("expected a key") }
@@ -317,6 +318,7 @@ struct JSONValueEncoder {
             appendString()
             let keyRange = keyStart..<w.count
             let plain = ValueEncoder.isPlainKey(UnsafeBufferPointer(rebasing: w.written[keyRange]))
+            if w.written[keyRange].contains(where: { $0 >= 0x80 }) { nonASCIIKeys += 1 }
             var isPriority = false
             if !plain {
                 let key = key(at: keyRange)
@@ -360,6 +362,19 @@ struct JSONValueEncoder {
         let priorityNode = try priority.map { try Node.priorityNode($0, at: location) } ?? .empty
         let childrenStart = countAt + 1
         var children = UnsafeMutableBufferPointer(rebasing: spans[spanBase..<spanCount])
+        if nonASCIIKeys > 1 {
+            // Keys Swift holds equal though their bytes differ ("é" as one code point, and "e"
+            // with a combining accent) are one key of a `Value`'s dictionary, so
+            // `Value(json:)` refuses them as a key given twice: so does this.
+            var seen = Set<String>()
+            for c in children {
+                let range = c.keyStart..<(c.keyStart + c.keyLength)
+                guard w.written[range].contains(where: { $0 >= 0x80 }) else { continue }
+                if !seen.insert(key(at: range)).inserted {
+                    throw syntax("the key \"\(key(at: range))\" appears twice in an object")
+                }
+            }
+        }
         var kept = 0
         var inOrder = true
         let duplicate: Int? = { (out: UnsafeBufferPointer<UInt8>) -> Int? in

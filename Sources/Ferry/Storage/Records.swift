@@ -539,15 +539,21 @@ enum ServerValueResolver {
         }
     }
 
-    static func resolve(_ node: Node, existing: Node, time: Int64) -> Node {
+    /// `node` (written at `path`) with its server values made what they stand for, over
+    /// `existing` (what the location showed).
+    /// - Throws: ``DatabaseError/Code/invalidData`` when an increment's sum is not a finite
+    ///   number (a double past ±1.8e308): such a number cannot be stored, and the Realtime
+    ///   Database refuses the write too.
+    static func resolve(_ node: Node, existing: Node, time: Int64, at path: Path) throws -> Node {
         switch node {
         case .plainLeaf(.deferred(let sv)), .prioritizedLeaf(.deferred(let sv), _):
-            return resolveLeaf(sv, existing: existing, time: time).updatingPriority(node.priority)
+            return try resolveLeaf(sv, existing: existing, time: time, at: path).updatingPriority(node.priority)
         case .plainChildren(let c), .prioritizedChildren(let c, _):
             let p = node.priority
             var entries = c.entries
-            for i in entries.indices {
-                entries[i].node = resolve(entries[i].node, existing: existing.getImmediateChild(entries[i].name), time: time)
+            for i in entries.indices where containsDeferred(entries[i].node) {
+                let name = entries[i].name
+                entries[i].node = try resolve(entries[i].node, existing: existing.getImmediateChild(name), time: time, at: path.child(name))
             }
             let kept = entries.filter { !$0.node.isEmpty }
             return kept.isEmpty ? .empty : .children(ChildMap(sorted: kept), priority: p)
@@ -556,7 +562,7 @@ enum ServerValueResolver {
         }
     }
 
-    private static func resolveLeaf(_ sv: Value, existing: Node, time: Int64) -> Node {
+    private static func resolveLeaf(_ sv: Value, existing: Node, time: Int64, at path: Path) throws -> Node {
         guard case .object(let o) = sv, let spec = o[".sv"] else { return .empty }
         if case .string("timestamp") = spec { return .leaf(.int(time), priority: .empty) }
         guard case .object(let inc) = spec, let delta = inc["increment"] else { return .empty }
@@ -567,7 +573,11 @@ enum ServerValueResolver {
             let (sum, overflow) = a.addingReportingOverflow(b)
             return .leaf(overflow ? .double(Double(a) + Double(b)) : .int(sum), priority: .empty)
         default:
-            return .leaf(.double((base.doubleValue ?? 0) + (delta.number ?? 0)), priority: .empty)
+            let sum = (base.doubleValue ?? 0) + (delta.number ?? 0)
+            guard sum.isFinite else {
+                throw DatabaseError(.invalidData, "the increment at \(path) makes the number there \(sum); only finite numbers can be stored")
+            }
+            return .leaf(.double(sum), priority: .empty)
         }
     }
 }
