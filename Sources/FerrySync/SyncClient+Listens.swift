@@ -91,7 +91,8 @@ extension SyncClient {
             let answer = Answer(status: Int(response.status.code), headers: response.headers, body: Array(buffer: body), clockOffset: nil)
             noteAnswer(answer)
             if answer.isTokenProblem { return .tokenRevoked }
-            if answer.status >= 500 { throw SyncError(.unavailable, answer.errorMessage, status: answer.status) }
+            // (A redirect, not followed, is an unavailable server, as for writes.)
+            if answer.status >= 500 || (300..<400).contains(answer.status) { throw SyncError(.unavailable, answer.errorMessage, status: answer.status) }
             return .refused("\(answer.status) \(answer.errorMessage)")
         }
         setConnected(true)

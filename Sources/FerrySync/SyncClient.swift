@@ -176,6 +176,11 @@ public actor SyncClient {
     public func close() async {
         closed = true
         for task in stopTasks() { await task.value }
+        // After an earlier `goOffline()` (which waits for nothing), the writer it stopped may
+        // still be recording an answer: without this, a database closed next lost it, and the
+        // write went out again on the next launch (an increment counted twice by a server
+        // without de-duplication).
+        await stoppingWriter?.value
         signalTask?.cancel()
         signalTask = nil
         for (_, c) in connectionObservers { c.finish() }
@@ -279,8 +284,11 @@ public actor SyncClient {
             let answer = try await transport.send(transport.request(method, path, parameters: parameters, headers: headers, body: body, token: t))
             noteAnswer(answer)
             if answer.isTokenProblem { throw SyncError(.unauthenticated, answer.errorMessage, status: 401) }
-            // A timeout or "too many requests" is not a refusal: send again later.
-            if answer.status >= 500 || answer.status == 408 || answer.status == 429 { throw SyncError(.unavailable, "\(method) \(path): \(answer.errorMessage)", status: answer.status) }
+            // A timeout or "too many requests" is not a refusal: send again later. Nor is a
+            // redirect (not followed: see `Transport.makeClient`).
+            if answer.status >= 500 || answer.status == 408 || answer.status == 429 || (300..<400).contains(answer.status) {
+                throw SyncError(.unavailable, "\(method) \(path): \(answer.errorMessage)", status: answer.status)
+            }
             return answer
         } catch let e as SyncError where e.code == .unavailable {
             if e.status == nil { setConnected(false) }

@@ -127,6 +127,10 @@ struct Transport: Sendable {
         // Each listen holds a streaming request; do not queue them behind a per-host limit.
         config.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 100_000)
         config.timeout = .init(connect: .seconds(5))
+        // Redirects are not followed: a write sent on to another address (a captive portal, a
+        // misrouted proxy) and answered 2xx there would count as the server's acknowledgement of
+        // a write the server never saw. A 3xx is an unavailable server (`SyncClient.send`).
+        config.redirectConfiguration = .disallow
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
     }
 

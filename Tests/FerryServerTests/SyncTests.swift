@@ -754,6 +754,92 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         server.stop()
     }
 
+    /// A redirect (a captive portal, a misrouted proxy) is an unavailable server: the write is
+    /// not sent on to where it points (a 2xx there counted as the server's acknowledgement, and
+    /// the write was dropped as acknowledged though the server never saw it), nor taken for a
+    /// refusal; it stays pending and is sent again once the server answers.
+    @Test func aRedirectedWriteIsNeitherFollowedNorAcknowledgedAndIsSentAgain() async throws {
+        let dir = try TemporaryDirectory("sync-redirect")
+        final class Box: @unchecked Sendable { var port = 0 }
+        let box = Box()
+        let portal = Mutex(true)
+        let server = try ScriptedServer { line in
+            if line.hasPrefix("PUT /x") && portal.withLock({ $0 }) {
+                return ScriptedServer.http(302, "", headers: ["Location": "http://127.0.0.1:\(box.port)/portal.json"])
+            }
+            if line.hasPrefix("GET /x") {  // (a listen, redirected too)
+                return ScriptedServer.http(307, "", headers: ["Location": "http://127.0.0.1:\(box.port)/portal.json"])
+            }
+            return ScriptedServer.http(200, "null")
+        }
+        box.port = server.port
+        let a = try await Client(dir.sub("a"), port: server.port, batches: false)
+        let receipt = try await a.db.reference("x").setValue(1)
+        let handle = try a.db.reference("x").observe(.value) { _ in }
+        await a.sync.goOnline()
+        #expect(await eventually { server.requests.filter { $0.hasPrefix("PUT /x") }.count >= 3 })
+        #expect(!server.requests.contains { $0.contains("portal") }, "\(server.requests)")
+        #expect(a.db.pendingWriteCount == 1)
+        #expect(try a.db.rejectedWrites().isEmpty)
+        #expect(await a.sync.refusedListenLocations.isEmpty, "a redirected listen is retried, not refused")
+        portal.withLock { $0 = false }
+        try await receipt.serverAcknowledgement()
+        #expect(a.db.pendingWriteCount == 0)
+        try a.db.reference("x").removeObserver(withHandle: handle)
+        try await a.close()
+        server.stop()
+    }
+
+    /// `goOffline()` then `close()`: the answer the stopped writer is recording is recorded
+    /// before `close()` returns, so a database closed next keeps it (it was lost, and the write
+    /// went out again on the next launch: an increment counted twice by a server that does not
+    /// de-duplicate).
+    @Test func closeAfterGoingOfflineWaitsForTheAnswerBeingRecorded() async throws {
+        let dir = try TemporaryDirectory("sync-offline-close")
+        final class Box: @unchecked Sendable { var server: ScriptedServer? }
+        let box = Box()
+        let puts = Mutex(0)
+        let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /stats") }) { line in
+            if line.hasPrefix("GET /stats") {
+                return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: put\ndata: {\"path\": \"/\", \"data\": {\"count\": 0}}\n\n".utf8)
+            }
+            if line.hasPrefix("PUT /stats/count") {
+                puts.withLock { $0 += 1 }
+                // The answer comes; the stream's event of the write only 0.5 s later, so the
+                // answer's recording waits for it.
+                DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) {
+                    box.server?.push(Array("event: put\ndata: {\"path\": \"/count\", \"data\": 1}\n\n".utf8))
+                }
+                return ScriptedServer.http(200, "")
+            }
+            return ScriptedServer.http(400, #"{"error": "no extensions"}"#)
+        }
+        box.server = server
+        let path = dir.sub("a")
+        do {
+            let a = try await Client(path, port: server.port, batches: false)
+            let handle = try a.db.reference("stats").observe(.value) { _ in }
+            await a.sync.goOnline()
+            #expect(await eventually { await a.sync.isConnected })
+            let receipt = try a.db.reference("stats/count").setValueNow(1)
+            #expect(await eventually { puts.withLock { $0 } == 1 })
+            try await Task.sleep(for: .milliseconds(100))  // (the answer read, its recording waiting)
+            await a.sync.goOffline()
+            await a.sync.close()
+            #expect(a.db.pendingWriteCount == 0, "the answer was recorded before close() returned")
+            try await receipt.serverAcknowledgement()
+            try a.db.reference("stats").removeObserver(withHandle: handle)
+            try await a.db.close()
+        }
+        let again = try await Client(path, port: server.port, batches: false)
+        #expect(again.db.pendingWriteCount == 0)
+        await again.sync.goOnline()
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(puts.withLock { $0 } == 1, "the write was not sent again")
+        try await again.close()
+        server.stop()
+    }
+
     @Test func aStreamWhoseTokenIsRevokedReconnectsWithTheProvidersNewToken() async throws {
         let dir = try TemporaryDirectory("sync-revoked")
         let server = try ServerProcess(data: dir.sub("server"), ["--token", "first"])
