@@ -25,15 +25,26 @@ extension SyncClient {
         }
         if parameters?.isEmpty ?? true && !isListened(path) {
             // All the data at the location: it is the server's, store it. (Where a listen keeps
-            // the cache, its stream is the order of truth: this answer may be older than it.)
+            // the cache, its stream is the order of truth: this answer may be older than it.
+            // See `isListened`.)
             try await database.applyServerPut(at: path, value)
         }
         // The server's data, as it answered (`fromCache == false`).
         return try query.snapshot(serverValue: value)
     }
 
-    /// Whether a listen for all the data at or above `path` is held.
-    func isListened(_ path: String) -> Bool { Self.covers(listens.keys, path) }
+    /// Whether a listen keeps data at, above or below `path` (filtered or not): its stream, not
+    /// an answer read apart from it, is then the order of truth there, since the answer may be
+    /// older than what the stream showed. (Only listens at or above were looked for: a
+    /// `getData` of `/rooms` stored an answer older than what a listen of `/rooms/1` showed,
+    /// and its listener went back to the older value until the next event.)
+    func isListened(_ path: String) -> Bool {
+        let keys = path.split(separator: "/")
+        return listens.keys.contains { listen in
+            let at = listen.path.split(separator: "/")
+            return keys.starts(with: at) || at.starts(with: keys)
+        }
+    }
 
     /// Whether one of `listens` is for all the data at or above `path`.
     static func covers(_ listens: some Sequence<ListenRequest>, _ path: String) -> Bool {

@@ -840,6 +840,33 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         server.stop()
     }
 
+    /// `getData` of a location with a listen below it: the answer (which may be older than what
+    /// the listen's stream showed) is returned, not stored over the data the listen keeps — the
+    /// listener went back to the older value and stayed there until the next event.
+    @Test func getDataAboveAListenDoesNotStoreItsAnswerOverTheListensData() async throws {
+        let dir = try TemporaryDirectory("sync-getdata-below")
+        let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /rooms/1") }) { line in
+            if line.hasPrefix("GET /rooms/1") {
+                return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: put\ndata: {\"path\": \"/\", \"data\": {\"topic\": \"new\"}}\n\n".utf8)
+            }
+            if line.hasPrefix("GET /rooms") { return ScriptedServer.http(200, #"{"1": {"topic": "old"}, "2": {"topic": "other"}}"#) }
+            return ScriptedServer.http(400, #"{"error": "no extensions"}"#)
+        }
+        let a = try await Client(dir.sub("a"), port: server.port, batches: false)
+        let shown = Mutex<[Value]>([])
+        let handle = try a.db.reference("rooms/1").observe(.value) { s in shown.withLock { $0.append(s.childSnapshot(forPath: "topic").value) } }
+        await a.sync.goOnline()
+        #expect(await eventually { shown.withLock { $0 } == ["new"] })
+        let answer = try await a.sync.getData(try a.db.reference("rooms"))
+        #expect(answer.childSnapshot(forPath: "1/topic").value == "old", "the server's answer is returned")
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(shown.withLock { $0 } == ["new"], "the listener never went back")
+        #expect(try await a.db.reference("rooms/1/topic").getData().value == "new")
+        try a.db.reference("rooms/1").removeObserver(withHandle: handle)
+        try await a.close()
+        server.stop()
+    }
+
     @Test func aStreamWhoseTokenIsRevokedReconnectsWithTheProvidersNewToken() async throws {
         let dir = try TemporaryDirectory("sync-revoked")
         let server = try ServerProcess(data: dir.sub("server"), ["--token", "first"])
