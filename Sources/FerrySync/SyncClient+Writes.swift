@@ -26,7 +26,9 @@ extension SyncClient {
                 // must never come back after a crash under another write's id.
                 try await database.sync()
                 writes = try database.outgoingWrites(after: max(database.acknowledgedThrough, recording?.through ?? -1),
-                                                     limit: caps.batch ? min(options.maxBatchWrites, caps.maxWrites, batchWriteLimit) : 1,
+                                                     // (At least one: a server offering batches of 0 writes
+                                                     // left every write unsent, silently.)
+                                                     limit: caps.batch ? max(1, min(options.maxBatchWrites, caps.maxWrites, batchWriteLimit)) : 1,
                                                      maxBytes: min(options.maxBatchBytes, caps.maxBytes))
                 if writes.isEmpty {
                     try await finishRecording()

@@ -893,6 +893,26 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         #expect(server.terminate() == 0)
     }
 
+    /// A server that offers batches of at most 0 writes still gets every write (one at a time,
+    /// here after its batch is refused): none was sent, and nothing said so.
+    @Test func aServerOfferingBatchesOfNoWritesStillGetsEveryWrite() async throws {
+        let dir = try TemporaryDirectory("sync-batch-0")
+        let server = try ScriptedServer { line in
+            if line.contains("info") {
+                return ScriptedServer.http(200, ferryServerInfo.replacingOccurrences(of: #""maxBatchWrites": 10"#, with: #""maxBatchWrites": 0"#))
+            }
+            if line.hasPrefix("POST") { return ScriptedServer.http(400, #"{"error": "malformed batch"}"#) }
+            return ScriptedServer.http(200, "null")
+        }
+        let a = try await Client(dir.sub("a"), port: server.port)
+        _ = try await a.db.reference("x").setValue(1)
+        await a.sync.goOnline()
+        #expect(await eventually { a.db.pendingWriteCount == 0 }, "the write was acknowledged")
+        #expect(server.requests.contains { $0.hasPrefix("PUT /x") })
+        try await a.close()
+        server.stop()
+    }
+
     @Test func aBatchRefusedAsAWholeIsSentOneWriteAtATime() async throws {
         let dir = try TemporaryDirectory("sync-batch-400")
         let server = try ScriptedServer { line in
