@@ -80,7 +80,7 @@ extension SyncClient {
         let requestedAt = ContinuousClock.now
         let response: HTTPClientResponse
         do {
-            response = try await transport.http.execute(request, deadline: .distantFuture)
+            response = try await transport.reading.execute(request, deadline: .distantFuture)
         } catch {
             if Task.isCancelled { throw CancellationError() }
             setConnected(false)
@@ -91,8 +91,7 @@ extension SyncClient {
             let answer = Answer(status: Int(response.status.code), headers: response.headers, body: Array(buffer: body), clockOffset: nil)
             noteAnswer(answer)
             if answer.isTokenProblem { return .tokenRevoked }
-            // (A redirect, not followed, is an unavailable server, as for writes.)
-            if answer.status >= 500 || (300..<400).contains(answer.status) { throw SyncError(.unavailable, answer.errorMessage, status: answer.status) }
+            if answer.status >= 500 { throw SyncError(.unavailable, answer.errorMessage, status: answer.status) }
             return .refused("\(answer.status) \(answer.errorMessage)")
         }
         setConnected(true)

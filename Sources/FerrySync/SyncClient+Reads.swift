@@ -77,7 +77,12 @@ extension SyncClient {
             let current = answer.value ?? .null
             var data = try MutableData(serverValue: current)
             if case .abort = update(&data) {
-                if !isListened(path) { try await database.applyServerPut(at: path, current) }
+                guard !isListened(path) else {
+                    // (Not stored: see `isListened`. The snapshot is the server's answer, as the
+                    // cache may not hold the location whole.)
+                    return TransactionResult(serverCommitted: false, snapshot: try ref.query.snapshot(serverValue: current))
+                }
+                try await database.applyServerPut(at: path, current)
                 return TransactionResult(serverCommitted: false, snapshot: try await ref.getData())
             }
             let body = try data.exportValue(at: path)
@@ -89,7 +94,13 @@ extension SyncClient {
                     let read = try await send(.GET, path)
                     written = read.status == 200 ? read.value : nil
                 }
-                if let written, !isListened(path) { try await database.applyServerPut(at: path, written) }
+                if let written, isListened(path) {
+                    // (Not stored: see `isListened`. The snapshot is what the server committed:
+                    // the cache may not hold the location whole, and a read of it could fail
+                    // after the server took the write.)
+                    return TransactionResult(serverCommitted: true, snapshot: try ref.query.snapshot(serverValue: written))
+                }
+                if let written { try await database.applyServerPut(at: path, written) }
                 return TransactionResult(serverCommitted: true, snapshot: try await ref.getData())
             }
             guard put.status == 412 else {

@@ -116,7 +116,7 @@ public actor SyncClient {
         self.logger = options.logger
         let c = options.requestTimeout.components
         let nanos = c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000
-        self.transport = Transport(http: Transport.shared, address: address, timeout: .nanoseconds(nanos))
+        self.transport = Transport(http: Transport.shared, reading: Transport.reading, address: address, timeout: .nanoseconds(nanos))
     }
 
     // MARK: Online and offline
@@ -285,8 +285,13 @@ public actor SyncClient {
             noteAnswer(answer)
             if answer.isTokenProblem { throw SyncError(.unauthenticated, answer.errorMessage, status: 401) }
             // A timeout or "too many requests" is not a refusal: send again later. Nor is a
-            // redirect (not followed: see `Transport.makeClient`).
-            if answer.status >= 500 || answer.status == 408 || answer.status == 429 || (300..<400).contains(answer.status) {
+            // redirect of a write (not followed: see `Transport.makeClient`), said as such.
+            if (300..<400).contains(answer.status) {
+                let to = answer.headers.first(name: "Location") ?? "nowhere said"
+                logger.warning("\(address) redirected \(method) \(path) (\(answer.status)) to \(to); writes do not follow redirects: sending again later")
+                throw SyncError(.unavailable, "\(method) \(path): redirected (\(answer.status)) to \(to)", status: answer.status)
+            }
+            if answer.status >= 500 || answer.status == 408 || answer.status == 429 {
                 throw SyncError(.unavailable, "\(method) \(path): \(answer.errorMessage)", status: answer.status)
             }
             return answer

@@ -113,24 +113,31 @@ struct Answer: Sendable {
 
 /// The HTTP side of a sync client.
 struct Transport: Sendable {
+    /// Writes (and every request but reads): redirects not followed.
     let http: HTTPClient
+    /// Reads: listens and `GET`s, redirects followed.
+    let reading: HTTPClient
     let address: ServerAddress
     let timeout: TimeAmount
 
     /// One HTTP client for the process (as AsyncHTTPClient's own `shared`), never shut down: a
     /// sync client dropped without ``SyncClient/close()`` leaks no connection pool and trips no
-    /// assertion.
-    static let shared = makeClient()
+    /// assertion. It does not follow redirects (writes go through it).
+    static let shared = makeClient(followingRedirects: false)
+    /// The same, following redirects, for reads (listens and `GET`s): the Realtime Database
+    /// redirects a stream (307) to the machine that holds its data, and its clients must follow.
+    static let reading = makeClient(followingRedirects: true)
 
-    private static func makeClient() -> HTTPClient {
+    private static func makeClient(followingRedirects: Bool) -> HTTPClient {
         var config = HTTPClient.Configuration()
         // Each listen holds a streaming request; do not queue them behind a per-host limit.
         config.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 100_000)
         config.timeout = .init(connect: .seconds(5))
-        // Redirects are not followed: a write sent on to another address (a captive portal, a
+        // Writes do not follow redirects: one sent on to another address (a captive portal, a
         // misrouted proxy) and answered 2xx there would count as the server's acknowledgement of
-        // a write the server never saw. A 3xx is an unavailable server (`SyncClient.send`).
-        config.redirectConfiguration = .disallow
+        // a write the server never saw. A 3xx to a write is an unavailable server, retried and
+        // logged with where it pointed (`SyncClient.send`).
+        config.redirectConfiguration = followingRedirects ? .follow(max: 5, allowCycles: false) : .disallow
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
     }
 
@@ -154,7 +161,8 @@ struct Transport: Sendable {
     func send(_ request: HTTPClientRequest, maxBytes: Int = 512 << 20) async throws -> Answer {
         let start = wallClockMillis()
         do {
-            let response = try await http.execute(request, timeout: timeout)
+            let client = request.method == .GET ? reading : http
+            let response = try await client.execute(request, timeout: timeout)
             let body = try await response.body.collect(upTo: maxBytes)
             let end = wallClockMillis()
             var offset: Int64?

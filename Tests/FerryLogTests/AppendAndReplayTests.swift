@@ -233,10 +233,12 @@ import Glibc
         for (id, r) in ranges {
             #expect(records[Int(r.lowerBound.rawValue) - 1].payload == Payloads.tagged(writer: id / perWriter, batch: id % perWriter, record: 0))
         }
-        // Group commit: far fewer syncs than appends.
+        // Group commit: fewer syncs than appends (one per append without it). A CI run on a
+        // machine loaded by two other builds saw 3.9 records per sync, under the bound of 4 this
+        // asked for: the bound is 2, which a writer syncing each append still fails.
         let stats = log.statistics
         #expect(stats.records == UInt64(16 * perWriter))
-        #expect(stats.syncs * 4 < stats.records, "\(stats)")
+        #expect(stats.syncs * 2 < stats.records, "\(stats)")
         try await log.close()
     }
 

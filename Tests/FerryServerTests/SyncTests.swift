@@ -754,38 +754,43 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         server.stop()
     }
 
-    /// A redirect (a captive portal, a misrouted proxy) is an unavailable server: the write is
-    /// not sent on to where it points (a 2xx there counted as the server's acknowledgement, and
-    /// the write was dropped as acknowledged though the server never saw it), nor taken for a
-    /// refusal; it stays pending and is sent again once the server answers.
+    /// A redirected write (a captive portal, a misrouted proxy) is not sent on to where it
+    /// points — a 2xx there counted as the server's acknowledgement, and the write was dropped
+    /// though the server never saw it — nor taken for a refusal: it stays pending and is sent
+    /// again once the server answers. Reads do follow redirects, as the Realtime Database's
+    /// streams need (it redirects a stream, 307, to the machine holding its data).
     @Test func aRedirectedWriteIsNeitherFollowedNorAcknowledgedAndIsSentAgain() async throws {
         let dir = try TemporaryDirectory("sync-redirect")
         final class Box: @unchecked Sendable { var port = 0 }
         let box = Box()
         let portal = Mutex(true)
-        let server = try ScriptedServer { line in
+        let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /moved/y") }) { line in
             if line.hasPrefix("PUT /x") && portal.withLock({ $0 }) {
                 return ScriptedServer.http(302, "", headers: ["Location": "http://127.0.0.1:\(box.port)/portal.json"])
             }
-            if line.hasPrefix("GET /x") {  // (a listen, redirected too)
-                return ScriptedServer.http(307, "", headers: ["Location": "http://127.0.0.1:\(box.port)/portal.json"])
+            if line.hasPrefix("GET /y") {
+                return ScriptedServer.http(307, "", headers: ["Location": "http://127.0.0.1:\(box.port)/moved/y.json?ns=t"])
+            }
+            if line.hasPrefix("GET /moved/y") {
+                return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: put\ndata: {\"path\": \"/\", \"data\": \"there\"}\n\n".utf8)
             }
             return ScriptedServer.http(200, "null")
         }
         box.port = server.port
         let a = try await Client(dir.sub("a"), port: server.port, batches: false)
         let receipt = try await a.db.reference("x").setValue(1)
-        let handle = try a.db.reference("x").observe(.value) { _ in }
+        let y = Mutex<Value?>(nil)
+        let handle = try a.db.reference("y").observe(.value) { s in y.withLock { $0 = s.value } }
         await a.sync.goOnline()
         #expect(await eventually { server.requests.filter { $0.hasPrefix("PUT /x") }.count >= 3 })
         #expect(!server.requests.contains { $0.contains("portal") }, "\(server.requests)")
         #expect(a.db.pendingWriteCount == 1)
         #expect(try a.db.rejectedWrites().isEmpty)
-        #expect(await a.sync.refusedListenLocations.isEmpty, "a redirected listen is retried, not refused")
+        #expect(await eventually { y.withLock { $0 } == "there" }, "the listen followed its redirect")
         portal.withLock { $0 = false }
         try await receipt.serverAcknowledgement()
         #expect(a.db.pendingWriteCount == 0)
-        try a.db.reference("x").removeObserver(withHandle: handle)
+        try a.db.reference("y").removeObserver(withHandle: handle)
         try await a.close()
         server.stop()
     }
@@ -805,9 +810,9 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
             }
             if line.hasPrefix("PUT /stats/count") {
                 puts.withLock { $0 += 1 }
-                // The answer comes; the stream's event of the write only 0.5 s later, so the
+                // The answer comes; the stream's event of the write only 1.5 s later, so the
                 // answer's recording waits for it.
-                DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) {
+                DispatchQueue.global().asyncAfter(deadline: .now() + 1.5) {
                     box.server?.push(Array("event: put\ndata: {\"path\": \"/count\", \"data\": 1}\n\n".utf8))
                 }
                 return ScriptedServer.http(200, "")
@@ -823,7 +828,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
             #expect(await eventually { await a.sync.isConnected })
             let receipt = try a.db.reference("stats/count").setValueNow(1)
             #expect(await eventually { puts.withLock { $0 } == 1 })
-            try await Task.sleep(for: .milliseconds(100))  // (the answer read, its recording waiting)
+            try await Task.sleep(for: .milliseconds(400))  // (the answer read, its recording waiting)
             await a.sync.goOffline()
             await a.sync.close()
             #expect(a.db.pendingWriteCount == 0, "the answer was recorded before close() returned")
@@ -867,6 +872,40 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         server.stop()
     }
 
+    /// An online transaction at a location with a listen below it: the answer is not stored
+    /// (see the test above), so the result's snapshot is what the server committed — read from
+    /// the cache, it failed after the server had taken the write (the cache did not hold the
+    /// location whole).
+    @Test func anOnlineTransactionAboveAListenReturnsWhatTheServerCommitted() async throws {
+        let dir = try TemporaryDirectory("sync-transaction-below")
+        let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /rooms/one") }) { line in
+            if line.hasPrefix("GET /rooms/one") {
+                return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: put\ndata: {\"path\": \"/\", \"data\": {\"topic\": \"new\"}}\n\n".utf8)
+            }
+            if line.hasPrefix("GET /rooms") { return ScriptedServer.http(200, #"{"one": {"topic": "old"}}"#, headers: ["ETag": "e1"]) }
+            if line.hasPrefix("PUT /rooms") { return ScriptedServer.http(200, #"{"one": {"topic": "old"}, "two": {"topic": "added"}}"#) }
+            return ScriptedServer.http(400, #"{"error": "no extensions"}"#)
+        }
+        let a = try await Client(dir.sub("a"), port: server.port, batches: false)
+        let shown = Mutex<[Value]>([])
+        let handle = try a.db.reference("rooms/one").observe(.value) { s in shown.withLock { $0.append(s.childSnapshot(forPath: "topic").value) } }
+        await a.sync.goOnline()
+        #expect(await eventually { shown.withLock { $0 } == ["new"] })
+        let result = try await a.sync.runTransaction(at: try a.db.reference("rooms")) { data in
+            guard case .object(var rooms) = data.value else { return .abort }
+            rooms["two"] = ["topic": "added"]
+            data.value = .object(rooms)
+            return .commit
+        }
+        #expect(result.committed)
+        #expect(result.snapshot.childSnapshot(forPath: "two/topic").value == "added")
+        #expect(result.snapshot.metadata.fromCache == false)
+        #expect(shown.withLock { $0 } == ["new"], "the listener never went back")
+        try a.db.reference("rooms/one").removeObserver(withHandle: handle)
+        try await a.close()
+        server.stop()
+    }
+
     @Test func aStreamWhoseTokenIsRevokedReconnectsWithTheProvidersNewToken() async throws {
         let dir = try TemporaryDirectory("sync-revoked")
         let server = try ServerProcess(data: dir.sub("server"), ["--token", "first"])
@@ -893,8 +932,8 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         #expect(server.terminate() == 0)
     }
 
-    /// A server that offers batches of at most 0 writes still gets every write (one at a time,
-    /// here after its batch is refused): none was sent, and nothing said so.
+    /// A server that offers batches of at most 0 writes still gets every write (one per
+    /// request): none was sent, and nothing said so.
     @Test func aServerOfferingBatchesOfNoWritesStillGetsEveryWrite() async throws {
         let dir = try TemporaryDirectory("sync-batch-0")
         let server = try ScriptedServer { line in

@@ -104,6 +104,7 @@ import Testing
         // both paths, as a key given twice.
         cases += Refused.json("keys that differ only in Unicode normalization", Array(#"{"\#u{E9}":1,"e\#u{301}":2}"#.utf8))
         cases += Refused.json("keys that differ only in Unicode normalization, escaped", Array(#"{"\u00e9":1,"a":0,"e\u0301":2}"#.utf8))
+        cases += Refused.json("an ASCII key and the Kelvin sign, equal under normalization", Array(#"{"K":1,"\u212A":2}"#.utf8))
         return cases
     }()
 

@@ -362,14 +362,14 @@ struct JSONValueEncoder {
         let priorityNode = try priority.map { try Node.priorityNode($0, at: location) } ?? .empty
         let childrenStart = countAt + 1
         var children = UnsafeMutableBufferPointer(rebasing: spans[spanBase..<spanCount])
-        if nonASCIIKeys > 1 {
+        if nonASCIIKeys > 0 && children.count > 1 {
             // Keys Swift holds equal though their bytes differ ("é" as one code point, and "e"
-            // with a combining accent) are one key of a `Value`'s dictionary, so
-            // `Value(json:)` refuses them as a key given twice: so does this.
+            // with a combining accent; "K" and the Kelvin sign U+212A) are one key of a `Value`'s
+            // dictionary, so `Value(json:)` refuses them as a key given twice: so does this.
+            // (At least one of two such keys is not ASCII; either may be.)
             var seen = Set<String>()
             for c in children {
                 let range = c.keyStart..<(c.keyStart + c.keyLength)
-                guard w.written[range].contains(where: { $0 >= 0x80 }) else { continue }
                 if !seen.insert(key(at: range)).inserted {
                     throw syntax("the key \"\(key(at: range))\" appears twice in an object")
                 }
