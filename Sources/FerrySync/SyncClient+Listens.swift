@@ -80,7 +80,7 @@ extension SyncClient {
         let requestedAt = ContinuousClock.now
         let response: HTTPClientResponse
         do {
-            response = try await transport.reading.execute(request, deadline: .distantFuture)
+            response = try await transport.client(for: .GET).execute(request, deadline: .distantFuture)
         } catch {
             if Task.isCancelled { throw CancellationError() }
             setConnected(false)

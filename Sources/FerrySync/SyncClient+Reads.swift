@@ -77,13 +77,7 @@ extension SyncClient {
             let current = answer.value ?? .null
             var data = try MutableData(serverValue: current)
             if case .abort = update(&data) {
-                guard !isListened(path) else {
-                    // (Not stored: see `isListened`. The snapshot is the server's answer, as the
-                    // cache may not hold the location whole.)
-                    return TransactionResult(serverCommitted: false, snapshot: try ref.query.snapshot(serverValue: current))
-                }
-                try await database.applyServerPut(at: path, current)
-                return TransactionResult(serverCommitted: false, snapshot: try await ref.getData())
+                return try await result(at: ref, path, serverData: current, committed: false)
             }
             let body = try data.exportValue(at: path)
             let put = try await send(.PUT, path, headers: [("if-match", etag)], body: body.jsonBytes)
@@ -94,14 +88,7 @@ extension SyncClient {
                     let read = try await send(.GET, path)
                     written = read.status == 200 ? read.value : nil
                 }
-                if let written, isListened(path) {
-                    // (Not stored: see `isListened`. The snapshot is what the server committed:
-                    // the cache may not hold the location whole, and a read of it could fail
-                    // after the server took the write.)
-                    return TransactionResult(serverCommitted: true, snapshot: try ref.query.snapshot(serverValue: written))
-                }
-                if let written { try await database.applyServerPut(at: path, written) }
-                return TransactionResult(serverCommitted: true, snapshot: try await ref.getData())
+                return try await result(at: ref, path, serverData: written, committed: true)
             }
             guard put.status == 412 else {
                 throw SyncError(.rejected, "writing \(path) in a transaction: \(put.errorMessage)", status: put.status)
@@ -109,5 +96,20 @@ extension SyncClient {
             answer = put  // the current value and its ETag
         }
         throw SyncError(.tooManyRetries, "the transaction at \(path) was rerun \(DatabaseReference.maxTransactionRuns) times; the server's data kept changing")
+    }
+
+    /// A transaction's result, given `serverData`, the server's data at `path` now (nil when it
+    /// could not be read back): stored and read through the cache, unless a listen keeps data
+    /// there (see ``isListened(_:)``); then the snapshot is the server's data as it answered,
+    /// since the cache may not hold the location whole (a read of it failed after the server
+    /// had taken the write).
+    private func result(at ref: DatabaseReference, _ path: String, serverData: Value?, committed: Bool) async throws -> TransactionResult {
+        if let serverData {
+            if isListened(path) {
+                return TransactionResult(serverCommitted: committed, snapshot: try ref.query.snapshot(serverValue: serverData))
+            }
+            try await database.applyServerPut(at: path, serverData)
+        }
+        return TransactionResult(serverCommitted: committed, snapshot: try await ref.getData())
     }
 }

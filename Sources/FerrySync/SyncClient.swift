@@ -116,7 +116,7 @@ public actor SyncClient {
         self.logger = options.logger
         let c = options.requestTimeout.components
         let nanos = c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000
-        self.transport = Transport(http: Transport.shared, reading: Transport.reading, address: address, timeout: .nanoseconds(nanos))
+        self.transport = Transport(address: address, timeout: .nanoseconds(nanos))
     }
 
     // MARK: Online and offline

@@ -113,20 +113,19 @@ struct Answer: Sendable {
 
 /// The HTTP side of a sync client.
 struct Transport: Sendable {
-    /// Writes (and every request but reads): redirects not followed.
-    let http: HTTPClient
-    /// Reads: listens and `GET`s, redirects followed.
-    let reading: HTTPClient
     let address: ServerAddress
     let timeout: TimeAmount
 
-    /// One HTTP client for the process (as AsyncHTTPClient's own `shared`), never shut down: a
+    /// HTTP clients for the process (as AsyncHTTPClient's own `shared`), never shut down: a
     /// sync client dropped without ``SyncClient/close()`` leaks no connection pool and trips no
-    /// assertion. It does not follow redirects (writes go through it).
-    static let shared = makeClient(followingRedirects: false)
-    /// The same, following redirects, for reads (listens and `GET`s): the Realtime Database
-    /// redirects a stream (307) to the machine that holds its data, and its clients must follow.
-    static let reading = makeClient(followingRedirects: true)
+    /// assertion. Writes go through one that does not follow redirects; reads (listens and
+    /// `GET`s) through one that does: the Realtime Database redirects a stream (307) to the
+    /// machine that holds its data, and its clients must follow.
+    private static let writing = makeClient(followingRedirects: false)
+    private static let reading = makeClient(followingRedirects: true)
+
+    /// The client for a request of `method` (see ``writing``).
+    func client(for method: HTTPMethod) -> HTTPClient { method == .GET ? Self.reading : Self.writing }
 
     private static func makeClient(followingRedirects: Bool) -> HTTPClient {
         var config = HTTPClient.Configuration()
@@ -161,8 +160,7 @@ struct Transport: Sendable {
     func send(_ request: HTTPClientRequest, maxBytes: Int = 512 << 20) async throws -> Answer {
         let start = wallClockMillis()
         do {
-            let client = request.method == .GET ? reading : http
-            let response = try await client.execute(request, timeout: timeout)
+            let response = try await client(for: request.method).execute(request, timeout: timeout)
             let body = try await response.body.collect(upTo: maxBytes)
             let end = wallClockMillis()
             var offset: Int64?

@@ -206,6 +206,16 @@ final class ScriptedServer: @unchecked Sendable {
     deinit { stop() }
 
     /// An HTTP/1.1 answer with a JSON body.
+    /// A `put` event of a stream: `data` (JSON text) at `path`, relative to the listen.
+    static func put(_ path: String, _ data: String) -> [UInt8] {
+        Array("event: put\ndata: {\"path\": \"\(path)\", \"data\": \(data)}\n\n".utf8)
+    }
+
+    /// The answer opening a stream (to hold open), with its first `put` at `/` when given.
+    static func stream(firstPut data: String? = nil) -> [UInt8] {
+        Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n".utf8) + (data.map { put("/", $0) } ?? [])
+    }
+
     static func http(_ status: Int, _ body: String, headers: [String: String] = [:]) -> [UInt8] {
         var head = "HTTP/1.1 \(status) X\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n"
         for (k, v) in headers { head += "\(k): \(v)\r\n" }

@@ -41,6 +41,23 @@ struct Client {
     }
 }
 
+/// What a listener of a location's `topic` has shown, in order.
+final class TopicListener: Sendable {
+    private final class Values: Sendable { let list = Mutex<[Value]>([]) }
+    private let ref: DatabaseReference
+    private let handle: ObserverHandle
+    private let values = Values()
+    var shown: [Value] { values.list.withLock { $0 } }
+
+    init(_ db: Database, _ path: String) throws {
+        ref = try db.reference(path)
+        let values = self.values
+        handle = ref.observe(.value) { s in values.list.withLock { $0.append(s.childSnapshot(forPath: "topic").value) } }
+    }
+
+    func stop() { ref.removeObserver(withHandle: handle) }
+}
+
 /// Replaces the security rules (as the owner); true when the server took them.
 func setRules(_ port: Int, _ rules: String) throws -> Bool {
     try TestHTTP.request(port, "PUT", "/.settings/rules.json?ns=t", headers: ["Authorization": "Bearer owner"], json: rules).status == 200
@@ -673,7 +690,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-silent")
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /quiet") }) { line in
             if line.hasPrefix("GET /quiet") {
-                return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: put\ndata: {\"path\": \"/\", \"data\": 1}\n\n".utf8)
+                return ScriptedServer.stream(firstPut: #"1"#)
             }
             return ScriptedServer.http(400, #"{"error": "Invalid path"}"#)
         }
@@ -721,17 +738,17 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let shown = Mutex<[Int64]>([])
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /stats") }) { line in
             if line.hasPrefix("GET /stats") {  // (the stream opens; its first put comes later)
-                return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n".utf8)
+                return ScriptedServer.stream()
             }
             if line.hasPrefix("PUT /stats/count") {
                 // The data as the server found it on taking the listen, before this write, applied
                 // by the client before the answer comes (the listener has seen it, over the write)…
-                box.server?.push(Array("event: put\ndata: {\"path\": \"/\", \"data\": {\"count\": 0}}\n\n".utf8))
+                box.server?.push(ScriptedServer.put("/", #"{"count": 0}"#))
                 let deadline = Date().addingTimeInterval(10)
                 while shown.withLock({ $0.isEmpty }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
                 // …and, after the answer, the stream's event of the write.
                 DispatchQueue.global().asyncAfter(deadline: .now() + 0.4) {
-                    box.server?.push(Array("event: put\ndata: {\"path\": \"/count\", \"data\": 1}\n\n".utf8))
+                    box.server?.push(ScriptedServer.put("/count", #"1"#))
                 }
                 return ScriptedServer.http(200, "")
             }
@@ -772,7 +789,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
                 return ScriptedServer.http(307, "", headers: ["Location": "http://127.0.0.1:\(box.port)/moved/y.json?ns=t"])
             }
             if line.hasPrefix("GET /moved/y") {
-                return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: put\ndata: {\"path\": \"/\", \"data\": \"there\"}\n\n".utf8)
+                return ScriptedServer.stream(firstPut: #""there""#)
             }
             return ScriptedServer.http(200, "null")
         }
@@ -806,14 +823,14 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let puts = Mutex(0)
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /stats") }) { line in
             if line.hasPrefix("GET /stats") {
-                return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: put\ndata: {\"path\": \"/\", \"data\": {\"count\": 0}}\n\n".utf8)
+                return ScriptedServer.stream(firstPut: #"{"count": 0}"#)
             }
             if line.hasPrefix("PUT /stats/count") {
                 puts.withLock { $0 += 1 }
                 // The answer comes; the stream's event of the write only 1.5 s later, so the
                 // answer's recording waits for it.
                 DispatchQueue.global().asyncAfter(deadline: .now() + 1.5) {
-                    box.server?.push(Array("event: put\ndata: {\"path\": \"/count\", \"data\": 1}\n\n".utf8))
+                    box.server?.push(ScriptedServer.put("/count", #"1"#))
                 }
                 return ScriptedServer.http(200, "")
             }
@@ -852,22 +869,21 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-getdata-below")
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /rooms/1") }) { line in
             if line.hasPrefix("GET /rooms/1") {
-                return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: put\ndata: {\"path\": \"/\", \"data\": {\"topic\": \"new\"}}\n\n".utf8)
+                return ScriptedServer.stream(firstPut: #"{"topic": "new"}"#)
             }
             if line.hasPrefix("GET /rooms") { return ScriptedServer.http(200, #"{"1": {"topic": "old"}, "2": {"topic": "other"}}"#) }
             return ScriptedServer.http(400, #"{"error": "no extensions"}"#)
         }
         let a = try await Client(dir.sub("a"), port: server.port, batches: false)
-        let shown = Mutex<[Value]>([])
-        let handle = try a.db.reference("rooms/1").observe(.value) { s in shown.withLock { $0.append(s.childSnapshot(forPath: "topic").value) } }
+        let topic = try TopicListener(a.db, "rooms/1")
         await a.sync.goOnline()
-        #expect(await eventually { shown.withLock { $0 } == ["new"] })
+        #expect(await eventually { topic.shown == ["new"] })
         let answer = try await a.sync.getData(try a.db.reference("rooms"))
         #expect(answer.childSnapshot(forPath: "1/topic").value == "old", "the server's answer is returned")
         try await Task.sleep(for: .milliseconds(100))
-        #expect(shown.withLock { $0 } == ["new"], "the listener never went back")
+        #expect(topic.shown == ["new"], "the listener never went back")
         #expect(try await a.db.reference("rooms/1/topic").getData().value == "new")
-        try a.db.reference("rooms/1").removeObserver(withHandle: handle)
+        topic.stop()
         try await a.close()
         server.stop()
     }
@@ -880,17 +896,16 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-transaction-below")
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /rooms/one") }) { line in
             if line.hasPrefix("GET /rooms/one") {
-                return Array("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: put\ndata: {\"path\": \"/\", \"data\": {\"topic\": \"new\"}}\n\n".utf8)
+                return ScriptedServer.stream(firstPut: #"{"topic": "new"}"#)
             }
             if line.hasPrefix("GET /rooms") { return ScriptedServer.http(200, #"{"one": {"topic": "old"}}"#, headers: ["ETag": "e1"]) }
             if line.hasPrefix("PUT /rooms") { return ScriptedServer.http(200, #"{"one": {"topic": "old"}, "two": {"topic": "added"}}"#) }
             return ScriptedServer.http(400, #"{"error": "no extensions"}"#)
         }
         let a = try await Client(dir.sub("a"), port: server.port, batches: false)
-        let shown = Mutex<[Value]>([])
-        let handle = try a.db.reference("rooms/one").observe(.value) { s in shown.withLock { $0.append(s.childSnapshot(forPath: "topic").value) } }
+        let topic = try TopicListener(a.db, "rooms/one")
         await a.sync.goOnline()
-        #expect(await eventually { shown.withLock { $0 } == ["new"] })
+        #expect(await eventually { topic.shown == ["new"] })
         let result = try await a.sync.runTransaction(at: try a.db.reference("rooms")) { data in
             guard case .object(var rooms) = data.value else { return .abort }
             rooms["two"] = ["topic": "added"]
@@ -900,8 +915,8 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         #expect(result.committed)
         #expect(result.snapshot.childSnapshot(forPath: "two/topic").value == "added")
         #expect(result.snapshot.metadata.fromCache == false)
-        #expect(shown.withLock { $0 } == ["new"], "the listener never went back")
-        try a.db.reference("rooms/one").removeObserver(withHandle: handle)
+        #expect(topic.shown == ["new"], "the listener never went back")
+        topic.stop()
         try await a.close()
         server.stop()
     }

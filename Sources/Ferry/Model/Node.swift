@@ -65,9 +65,8 @@ extension LeafValue: Equatable, Hashable {
         case (.post, .post): return true
         case (.deferred, _), (_, .deferred), (.post, _), (_, .post): return false
         // Exactly, unlike the order (which ties an integer past 2^53 with the double it rounds
-        // to, and strings Swift holds equal): a change between them is a change to show.
+        // to): a change between them is a change to show.
         case let (.int(x), .double(y)), let (.double(y), .int(x)): return Int64(exactly: y) == x
-        case let (.string(x), .string(y)): return x.utf8.elementsEqual(y.utf8)
         default: return a.typeRank == b.typeRank && LeafValue.compare(a, b) == 0
         }
     }

@@ -306,7 +306,7 @@ struct JSONValueEncoder {
         w.u8(ValueCodec.Tag.children.rawValue)
         let countAt = w.count
         w.u8(0)
-        var nonASCIIKeys = 0
+        var hasNonASCIIKey = false
         while true {
             skipSpace()
             guard i < input.count, input[i] == UInt8(ascii: "\"") else { throw syntax("expected a key") }
@@ -318,7 +318,7 @@ struct JSONValueEncoder {
             appendString()
             let keyRange = keyStart..<w.count
             let plain = ValueEncoder.isPlainKey(UnsafeBufferPointer(rebasing: w.written[keyRange]))
-            if w.written[keyRange].contains(where: { $0 >= 0x80 }) { nonASCIIKeys += 1 }
+            if !hasNonASCIIKey && w.written[keyRange].contains(where: { $0 >= 0x80 }) { hasNonASCIIKey = true }
             var isPriority = false
             if !plain {
                 let key = key(at: keyRange)
@@ -362,7 +362,7 @@ struct JSONValueEncoder {
         let priorityNode = try priority.map { try Node.priorityNode($0, at: location) } ?? .empty
         let childrenStart = countAt + 1
         var children = UnsafeMutableBufferPointer(rebasing: spans[spanBase..<spanCount])
-        if nonASCIIKeys > 0 && children.count > 1 {
+        if hasNonASCIIKey && children.count > 1 {
             // Keys Swift holds equal though their bytes differ ("é" as one code point, and "e"
             // with a combining accent; "K" and the Kelvin sign U+212A) are one key of a `Value`'s
             // dictionary, so `Value(json:)` refuses them as a key given twice: so does this.
