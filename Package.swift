@@ -127,7 +127,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryTests",
-            dependencies: ["Ferry", "FerryLog", "FerryTestSupport", "FerryTortureSupport", "ferry-dump", "ferry-demo", "ferry-space-child"],
+            dependencies: ["Ferry", "FerryLog", "CLZ4", "CCRC32C", "FerryTestSupport", "FerryTortureSupport", "ferry-dump", "ferry-demo", "ferry-space-child"],
             exclude: ["Conformance"]
         ),
         // The torture harness: a random database workload killed and power-cut at random.

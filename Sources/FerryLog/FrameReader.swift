@@ -9,6 +9,16 @@ public struct RecordView {
     public let kind: UInt8
     /// The record's bytes, valid during the call only.
     public let payload: UnsafeRawBufferPointer
+    /// What a read snapshot's inspector said of the record, when the snapshot read its frame
+    /// ahead (see ``LogReadSnapshot/Inspector``); 0 when no inspector looked at it.
+    public let note: UInt64
+
+    init(lsn: LSN, kind: UInt8, payload: UnsafeRawBufferPointer, note: UInt64 = 0) {
+        self.lsn = lsn
+        self.kind = kind
+        self.payload = payload
+        self.note = note
+    }
 
     /// An owned copy.
     public var record: LogRecord { LogRecord(lsn: lsn, kind: kind, payload: Array(payload)) }

@@ -27,13 +27,29 @@ final class CachedFrame: Sendable {
     let bytes: [UInt8]
     /// Offsets of kind byte, payload start and payload length, three per record.
     let layout: [UInt32]
+    /// A read snapshot's inspector's note for each record (empty: none looked).
+    let notes: [UInt64]
 
-    init(firstLSN: LSN, offset: Int64, end: Int64, bytes: [UInt8], layout: [UInt32]) {
+    init(firstLSN: LSN, offset: Int64, end: Int64, bytes: [UInt8], layout: [UInt32], notes: [UInt64] = []) {
         self.firstLSN = firstLSN
         self.offset = offset
         self.end = end
         self.bytes = bytes
         self.layout = layout
+        self.notes = notes
+    }
+
+    /// The same frame with `inspect`'s note on each record.
+    func inspected(by inspect: LogReadSnapshot.Inspector) -> CachedFrame {
+        var notes: [UInt64] = []
+        notes.reserveCapacity(count)
+        bytes.withUnsafeBytes { raw in
+            for i in 0..<count {
+                let start = Int(layout[3 * i + 1]), length = Int(layout[3 * i + 2])
+                notes.append(inspect(raw[Int(layout[3 * i])], UnsafeRawBufferPointer(rebasing: raw[start..<start + length])))
+            }
+        }
+        return CachedFrame(firstLSN: firstLSN, offset: offset, end: end, bytes: bytes, layout: layout, notes: notes)
     }
 
     var count: Int { layout.count / 3 }
@@ -49,7 +65,8 @@ final class CachedFrame: Sendable {
         return try bytes.withUnsafeBytes { raw in
             let kind = raw[Int(layout[3 * i])]
             let start = Int(layout[3 * i + 1]), length = Int(layout[3 * i + 2])
-            return try body(RecordView(lsn: lsn, kind: kind, payload: UnsafeRawBufferPointer(rebasing: raw[start..<start + length])))
+            return try body(RecordView(lsn: lsn, kind: kind, payload: UnsafeRawBufferPointer(rebasing: raw[start..<start + length]),
+                                       note: notes.isEmpty ? 0 : notes[i]))
         }
     }
 }

@@ -2,6 +2,7 @@
 import FerryTestSupport
 import Testing
 import Foundation
+import Synchronization
 
 @Suite struct RandomAccessTests {
     @Test func anyWrittenRecordCanBeReadByItsLSN() async throws {
@@ -68,6 +69,61 @@ import Foundation
             #expect(error?.offset == Int64(victim.offset), "\(String(describing: error))")
             #expect(try read(23) == Payloads.post(22), "the record after the damaged frame's")
         }
+        try await log.close()
+    }
+
+    /// A snapshot read in LSN order reads the frames ahead of the reader on another thread (and
+    /// has its inspector look at their records there). That changes nothing it reads: walks in
+    /// order, several at once on one snapshot, read every record as written, each with the
+    /// inspector's note or none, and a frame damaged ahead of them fails only the reads of its
+    /// own records, naming its offset, when a walk gets there — the records after it still read.
+    @Test func walksInOrderReadAheadAndReadWhatWasWrittenWithDamageOnlyAtItsOwnRecords() async throws {
+        let dir = try TemporaryDirectory()
+        let log = try WriteAheadLog.open(at: dir.path, options: testOptions(.fsync, segmentSize: 1 << 20))
+        try await appendPosts(log, 0..<200, batchSize: 2)  // a frame per append
+        let name = try segmentFiles(dir.path)[0]
+        let frames = parseFrames(try Files.read(dir.sub(name))).filter { $0.type == 1 }
+        #expect(frames.count == 100)
+        let victim = frames[40]  // records 81 and 82
+        let handle = try #require(FileHandle(forUpdatingAtPath: dir.sub(name)))
+        try handle.seek(toOffset: UInt64(victim.offset + 32 + victim.storedLength / 2))
+        let byte = try #require(try handle.read(upToCount: 1))
+        try handle.seek(toOffset: UInt64(victim.offset + 32 + victim.storedLength / 2))
+        try handle.write(contentsOf: Data([byte[0] ^ 0x10]))
+        try handle.close()
+
+        // The inspector's note of a record read ahead comes with it; a record read otherwise has none.
+        let note: LogReadSnapshot.Inspector = { kind, payload in UInt64(kind) << 32 | UInt64(payload.count) + 1 }
+        let snapshot = try log.readSnapshot(inspect: note)
+        let walks = 4
+        let outcomes = Mutex<[(wrong: [Int], failed: [Int: LogError], noted: Int)]>([])
+        DispatchQueue.concurrentPerform(iterations: walks) { _ in
+            var wrong: [Int] = [], failed: [Int: LogError] = [:], noted = 0
+            for n in 1...200 {
+                do {
+                    let (payload, ok, hasNote) = try snapshot.withRecord(at: LSN(UInt64(n))) { r in
+                        (Array(r.payload), r.note == 0 || r.note == note(r.kind, r.payload), r.note != 0)
+                    }
+                    if payload != Payloads.post(n - 1) || !ok { wrong.append(n) }
+                    if hasNote { noted += 1 }
+                } catch {
+                    failed[n] = error as? LogError
+                }
+            }
+            outcomes.withLock { $0.append((wrong, failed, noted)) }
+        }
+        let all = outcomes.withLock { $0 }
+        #expect(all.count == walks)
+        for (wrong, failed, _) in all {
+            #expect(wrong.isEmpty)
+            #expect(failed.keys.sorted() == [81, 82])
+            #expect(failed[81]?.code == .corruption)
+            #expect(failed[81]?.offset == Int64(victim.offset))
+        }
+        #expect(snapshot.framesReadAhead > 50, "frames read ahead: \(snapshot.framesReadAhead)")
+        #expect(all.map(\.noted).reduce(0, +) > 100, "records read with a note: \(all.map(\.noted))")
+        // Read through the log itself, no record has a note.
+        #expect(try (1...200).filter { $0 != 81 && $0 != 82 }.allSatisfy { try log.withRecord(at: LSN(UInt64($0))) { $0.note == 0 } })
         try await log.close()
     }
 

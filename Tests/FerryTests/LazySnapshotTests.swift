@@ -213,6 +213,40 @@ import Testing
         try await db.close()
     }
 
+    /// A walk of a big location after a reopen reads the log's frames ahead of it on another
+    /// thread, where the stored values are checked: it shows what the materialized node shows,
+    /// for values of every shape — leaves, objects, arrays, priorities, server timestamps
+    /// (stored twice, resolved after), children the server put — with children removed.
+    @Test func aBigLocationWalkedAfterAReopenShowsWhatTheMaterializedNodeShows() async throws {
+        let dir = try TemporaryDirectory()
+        var options = quietOptions(.none)
+        options.segmentSize = 256 << 10
+        options.cacheSizeBytes = .unlimited
+        var g = SplitMix(seed: 99)
+        do {
+            let db = try Database.open(at: dir.path, options: options)
+            try await db.applyServerPut(at: "data", [:])
+            let data = try db.reference("data")
+            for i in 0..<6_000 {
+                let k = "k\(10_000 + i)"
+                switch Int.random(in: 0..<10, using: &g) {
+                case 0: try await db.applyServerPut(at: "data/" + k, Self.value(&g))
+                case 1: _ = try data.child(k).setValueNow(["at": ServerValue.timestamp, "v": Self.leaf(&g)])
+                case 2: _ = try data.child("k\(10_000 + Int.random(in: 0...i, using: &g))").setValueNow(.null)
+                default: _ = try data.child(k).setValueNow(Self.value(&g))
+                }
+            }
+            try await db.close()  // (with a checkpoint: the walk reads every value from the log's frames)
+        }
+        let db = try Database.open(at: dir.path, options: options)
+        let node = try Self.materialized(db, "data")
+        let snapshot = try await db.reference("data").getData()
+        #expect(Self.isLazy(snapshot))
+        #expect(try Self.storedChildren(snapshot) > 1_000, "children written whole are walked as their stored bytes")
+        try Self.expectSame(snapshot, node, index: .priority, &g, "after a reopen")
+        try await db.close()
+    }
+
     /// A big location's view is built outside the lock: its events are those of the view the
     /// lock would have built — the first value, and what later changes raise.
     @Test(arguments: [UInt64(2), 3])

@@ -306,7 +306,7 @@ final class Engine: StoredValues, ServerCacheSource {
         var files: LogReadSnapshot?
         if let log {
             do {
-                files = try log.readSnapshot()
+                files = try log.readSnapshot(inspect: RecordCodec.inspector)
             } catch {
                 logger.debug("reading under the lock: \(error)")
                 return nil

@@ -43,21 +43,28 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
 
     /// Calls `body` with the encoded value `ref` names.
     func withValue<R>(_ ref: ValueRef, _ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
-        func slice(_ payload: UnsafeRawBufferPointer) throws -> R {
+        try withValue(ref, checked: { bytes, _ in try body(bytes) })
+    }
+
+    /// Calls `body` with the encoded value `ref` names, and whether exactly those bytes were
+    /// checked as ``ValueCodec/validate(_:)`` checks them when the log's snapshot read them
+    /// ahead (``ValueNote``): nil when not, else whether the value is empty.
+    func withValue<R>(_ ref: ValueRef, checked body: (UnsafeRawBufferPointer, Bool?) throws -> R) throws -> R {
+        func slice(_ payload: UnsafeRawBufferPointer, _ note: UInt64) throws -> R {
             let start = Int(ref.offset), end = start + Int(ref.length)
             guard end <= payload.count else { throw ByteReader.damaged("a value reference past the record's end") }
-            return try body(UnsafeRawBufferPointer(rebasing: payload[start..<end]))
+            return try body(UnsafeRawBufferPointer(rebasing: payload[start..<end]), ValueNote.isEmpty(note, offset: ref.offset, length: ref.length))
         }
         var lo = 0, hi = recent.count
         while lo < hi {
             let mid = (lo + hi) / 2
             if recent[mid].lsn < ref.lsn { lo = mid + 1 } else { hi = mid }
         }
-        if lo < recent.count, recent[lo].lsn == ref.lsn { return try recent[lo].payload.withUnsafeBytes { try slice($0) } }
-        if let log { return try log.withRecord(at: LSN(ref.lsn)) { try slice($0.payload) } }
+        if lo < recent.count, recent[lo].lsn == ref.lsn { return try recent[lo].payload.withUnsafeBytes { try slice($0, 0) } }
+        if let log { return try log.withRecord(at: LSN(ref.lsn)) { try slice($0.payload, $0.note) } }
         guard let live else { throw DatabaseError(.storage, "record \(ref.lsn) is not available") }
         do {
-            return try live.withRecord(at: LSN(ref.lsn)) { try slice($0.payload) }
+            return try live.withRecord(at: LSN(ref.lsn)) { try slice($0.payload, 0) }
         } catch let e as LogError where e.code == .recordsUnavailable {
             staleFlag.withLock { $0 = true }
             throw e
@@ -520,10 +527,11 @@ struct ChildCursor {
     /// (walks order by it) or is empty. Nil when it cannot be read or checked: then
     /// ``value(_:_:)`` reads it again and tells the reader of the failure.
     private func stored(_ ref: ValueRef) -> Child? {
-        try? reader.withValue(ref) { bytes in
+        try? reader.withValue(ref, checked: { bytes, checkedEmpty in
             if bytes.first == ValueCodec.Tag.withPriority.rawValue { return .node(try ValueCodec.decode(bytes)) }
-            return try ValueCodec.validate(bytes) ? .node(.empty) : .stored(Array(bytes))
-        }
+            // (Checked already when the log read the record ahead, on its thread: see ValueNote.)
+            return try (checkedEmpty ?? ValueCodec.validate(bytes)) ? .node(.empty) : .stored(Array(bytes))
+        })
     }
 
     private func projected(_ node: Node) -> Node {

@@ -1,3 +1,4 @@
+import FerryLog
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -237,6 +238,33 @@ enum RecordCodec {
             ValueCodec.encode(resolved, into: &w)
         }
         return start..<w.count
+    }
+
+    /// The ``ValueNote`` of a record read ahead by the log (``LogReadSnapshot/Inspector``): the
+    /// value of a local set or a server put checked, on the log's thread, as a walk would
+    /// check it on reading it; 0 for other records, or one that does not check (the walk
+    /// then checks it itself, and reports the damage).
+    static let inspector: LogReadSnapshot.Inspector = { kind, payload in
+        var r = ByteReader(payload)
+        do {
+            var flags: UInt8 = 0
+            switch RecordKind(rawValue: kind) {
+            case .localSet:
+                flags = try r.u8()
+                _ = try r.signed()
+            case .serverPut:
+                break
+            default:
+                return 0
+            }
+            let keys = try r.varintCount()
+            for _ in 0..<keys { _ = try r.stringBytes() }
+            if flags & 2 != 0 { try ValueCodec.skip(&r) }
+            let value = UnsafeRawBufferPointer(rebasing: payload[r.offset...])
+            return ValueNote.make(offset: r.offset, length: value.count, empty: try ValueCodec.validate(value))
+        } catch {
+            return 0
+        }
     }
 
     /// Skips what ``encodeWithResolved(_:_:into:)`` wrote; returns the range the view uses.
@@ -579,5 +607,23 @@ enum ServerValueResolver {
             }
             return .leaf(.double(sum), priority: .empty)
         }
+    }
+}
+
+/// A note the log's read ahead keeps beside a record (``RecordCodec/inspector``): that the
+/// value at `offset` of `length` bytes in it was checked (``ValueCodec/validate(_:)``), and
+/// whether it is empty. Bit 63: checked; bit 62: empty; bits 31–61 the offset, 0–30 the length.
+enum ValueNote {
+    private static let limit = 1 << 31
+
+    static func make(offset: Int, length: Int, empty: Bool) -> UInt64 {
+        guard offset < limit, length < limit else { return 0 }
+        return 1 << 63 | (empty ? 1 << 62 : 0) | UInt64(offset) << 31 | UInt64(length)
+    }
+
+    /// Whether the value of `length` bytes at `offset` is empty, if `note` says it was checked.
+    static func isEmpty(_ note: UInt64, offset: UInt32, length: UInt32) -> Bool? {
+        guard note >> 63 == 1, (note >> 31) & UInt64(limit - 1) == UInt64(offset), note & UInt64(limit - 1) == UInt64(length) else { return nil }
+        return note & (1 << 62) != 0
     }
 }
