@@ -132,11 +132,13 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     }
 
     private func write(_ body: (Engine) throws -> (Int64, [Event])) async throws -> WriteReceipt {
+        var facts: Database.SpaceFacts?
         let id = try await database.perform { e in
             let (id, events) = try body(e)
+            facts = Database.SpaceFacts(e)
             return (id, events)
         }
-        await database.settleSpace()
+        await database.settleSpace(facts: facts)
         return WriteReceipt(database: database, writeID: id)
     }
 
@@ -179,11 +181,13 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     }
 
     private func writeNow(_ body: (Engine) throws -> (Int64, [Event])) throws -> WriteReceipt {
+        var facts: Database.SpaceFacts?
         let (id, _) = try database.apply { e in
             let (id, events) = try body(e)
+            facts = Database.SpaceFacts(e)
             return (id, events)
         }
-        database.settleSpaceNow()
+        database.settleSpaceNow(facts: facts!)
         return WriteReceipt(database: database, writeID: id)
     }
 
