@@ -131,6 +131,43 @@ import Testing
         }
     }
 
+    /// Whether every child key below a location sorts as its bytes do, read a chunk at a time
+    /// (`allChildKeysArePlain`), is what asking each child key finds — with integer keys,
+    /// keys with characters from U+E000 on, keys that only start like integers, such keys
+    /// only deeper down, chunks that hold keys of several locations, and chunks whose keys
+    /// share a prefix past the location's key.
+    @Test func whetherChildKeysSortAsTheirBytesIsWhatAskingEachFinds() {
+        var g = SplitMix(seed: 77)
+        var answers: [Bool: Int] = [:]
+        for round in 0..<40 {
+            var index = PathIndex<Int>()
+            let odd = ["7", "-3", "0", "-", "-x", "007", "1e3", "\u{E000}a", "a\u{FFFF}", "é", "😀"]
+            for i in 0..<(300 * (1 + round % 8)) {
+                let top = ["posts", "users", "p"][Int(g.next() % 3)]
+                var child = "p\(String(format: "%06d", Int(g.next() % 100_000)))"
+                if g.next() % UInt64(2 + round * 40) == 0 { child = odd[Int(g.next() % UInt64(odd.count))] + (g.next() % 2 == 0 ? "" : "\(i)") }
+                var keys = [top, child]
+                if g.next() % 3 == 0 { keys.append(g.next() % 5 == 0 ? odd[Int(g.next() % UInt64(odd.count))] : "likes") }
+                index.set(PathKey.encode(Path(keys: keys)), i)
+            }
+            // Whole chunks whose keys share a prefix past the location: integers, or not.
+            // (Below "mix", keys before the integers in byte order, "!" sorting before digits.)
+            for i in 1_000..<2_000 {
+                index.set(PathKey.encode(Path(keys: ["arr", String(i)])), i)
+                index.set(PathKey.encode(Path(keys: ["grid", "x\(i)", "y"])), i)
+                index.set(PathKey.encode(Path(keys: ["mix", "!\(i)"])), i)
+                if round % 2 == 0 { index.set(PathKey.encode(Path(keys: ["mix", String(i)])), i) }
+            }
+            for location in [["posts"], ["users"], ["p"], ["none"], [], ["arr"], ["grid"], ["mix"]] {
+                let prefix = PathKey.encode(Path(keys: location))
+                let expected = index.allChildKeys(below: prefix) { KeyOrder.sortsAsBytes(utf8: $0) }
+                #expect(index.allChildKeysArePlain(below: prefix) == expected, "round \(round), below \(location)")
+                answers[expected, default: 0] += 1
+            }
+        }
+        #expect(answers[true, default: 0] > 20 && answers[false, default: 0] > 20, "\(answers)")
+    }
+
     /// `allChildKeys(below:)` — read from the chunks in place — asks about exactly the
     /// children a key-by-key derivation finds below each location (keys sharing long prefixes,
     /// locations whose children share a chunk's prefix, the location's own key, deeper keys),

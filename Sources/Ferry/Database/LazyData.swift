@@ -205,7 +205,7 @@ final class LazyLocation: @unchecked Sendable {
         var isPlainSoFar = true
         plan.base.forEachChild { k, _ in if isPlainSoFar && !Self.isPlain(k) { isPlainSoFar = false } }
         for layer in plan.layers where isPlainSoFar {
-            isPlainSoFar = layer.index.allChildKeys(below: pathKey) { Self.isPlain($0) }
+            isPlainSoFar = layer.index.allChildKeysArePlain(below: pathKey)
         }
         plain.withLock { $0 = isPlainSoFar }
         return isPlainSoFar
@@ -217,9 +217,7 @@ final class LazyLocation: @unchecked Sendable {
         return key.withUTF8 { isPlain(UnsafeRawBufferPointer($0)) }
     }
 
-    static func isPlain(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        KeyOrder.integerValue(utf8: bytes.assumingMemoryBound(to: UInt8.self)) == nil && !bytes.contains { $0 >= 0xEE }
-    }
+    static func isPlain(_ bytes: UnsafeRawBufferPointer) -> Bool { KeyOrder.sortsAsBytes(utf8: bytes) }
 
     /// The whole node. For a location with a plan this decodes everything below it, each time
     /// (it is not kept: a snapshot of a big location stays small).

@@ -208,6 +208,12 @@ enum KeyOrder {
         }
     }
 
+    /// Whether keys like this one sort as their UTF-8 bytes do: not an integer (integers sort
+    /// first, by value), no character from U+E000 on (UTF-16 orders those before surrogates).
+    static func sortsAsBytes(utf8 key: UnsafeRawBufferPointer) -> Bool {
+        integerValue(utf8: key.assumingMemoryBound(to: UInt8.self)) == nil && !key.contains { $0 >= 0xEE }
+    }
+
     static func integerValue(utf8 b: UnsafeBufferPointer<UInt8>) -> Int64? {
         // (Most keys are not integers: one look at the first byte answers for them.)
         guard let first = b.first, first == UInt8(ascii: "-") || (first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9")) else {
