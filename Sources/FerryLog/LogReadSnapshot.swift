@@ -49,9 +49,13 @@ public final class LogReadSnapshot: Sendable {
     /// delivered (among the state's frames) or the read ahead ends — a read that fails ends
     /// it, and the reader then reads that frame itself, and meets the error.
     private final class ReadAhead: @unchecked Sendable {
+        /// The first record it reads: a reader of an earlier one reads it itself.
+        let start: LSN
         private let condition = NSCondition()
         private var delivered = 0
         private var finished = false
+
+        init(start: LSN) { self.start = start }
 
         /// Frames delivered so far.
         var progress: Int {
@@ -193,8 +197,8 @@ public final class LogReadSnapshot: Sendable {
         case wait(ReadAhead, Int)
     }
 
-    /// The frame holding record `lsn`: cached, read ahead (waited for while it is being read:
-    /// at most a few frames' read), or read now.
+    /// The frame holding record `lsn`: cached, read ahead (waited for while the read ahead is
+    /// reading records from before it on: at most a few frames' read), or read now.
     private func frame(holding lsn: LSN) throws -> CachedFrame {
         while true {
             let lookup = try state.withLock { s -> Lookup in
@@ -206,9 +210,10 @@ public final class LogReadSnapshot: Sendable {
                     }
                     return .found(f)
                 }
-                // (Progress read under the state's lock: a frame delivered after this check
-                // moves it past `seen`, one delivered before is among the frames.)
-                if let a = s.ahead { return .wait(a, a.progress) }
+                // A record the read ahead may be reading: wait for it. (Progress read under the
+                // state's lock: a frame delivered after this check moves it past `seen`, one
+                // delivered before is among the frames.) An earlier one is read here, beside it.
+                if let a = s.ahead, lsn >= a.start { return .wait(a, a.progress) }
                 let i = try segmentIndex(of: lsn)
                 let f = try WriteAheadLog.readFrame(containing: lsn, in: segments[i], cursor: try cursor(i, &s), directory: directory,
                                                     after: s.frames.last)
@@ -251,7 +256,7 @@ public final class LogReadSnapshot: Sendable {
     /// and none are being read. A read that fails ends it (see ``ReadAhead``).
     private func readAhead(_ s: inout State) {
         guard s.sequential, s.ahead == nil, let previous = s.tail, range.contains(previous.nextLSN) else { return }
-        let ahead = ReadAhead()
+        let ahead = ReadAhead(start: previous.nextLSN)
         s.ahead = ahead
         let handed = Handed(cursor: s.aheadCursor, previous: previous)
         s.aheadCursor = nil  // (the thread reading ahead has it, and gives it back when done)

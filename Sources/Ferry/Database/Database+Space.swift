@@ -407,9 +407,13 @@ extension Database {
     /// the lock already.
     func checkpointIfDue(since known: (records: Int, bytes: Int)? = nil) {
         guard log != nil, let policy = options.checkpointPolicy else { return }
-        let since = known ?? engine.withLock { $0.sinceCheckpoint }
-        let due = (policy.records.map { since.records >= $0 } ?? false) || (policy.bytes.map { since.bytes >= $0 } ?? false)
-        guard due else { return }
+        func due(_ since: (records: Int, bytes: Int)) -> Bool {
+            (policy.records.map { since.records >= $0 } ?? false) || (policy.bytes.map { since.bytes >= $0 } ?? false)
+        }
+        guard due(known ?? engine.withLock { $0.sinceCheckpoint }) else { return }
+        // (A count read by a write before it waited may predate a checkpoint that just ended:
+        // read it again before starting another.)
+        if known != nil, !due(engine.withLock { $0.sinceCheckpoint }) { return }
         let start = space.state.withLock { s -> Bool in
             if s.checkpointScheduled { return false }
             s.checkpointScheduled = true
