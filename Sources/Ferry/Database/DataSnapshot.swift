@@ -38,13 +38,28 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
 
     /// Where the data is.
     public var ref: DatabaseReference {
-        guard let childKey else { return base }
-        return DatabaseReference(database: base.database, path: base.path.child(childKey))
+        switch place {
+        case .at(let ref): ref
+        case .child(let parent, let key): DatabaseReference(database: parent.ref.database, path: parent.ref.path.child(key))
+        }
     }
-    /// `ref`, or for a child given by ``forEachChild(_:)`` its parent's (the child's is made
-    /// when asked: making a path for each of a million children was ~5% of walking them).
-    private let base: DatabaseReference
-    private let childKey: String?
+
+    /// Where a snapshot is: its reference, or for a child given by a walk its parent's and its
+    /// key (the child's reference is made when asked: making a path for each of a million
+    /// children was ~5% of walking them), the parent's held once for all the walk's children
+    /// (a reference is two objects to retain and release per child).
+    enum Place: Sendable {
+        case at(DatabaseReference)
+        case child(Parent, String)
+    }
+
+    /// A parent's reference, shared by the children a walk gives.
+    final class Parent: Sendable {
+        let ref: DatabaseReference
+        init(_ ref: DatabaseReference) { self.ref = ref }
+    }
+
+    private let place: Place
     let content: Content
     let index: QueryIndex
     /// Whether the data comes from the cache and whether local writes touch it.
@@ -55,12 +70,11 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     }
 
     init(ref: DatabaseReference, content: Content, index: QueryIndex = .priority, metadata: SnapshotMetadata) {
-        self.init(base: ref, childKey: nil, content: content, index: index, metadata: metadata)
+        self.init(place: .at(ref), content: content, index: index, metadata: metadata)
     }
 
-    private init(base: DatabaseReference, childKey: String?, content: Content, index: QueryIndex, metadata: SnapshotMetadata) {
-        self.base = base
-        self.childKey = childKey
+    private init(place: Place, content: Content, index: QueryIndex, metadata: SnapshotMetadata) {
+        self.place = place
         self.content = content
         self.index = index
         self.metadata = metadata
@@ -77,7 +91,12 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     }
 
     /// The last key of the location; nil for the root.
-    public var key: String? { childKey ?? base.key }
+    public var key: String? {
+        switch place {
+        case .at(let ref): ref.key
+        case .child(_, let key): key
+        }
+    }
     /// The value: null, a leaf, an object (an array when its keys are dense integers).
     public var value: Value {
         if case .stored(let bytes) = content, let v = try? bytes.withUnsafeBytes({ try ValueCodec.value($0) }) { return v }
@@ -144,8 +163,8 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     public var children: [DataSnapshot] {
         switch content {
         case .node(let n):
-            let ref = self.ref
-            return IndexedNode(n, index: index).ordered.map { child($0.name, .node($0.node), of: ref) }
+            let parent = Parent(ref)
+            return IndexedNode(n, index: index).ordered.map { child($0.name, .node($0.node), of: parent) }
         case .lazy(let l):
             guard l.plan != nil else { return DataSnapshot(ref: ref, node: l.node, index: index, metadata: metadata).children }
             let keys = l.indexOrder(index) ?? l.keys
@@ -177,25 +196,25 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
             for child in children { try body(child) }
             return
         }
-        let ref = self.ref
+        let parent = Parent(ref)
         // (The reader taken once: the indexes refer to it weakly, so each retain of it goes
         // through a side table — one per child was ~4% of a walk.)
         let reader = l.data.reader
         var walk = OrderedChildWalk(l, index: index)
         while let (key, child) = walk.step() {
             if let e = reader.error { throw e }
-            try body(self.child(key, child, of: ref))
+            try body(self.child(key, child, of: parent))
         }
         if let e = reader.error { throw e }
     }
 
     /// The snapshot of child `key`, whose data is `node`.
-    func child(_ key: String, _ node: Node) -> DataSnapshot { child(key, .node(node), of: ref) }
+    func child(_ key: String, _ node: Node) -> DataSnapshot { child(key, .node(node), of: Parent(ref)) }
 
     /// The snapshot of child `key` with `content`, given this snapshot's reference (made once
     /// for a walk of many children).
-    func child(_ key: String, _ content: Content, of ref: DatabaseReference) -> DataSnapshot {
-        DataSnapshot(base: ref, childKey: key, content: content, index: .priority, metadata: metadata)
+    func child(_ key: String, _ content: Content, of parent: Parent) -> DataSnapshot {
+        DataSnapshot(place: .child(parent, key), content: content, index: .priority, metadata: metadata)
     }
 
     /// Decodes the value into a `Decodable` type (through JSON).

@@ -682,8 +682,8 @@ final class ChildSource: @unchecked Sendable {
                 walk = .materialized(all, i)
             case .ordered(var children):
                 walk = .done  // (so that the walk is not copied while it moves)
-                let ref = snapshot.ref
-                while out.count < batchSize, let (k, c) = children.step() { out.append(snapshot.child(k, c, of: ref)) }
+                let parent = DataSnapshot.Parent(snapshot.ref)
+                while out.count < batchSize, let (k, c) = children.step() { out.append(snapshot.child(k, c, of: parent)) }
                 if out.count == batchSize { walk = .ordered(children) }
             case .done:
                 break
