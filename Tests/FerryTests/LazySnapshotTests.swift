@@ -247,6 +247,55 @@ import Testing
         try await db.close()
     }
 
+    /// A limited query ordered by a child's value, over a big location read lazily, chooses its
+    /// window from each child's value alone: the same children, in the same order, as the query
+    /// over the whole node, at every kind of range end — inclusive or not, with a key or not, at
+    /// values many children share — in both directions, with children that have no value there
+    /// or one of another type.
+    @Test func aLimitedQueryByAChildOverABigLocationChoosesTheWindowTheWholeNodeGives() async throws {
+        let dir = try TemporaryDirectory()
+        let db = try Database.open(at: dir.path, options: quietOptions(.none))
+        try await db.applyServerPut(at: "data", [:])
+        let data = try db.reference("data")
+        for i in 0..<3_000 {
+            let x: Value? = switch i % 8 {
+            case 0: nil
+            case 1: .bool(i % 16 == 1)
+            case 2, 3, 4: .int(Int64(i % 5))
+            case 5: .string(["a", "b"][i % 2])
+            case 6: .double(2.5)
+            default: ["y": 1]
+            }
+            let post: Value = x.map { ["x": $0, "n": .int(Int64(i))] } ?? ["n": .int(Int64(i))]
+            _ = try data.child("k\(1_000 + i)").setValueNow(post)
+        }
+        #expect(Self.isLazy(try await data.getData()))
+        let node = try Self.materialized(db, "data")
+        let byX = try data.queryOrdered(byChild: "x")
+        var queries: [DatabaseQuery] = [try byX.queryLimited(toFirst: 9), try byX.queryLimited(toLast: 9)]
+        for bound in [Value.int(2), .double(2.5), .string("a"), .bool(true), .null] {
+            for key in [nil, "k1500", "k2000"] as [String?] {
+                queries += [
+                    try byX.queryStarting(atValue: bound, childKey: key).queryLimited(toFirst: 7),
+                    try byX.queryStarting(afterValue: bound, childKey: key).queryLimited(toFirst: 7),
+                    try byX.queryStarting(afterValue: bound, childKey: key).queryLimited(toLast: 7),
+                    try byX.queryEnding(atValue: bound, childKey: key).queryLimited(toLast: 7),
+                    try byX.queryEnding(beforeValue: bound, childKey: key).queryLimited(toLast: 7),
+                    try byX.queryEnding(beforeValue: bound, childKey: key).queryLimited(toFirst: 7),
+                    try byX.queryStarting(atValue: .bool(false)).queryEnding(atValue: bound, childKey: key).queryLimited(toLast: 5),
+                ]
+            }
+        }
+        for query in queries {
+            let index = query.params.index
+            let expected = query.params.nodeFilter.updateFullNode(IndexedNode(.empty, index: index), IndexedNode(node, index: index), accumulator: nil).node
+            let s = try await query.getData()
+            #expect(s.children.map(\.key) == IndexedNode(expected, index: index).ordered.map(\.name), "\(query.params)")
+            #expect(s.exportValue == DataSnapshot(ref: s.ref, node: expected, metadata: s.metadata).exportValue, "\(query.params)")
+        }
+        try await db.close()
+    }
+
     /// A big location's view is built outside the lock: its events are those of the view the
     /// lock would have built — the first value, and what later changes raise.
     @Test(arguments: [UInt64(2), 3])

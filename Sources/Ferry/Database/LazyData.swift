@@ -306,11 +306,15 @@ final class LazyLocation: @unchecked Sendable {
             // path (decoded alone, in a node holding just it) or the key (nothing decoded, for
             // plain keys) — and only its children are then read whole.
             let ordering: (cursor: ChildCursor, stands: (Node?) -> Node)? = switch params.index {
-            case .child(let child): (ChildCursor(self, decode: true, projection: child), { Node.empty.updatingChild(child, $0 ?? .empty) })
             case .key: (ChildCursor(self, decode: false), { _ in .empty })
             default: nil
             }
-            if case (var cursor, let stands)? = ordering {
+            if case .child(let child) = params.index {
+                var cursor = ChildCursor(self, decode: true, projection: child)
+                kept = limited.selectWindow(byIndexedValue: { body in
+                    while let (k, n) = cursor.next() { body(k, n ?? .empty) }
+                }).map { NamedNode(name: $0, node: self.child($0)) }
+            } else if case (var cursor, let stands)? = ordering {
                 kept = limited.selectWindow { body in
                     while let (k, n) = cursor.next() { body(k, stands(n)) }
                 }.map { NamedNode(name: $0.name, node: self.child($0.name)) }
