@@ -149,9 +149,6 @@ struct LimitedFilter: NodeFilter {
     var filtersNodes: Bool { true }
     var indexedFilter: IndexedFilter { ranged.indexedFilter }
 
-    private func withinDirectionalStart(_ n: NamedNode) -> Bool { reverse ? ranged.withinEnd(n) : ranged.withinStart(n) }
-    private func withinDirectionalEnd(_ n: NamedNode) -> Bool { reverse ? ranged.withinStart(n) : ranged.withinEnd(n) }
-
     func updateChild(_ snap: IndexedNode, key: String, newChild: Node, affectedPath: Path,
                      source: any CompleteChildSource, accumulator: ChildChangeAccumulator?) -> IndexedNode {
         let child = ranged.matches(key, newChild) ? newChild : .empty
@@ -219,60 +216,56 @@ struct LimitedFilter: NodeFilter {
     /// The first `limit` in-range children among those `children` gives, in the query's
     /// direction (any order in, each child once).
     func selectWindow(_ children: ((String, Node) -> Void) -> Void) -> [NamedNode] {
-        // A max-heap by direction order: its top is the last child still in the window.
-        var heap: [NamedNode] = []
-        heap.reserveCapacity(min(limit, 1 << 16))
-        func after(_ a: NamedNode, _ b: NamedNode) -> Bool { index.compare(a, b, reverse: reverse) > 0 }
-        children { key, child in
-            let item = NamedNode(name: key, node: child)
-            guard withinDirectionalStart(item) && withinDirectionalEnd(item) else { return }
-            if heap.count < limit {
-                heap.append(item)
-                var i = heap.count - 1
-                while i > 0, after(heap[i], heap[(i - 1) / 2]) {
-                    heap.swapAt(i, (i - 1) / 2)
-                    i = (i - 1) / 2
-                }
-            } else if after(heap[0], item) {
-                heap[0] = item
-                var i = 0
-                while true {
-                    let l = 2 * i + 1, r = l + 1
-                    var top = i
-                    if l < heap.count && after(heap[l], heap[top]) { top = l }
-                    if r < heap.count && after(heap[r], heap[top]) { top = r }
-                    if top == i { break }
-                    heap.swapAt(i, top)
-                    i = top
-                }
-            }
-        }
-        return heap.sorted { index.compare($0, $1, reverse: reverse) < 0 }
+        var window = Window<Node>(self)
+        children { key, child in window.offer(key, index.indexedValue(child), child) }
+        return window.chosen.map { NamedNode(name: $0.name, node: $0.payload) }
     }
 
-    /// ``selectWindow(_:)`` for a query ordered by a child's value, the children given with
-    /// that value (``QueryIndex/indexedValue(_:)``, decoded alone): compared as given, the
-    /// range's ends taken once. (Given as nodes built to hold just that value, each child was
-    /// looked up in its node six times — the range's two ends and the window — ~35% of
-    /// choosing the top 10 of a million posts.) Returns the window's keys in order.
+    /// ``selectWindow(_:)`` for children given with the value they are ordered by
+    /// (``QueryIndex/indexedValue(_:)``: a query by a child's value gives that value, decoded
+    /// alone): no node is built or searched per child. Returns the window's keys in order.
     func selectWindow(byIndexedValue children: ((String, Node) -> Void) -> Void) -> [String] {
-        typealias Item = (name: String, value: Node)
-        func compare(_ a: Item, _ b: Item) -> Int {
+        var window = Window<Void>(self)
+        children { key, value in window.offer(key, value, ()) }
+        return window.chosen.map(\.name)
+    }
+
+    /// A window being chosen: each child's indexed value taken once and compared as it is (the
+    /// range's ends taken once too), as ``QueryIndex/compare(_:_:)`` orders the children —
+    /// looking up a child's value at each comparison, six per child (the range's two ends and
+    /// the window), was ~35% of choosing the top 10 of a million posts by a child.
+    private struct Window<Payload> {
+        typealias Item = (name: String, value: Node, payload: Payload)
+        let limit: Int
+        let reverse: Bool
+        let start: (name: String, value: Node), end: (name: String, value: Node)
+        let startInclusive: Bool, endInclusive: Bool
+        /// A max-heap by direction order: its top is the last child still in the window.
+        var heap: [Item] = []
+
+        init(_ filter: LimitedFilter) {
+            limit = filter.limit
+            reverse = filter.reverse
+            start = (filter.ranged.startPost.name, filter.index.indexedValue(filter.ranged.startPost.node))
+            end = (filter.ranged.endPost.name, filter.index.indexedValue(filter.ranged.endPost.node))
+            startInclusive = filter.ranged.startInclusive
+            endInclusive = filter.ranged.endInclusive
+            heap.reserveCapacity(min(limit, 1 << 16))
+        }
+
+        static func compare(_ a: (name: String, value: Node), _ b: (name: String, value: Node)) -> Int {
             let c = Node.compare(a.value, b.value)
             return c != 0 ? c : KeyOrder.compare(a.name, b.name)
         }
-        let start: Item = (ranged.startPost.name, index.indexedValue(ranged.startPost.node))
-        let end: Item = (ranged.endPost.name, index.indexedValue(ranged.endPost.node))
-        func inRange(_ n: Item) -> Bool {
-            let s = compare(start, n), e = compare(n, end)
-            return (ranged.startInclusive ? s <= 0 : s < 0) && (ranged.endInclusive ? e <= 0 : e < 0)
+
+        func after(_ a: Item, _ b: Item) -> Bool {
+            (reverse ? Self.compare((b.name, b.value), (a.name, a.value)) : Self.compare((a.name, a.value), (b.name, b.value))) > 0
         }
-        func after(_ a: Item, _ b: Item) -> Bool { (reverse ? compare(b, a) : compare(a, b)) > 0 }
-        var heap: [Item] = []
-        heap.reserveCapacity(min(limit, 1 << 16))
-        children { key, value in
-            let item = (name: key, value: value)
-            guard inRange(item) else { return }
+
+        mutating func offer(_ name: String, _ value: Node, _ payload: Payload) {
+            let s = Self.compare(start, (name, value)), e = Self.compare((name, value), end)
+            guard startInclusive ? s <= 0 : s < 0, endInclusive ? e <= 0 : e < 0 else { return }
+            let item = (name: name, value: value, payload: payload)
             if heap.count < limit {
                 heap.append(item)
                 var i = heap.count - 1
@@ -294,7 +287,9 @@ struct LimitedFilter: NodeFilter {
                 }
             }
         }
-        return heap.sorted { after($1, $0) }.map(\.name)
+
+        /// The window, in the query's direction.
+        var chosen: [Item] { heap.sorted { after($1, $0) } }
     }
 
     func updatePriority(_ priority: Node, _ snap: IndexedNode) -> IndexedNode { snap }
