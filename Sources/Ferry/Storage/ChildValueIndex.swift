@@ -8,6 +8,13 @@ enum SortKey {
     /// cannot be ordered by bytes exactly (an integer beyond ±2^53, where Firebase's mixed
     /// integer and double comparisons are not a total order of doubles).
     static func encode(value: Node, key: String, into out: inout [UInt8]) -> Bool {
+        var valueLength = 0
+        return encode(value: value, key: key, into: &out, valueLength: &valueLength)
+    }
+
+    /// ``encode(value:key:into:)``, telling how many of the bytes encode the value (the rest
+    /// encode the key, so that keys with equal values sort in key order).
+    static func encode(value: Node, key: String, into out: inout [UInt8], valueLength: inout Int) -> Bool {
         out.removeAll(keepingCapacity: true)
         switch value {
         case .empty: out.append(0)
@@ -26,6 +33,7 @@ enum SortKey {
         case .plainChildren, .prioritizedChildren: out.append(5)
         case .max: out.append(6)
         }
+        valueLength = out.count
         if let n = KeyOrder.integerValue(key) {
             out.append(0)
             let biased = UInt32(bitPattern: Int32(n)) ^ 0x8000_0000
@@ -264,23 +272,59 @@ final class ChildValueIndex: LayeredChangeObserver {
     static func build(_ data: FrozenData, location: Path, child: Path) -> (PathIndex<UInt8>, usable: Bool)? {
         guard let lazy = LazyLocation.make(data, at: location) else { return nil }
         // The sort keys end to end in one buffer (not an array each), sorted by position.
-        var bytes: [UInt8] = [], starts: [Int] = [0]
+        var bytes: [UInt8] = [], starts: [Int] = [0], values: [Int] = []
         var usable = true
         var out: [UInt8] = []
-        var cursor = ChildCursor(lazy, decode: true, projection: child)  // (each child's indexed value alone)
+        var valueLength = 0
+        // (Each child's indexed value alone, in key order: keys with equal values sort in
+        // key order, so they are sorted by their values' bytes, ties kept in this order.)
+        var cursor = ChildCursor(lazy, decode: true, projection: child)
         while let (name, value) = cursor.next() {
-            if !SortKey.encode(value: value ?? .empty, key: name, into: &out) { usable = false }
+            if !SortKey.encode(value: value ?? .empty, key: name, into: &out, valueLength: &valueLength) { usable = false }
+            values.append(bytes.count + valueLength)
             bytes.append(contentsOf: out)
             starts.append(bytes.count)
         }
         var index = PathIndex<UInt8>()
         bytes.withUnsafeBytes { all in
             func key(_ i: Int) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: all[starts[i]..<starts[i + 1]]) }
-            var order = Array(0..<(starts.count - 1))
-            order.sort { compareBytes(key($0), key($1)) < 0 }
-            for i in order { _ = index.append(key(i), 0) }
+            func value(_ i: Int32) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: all[starts[Int(i)]..<values[Int(i)]]) }
+            var order = (0..<(starts.count - 1)).map { SortEntry(value(Int32($0)), index: $0) }
+            // (Most values fit in 16 bytes, compared as two numbers; memcmp through the buffer
+            // for every comparison of whole keys was ~45% of building the index over a million
+            // posts.)
+            order.sort { a, b in
+                if a.head != b.head { return a.head < b.head }
+                if a.tail != b.tail { return a.tail < b.tail }
+                if a.length <= 16 && b.length <= 16 {
+                    if a.length != b.length { return a.length < b.length }
+                } else {
+                    let c = compareBytes(value(a.index), value(b.index))
+                    if c != 0 { return c < 0 }
+                }
+                return a.index < b.index
+            }
+            for e in order { _ = index.append(key(Int(e.index)), 0) }
         }
         return (index, usable)
+    }
+
+    /// A sort key's value bytes: the first 16 as two big-endian numbers (zeros past their
+    /// end), which order as the bytes do, and how many there are.
+    private struct SortEntry {
+        var head: UInt64
+        var tail: UInt64
+        var length: Int32
+        var index: Int32
+
+        init(_ value: UnsafeRawBufferPointer, index: Int) {
+            var first = (UInt64(0), UInt64(0))
+            withUnsafeMutableBytes(of: &first) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: value.prefix(16))) }
+            head = UInt64(bigEndian: first.0)
+            tail = UInt64(bigEndian: first.1)
+            length = Int32(clamping: value.count)
+            self.index = Int32(index)
+        }
     }
 
     /// Installs a rebuilt index (under the lock): children changed while it was built move
