@@ -8,6 +8,25 @@ import Testing
 /// Child-value indexes (`DatabaseOptions.indexes`): a limited query they order reads its
 /// window from the index, and must show what the filter over every child shows.
 @Suite struct ChildIndexTests {
+    /// A sort key holds each UTF-16 unit of the child's key, plus one, in three bytes, then
+    /// three zeros — the bytes checkpoints keep — whether the key is ASCII (read from its
+    /// bytes) or not; and it says how many of its bytes encode the value.
+    @Test func sortKeysHoldEachUnitOfTheKeyInThreeBytes() throws {
+        for key in ["p00012345", "a", "~", "\u{7F}x", "é", "😀k", "k\u{E000}", "-0", "007", "12"] {
+            var out: [UInt8] = [], valueLength = 0
+            #expect(SortKey.encode(value: try Node(.int(5)), key: key, into: &out, valueLength: &valueLength))
+            #expect(valueLength == 9, "a number: its tag and 8 bytes")
+            var units: [UInt8] = []
+            for u in key.utf16 {
+                let v = UInt32(u) + 1
+                units += [UInt8(v >> 16), UInt8(v >> 8 & 0xff), UInt8(v & 0xff)]
+            }
+            units += [0, 0, 0]
+            #expect(Array(out.suffix(units.count)) == units, "\(key)")
+            #expect(SortKey.keyStart(out) == out.count - units.count, "\(key)")
+        }
+    }
+
     /// Sort keys order (value, key) pairs exactly as the Realtime Database orders children by
     /// a child's value: random values of every type, random keys (integers, leading zeros,
     /// negative numbers, strings with characters beyond the BMP).

@@ -55,11 +55,30 @@ enum SortKey {
     }
 
     private static func units(_ s: String, into out: inout [UInt8]) {
-        for u in s.utf16 {
-            let v = UInt32(u) + 1
-            out.append(contentsOf: [UInt8(v >> 16), UInt8(v >> 8 & 0xff), UInt8(v & 0xff)])
+        var s = s
+        let ascii = s.withUTF8 { utf8 -> Bool in
+            // (An ASCII key's units are its bytes: read as such, not through the UTF-16 view,
+            // which was ~12% of building an index over a million posts.)
+            guard !utf8.contains(where: { $0 >= 0x80 }) else { return false }
+            out.reserveCapacity(out.count + 3 * utf8.count + 3)
+            for b in utf8 {
+                out.append(0)
+                out.append(0)
+                out.append(b + 1)  // (a unit is stored plus one: 0 0 0 ends the units)
+            }
+            return true
         }
-        out.append(contentsOf: [0, 0, 0])
+        if !ascii {
+            for u in s.utf16 {
+                let v = UInt32(u) + 1
+                out.append(UInt8(v >> 16))
+                out.append(UInt8(v >> 8 & 0xff))
+                out.append(UInt8(v & 0xff))
+            }
+        }
+        out.append(0)
+        out.append(0)
+        out.append(0)
     }
 
     /// Where the child's key's units start in a sort key; nil when the bytes are not a sort
