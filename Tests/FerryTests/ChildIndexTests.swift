@@ -320,6 +320,26 @@ import Testing
         }
     }
 
+    /// A child whose value has no sort key (an integer past 2^53) makes the index made for a
+    /// listener unusable, wherever it sorts — also last, after children with values: the
+    /// listener still gets the window the data gives (the build read past its buffer there).
+    @Test func aValueWithNoSortKeyLastInKeyOrderLeavesTheIndexUnusedNotTheListener() async throws {
+        let dir = try TemporaryDirectory()
+        let db = try Database.open(at: dir.path, options: quietOptions(.none))
+        var children: [String: Value] = [:]
+        for i in 0..<1_000 { children["k\(1_000 + i)"] = ["likes": .int(Int64(i))] }
+        children["k9999"] = ["likes": .int(1 << 60)]
+        try await db.applyServerPut(at: "big", .object(children))
+        let shown = Mutex<[String]>([])
+        let handle = try db.reference("big").queryOrdered(byChild: "likes").queryLimited(toLast: 3)
+            .observe(.value) { s in shown.withLock { $0 = s.children.map { $0.key! } } }
+        #expect(shown.withLock { $0 } == ["k1998", "k1999", "k9999"])
+        try await db.reference("big/k9999/likes").setValue(.int(-1))
+        #expect(shown.withLock { $0 } == ["k1997", "k1998", "k1999"])
+        try db.reference("big").removeObserver(withHandle: handle)
+        try await db.close()
+    }
+
     /// Firebase's default order is by priority: a listener of `queryLimited(toLast:)` alone
     /// over a big location gets an index by priority made for it (children without one first,
     /// by key), holds its window alone, and finds the next child through the index when a

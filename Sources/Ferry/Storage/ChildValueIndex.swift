@@ -16,6 +16,7 @@ enum SortKey {
     /// encode the key, so that keys with equal values sort in key order).
     static func encode(value: Node, key: String, into out: inout [UInt8], valueLength: inout Int) -> Bool {
         out.removeAll(keepingCapacity: true)
+        valueLength = 0  // (also when no sort key is made: nothing of `out` is a value)
         switch value {
         case .empty: out.append(0)
         case .plainLeaf(let v), .prioritizedLeaf(let v, _):
