@@ -53,12 +53,7 @@ import Synchronization
         let frames = parseFrames(try Files.read(dir.sub(name))).filter { $0.type == 1 }
         #expect(frames.count == 30)
         let victim = frames[10]
-        let handle = try #require(FileHandle(forUpdatingAtPath: dir.sub(name)))
-        try handle.seek(toOffset: UInt64(victim.offset + 32 + victim.storedLength / 2))
-        let byte = try #require(try handle.read(upToCount: 1))
-        try handle.seek(toOffset: UInt64(victim.offset + 32 + victim.storedLength / 2))
-        try handle.write(contentsOf: Data([byte[0] ^ 0x10]))
-        try handle.close()
+        try damageBody(of: victim, inFile: dir.sub(name))
 
         let snapshot = try log.readSnapshot()
         for read in [{ (n: Int) in try log.withRecord(at: LSN(UInt64(n))) { Array($0.payload) } },
@@ -85,12 +80,7 @@ import Synchronization
         let frames = parseFrames(try Files.read(dir.sub(name))).filter { $0.type == 1 }
         #expect(frames.count == 100)
         let victim = frames[40]  // records 81 and 82
-        let handle = try #require(FileHandle(forUpdatingAtPath: dir.sub(name)))
-        try handle.seek(toOffset: UInt64(victim.offset + 32 + victim.storedLength / 2))
-        let byte = try #require(try handle.read(upToCount: 1))
-        try handle.seek(toOffset: UInt64(victim.offset + 32 + victim.storedLength / 2))
-        try handle.write(contentsOf: Data([byte[0] ^ 0x10]))
-        try handle.close()
+        try damageBody(of: victim, inFile: dir.sub(name))
 
         // The inspector's note of a record read ahead comes with it; a record read otherwise has none.
         let note: LogReadSnapshot.Inspector = { kind, payload in UInt64(kind) << 32 | UInt64(payload.count) + 1 }
@@ -141,4 +131,15 @@ import Synchronization
         #expect(try log.records().count == 2)
         try await log.close()
     }
+}
+
+/// Flips a bit in the middle of `frame`'s stored body in the segment file at `path`, its
+/// checksums left as they were.
+private func damageBody(of frame: ParsedFrame, inFile path: String) throws {
+    let handle = try #require(FileHandle(forUpdatingAtPath: path))
+    try handle.seek(toOffset: UInt64(frame.offset + 32 + frame.storedLength / 2))
+    let byte = try #require(try handle.read(upToCount: 1))
+    try handle.seek(toOffset: UInt64(frame.offset + 32 + frame.storedLength / 2))
+    try handle.write(contentsOf: Data([byte[0] ^ 0x10]))
+    try handle.close()
 }

@@ -211,8 +211,8 @@ public struct DataSnapshot: Sendable, CustomStringConvertible {
     /// The snapshot of child `key`, whose data is `node`.
     func child(_ key: String, _ node: Node) -> DataSnapshot { child(key, .node(node), of: Parent(ref)) }
 
-    /// The snapshot of child `key` with `content`, given this snapshot's reference (made once
-    /// for a walk of many children).
+    /// The snapshot of child `key` with `content`, given this snapshot's reference as a
+    /// ``Parent`` (made once for a walk of many children).
     func child(_ key: String, _ content: Content, of parent: Parent) -> DataSnapshot {
         DataSnapshot(place: .child(parent, key), content: content, index: .priority, metadata: metadata)
     }

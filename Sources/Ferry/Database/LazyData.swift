@@ -305,19 +305,16 @@ final class LazyLocation: @unchecked Sendable {
             // The window is chosen by what orders the children alone — a child's value at a
             // path (decoded alone, in a node holding just it) or the key (nothing decoded, for
             // plain keys) — and only its children are then read whole.
-            let ordering: (cursor: ChildCursor, stands: (Node?) -> Node)? = switch params.index {
-            case .key: (ChildCursor(self, decode: false), { _ in .empty })
+            // (By key, every child's indexed value is empty: the names decide.)
+            let ordering: (cursor: ChildCursor, byKey: Bool)? = switch params.index {
+            case .child(let child): (ChildCursor(self, decode: true, projection: child), false)
+            case .key: (ChildCursor(self, decode: false), true)
             default: nil
             }
-            if case .child(let child) = params.index {
-                var cursor = ChildCursor(self, decode: true, projection: child)
+            if case (var cursor, let byKey)? = ordering {
                 kept = limited.selectWindow(byIndexedValue: { body in
-                    while let (k, n) = cursor.next() { body(k, n ?? .empty) }
+                    while let (k, n) = cursor.next() { body(k, byKey ? .empty : n ?? .empty) }
                 }).map { NamedNode(name: $0, node: self.child($0)) }
-            } else if case (var cursor, let stands)? = ordering {
-                kept = limited.selectWindow { body in
-                    while let (k, n) = cursor.next() { body(k, stands(n)) }
-                }.map { NamedNode(name: $0.name, node: self.child($0.name)) }
             } else {
                 kept = limited.selectWindow(walk)
             }

@@ -540,20 +540,7 @@ struct PathIndex<Entry> {
     /// key copied only when it straddles a chunk's shared prefix (a pass with a ``Walker``,
     /// copying each key, was ~5% of walking a million children).
     func allChildKeys(below prefix: [UInt8], _ test: (UnsafeRawBufferPointer) -> Bool) -> Bool {
-        guard !chunks.isEmpty else { return true }
-        return prefix.withUnsafeBytes { p in
-            var ci = chunkIndex(p)
-            var i = chunks[ci].search(p).0
-            var scratch: [UInt8] = []
-            while ci < chunks.count {
-                switch chunks[ci].childKeys(from: i, below: p, &scratch, test) {
-                case .refused: return false
-                case .ended: return true
-                case .more: (ci, i) = (ci + 1, 0)
-                }
-            }
-            return true
-        }
+        allChildKeys(below: prefix, test, chunkAnswer: { _, _, _ in nil })
     }
 
     /// Whether every child key below `prefix` (a path key, ending with 0) sorts as its bytes
@@ -561,18 +548,25 @@ struct PathIndex<Entry> {
     /// that of each child key, read a chunk at a time where it can be (a scan of its bytes and a
     /// look at each key's first byte: asking of each key was ~8% of a walk of a million children).
     func allChildKeysArePlain(below prefix: [UInt8]) -> Bool {
+        allChildKeys(below: prefix, { KeyOrder.sortsAsBytes(utf8: $0) }, chunkAnswer: { $0.childKeysArePlain(from: $1, below: $2) })
+    }
+
+    /// ``allChildKeys(below:_:)``, taking a chunk's answer from `chunkAnswer` (its keys from a
+    /// slot on) where it gives one, else asking `test` of each child key in it.
+    private func allChildKeys(below prefix: [UInt8], _ test: (UnsafeRawBufferPointer) -> Bool,
+                              chunkAnswer: (Chunk, Int, UnsafeRawBufferPointer) -> Bool?) -> Bool {
         guard !chunks.isEmpty else { return true }
         return prefix.withUnsafeBytes { p in
             var ci = chunkIndex(p)
             var i = chunks[ci].search(p).0
             var scratch: [UInt8] = []
             while ci < chunks.count {
-                if let plain = chunks[ci].childKeysArePlain(from: i, below: p) {
-                    if !plain { return false }
+                if let answer = chunkAnswer(chunks[ci], i, p) {
+                    if !answer { return false }
                     (ci, i) = (ci + 1, 0)
                     continue
                 }
-                switch chunks[ci].childKeys(from: i, below: p, &scratch, { KeyOrder.sortsAsBytes(utf8: $0) }) {
+                switch chunks[ci].childKeys(from: i, below: p, &scratch, test) {
                 case .refused: return false
                 case .ended: return true
                 case .more: (ci, i) = (ci + 1, 0)
