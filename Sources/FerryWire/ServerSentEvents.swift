@@ -36,7 +36,12 @@ public struct StreamEvent: Sendable, Equatable {
 
 /// Parses a stream of server-sent events fed in arbitrary pieces (lines may be split across
 /// pieces). Ignores comments, `id:` and `retry:`.
+///
+/// Each byte is looked at once: a feed searches only the bytes it brought for line ends, and
+/// the lines it completes are dropped from the buffer together, so a long line fed in small
+/// pieces, or many lines fed at once, costs time in proportion to their bytes.
 public struct StreamEventParser: Sendable {
+    /// Bytes not yet taken as lines: a line's start, its end not yet fed.
     private var buffer: [UInt8] = []
     private var name = "message"
     private var dataLines: [String] = []
@@ -48,44 +53,51 @@ public struct StreamEventParser: Sendable {
     ///
     /// - Throws: ``WireError`` (`invalidData`) when an event's data is not JSON.
     public mutating func feed(_ bytes: some Sequence<UInt8>) throws -> [StreamEvent] {
+        var scanned = buffer.count  // (the bytes already buffered hold no line end)
         buffer.append(contentsOf: bytes)
         var events: [StreamEvent] = []
-        while let nl = buffer.firstIndex(of: 0x0A) {
-            var line = Array(buffer[..<nl])
-            buffer.removeSubrange(...nl)
-            if line.last == 0x0D { line.removeLast() }
-            if line.isEmpty {
-                if !dataLines.isEmpty {
-                    let text = dataLines.joined(separator: "\n")
-                    do {
-                        events.append(StreamEvent(name: name, data: try Value(json: text)))
-                    } catch {
-                        throw WireError(.invalidData, "the data of a \(name) event is not JSON: \(text.prefix(80))",
-                                        underlying: error as? DatabaseError, location: "event \(name)")
-                    }
-                }
-                name = "message"
-                dataLines = []
-                continue
-            }
-            let text = String(decoding: line, as: UTF8.self)
-            if text.hasPrefix(":") { continue }
-            let field: Substring, value: Substring
-            if let colon = text.firstIndex(of: ":") {
-                field = text[..<colon]
-                var v = text[text.index(after: colon)...]
-                if v.hasPrefix(" ") { v = v.dropFirst() }
-                value = v
-            } else {
-                field = Substring(text)
-                value = ""
-            }
-            switch field {
-            case "event": name = String(value)
-            case "data": dataLines.append(String(value))
-            default: break
-            }
+        var lineStart = 0
+        defer { if lineStart > 0 { buffer.removeSubrange(..<lineStart) } }
+        while let nl = buffer[scanned...].firstIndex(of: 0x0A) {
+            var end = nl
+            if end > lineStart && buffer[end - 1] == 0x0D { end -= 1 }
+            let line = buffer[lineStart..<end]
+            lineStart = nl + 1
+            scanned = lineStart
+            if let event = try take(line) { events.append(event) }
         }
         return events
+    }
+
+    /// Takes one line (without its line end); returns the event an empty line completes.
+    private mutating func take(_ line: ArraySlice<UInt8>) throws -> StreamEvent? {
+        if line.isEmpty {
+            defer { name = "message"; dataLines = [] }
+            guard !dataLines.isEmpty else { return nil }
+            let text = dataLines.joined(separator: "\n")
+            do {
+                return StreamEvent(name: name, data: try Value(json: text))
+            } catch {
+                throw WireError(.invalidData, "the data of a \(name) event is not JSON: \(text.prefix(80))",
+                                underlying: error as? DatabaseError, location: "event \(name)")
+            }
+        }
+        if line.first == UInt8(ascii: ":") { return nil }
+        let field: ArraySlice<UInt8>, value: ArraySlice<UInt8>
+        if let colon = line.firstIndex(of: UInt8(ascii: ":")) {
+            field = line[..<colon]
+            var v = line[(colon + 1)...]
+            if v.first == UInt8(ascii: " ") { v = v.dropFirst() }
+            value = v
+        } else {
+            field = line
+            value = []
+        }
+        if field.elementsEqual("event".utf8) {
+            name = String(decoding: value, as: UTF8.self)
+        } else if field.elementsEqual("data".utf8) {
+            dataLines.append(String(decoding: value, as: UTF8.self))
+        }
+        return nil
     }
 }

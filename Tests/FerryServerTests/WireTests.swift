@@ -20,6 +20,24 @@ import Testing
         #expect(throws: WireError.self) { _ = try parser.feed(Array("event: put\ndata: {nope\n\n".utf8)) }
     }
 
+    /// A long event fed in small pieces and many events fed at once, with either line end,
+    /// parse as each event was sent (the parser looks at each byte once).
+    @Test func aLongEventInSmallPiecesAndManyEventsAtOnceParseWhole() throws {
+        let big = Value.object(Dictionary(uniqueKeysWithValues: (0..<20_000).map { ("k\($0)", Value.string("v\($0)")) }))
+        var parser = StreamEventParser()
+        let bytes = Array(StreamEvent.put("/", big).encoded.utf8)
+        var events: [StreamEvent] = []
+        for start in stride(from: 0, to: bytes.count, by: 97) {
+            events += try parser.feed(bytes[start..<min(start + 97, bytes.count)])
+        }
+        #expect(events == [.put("/", big)])
+        let many = (0..<5_000).map { StreamEvent.put("/n\($0)", .int(Int64($0))) }
+        let text = many.enumerated().map { i, e in i % 2 == 0 ? e.encoded : e.encoded.split(separator: "\n", omittingEmptySubsequences: false).joined(separator: "\r\n") }.joined()
+        #expect(try parser.feed(Array(text.utf8)) == many)
+        #expect(try parser.feed(Array("event: patch\r\ndata: {\"path\": \"/\",\r\ndata: \"data\": {}}\r\n".utf8)) == [])
+        #expect(try parser.feed(Array("\r\n".utf8)) == [.patch("/", [:])], "data lines join with a line end")
+    }
+
     @Test func queriesFilterOrderAndLimitAsTheRealtimeDatabaseDoes() throws {
         let data: Value = ["a": ["s": 5], "b": ["s": 1], "c": ["s": 9], "d": ["t": 0], "1": ["s": 1]]
         let q = try #require(try WireQuery(parameters: ["orderBy": "\"s\"", "startAt": "1", "limitToFirst": "2"]))
