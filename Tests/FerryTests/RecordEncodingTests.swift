@@ -23,4 +23,23 @@ import Testing
             #expect(fast.bytes == built.bytes && fast.range == built.range, "\(path) \(time)")
         }
     }
+
+    /// The record of an update whose values came encoded has the same bytes, and each value at
+    /// the same range, as the record built from their nodes.
+    @Test func anUpdateOfEncodedValuesIsRecordedAsTheUpdateOfTheirNodes() throws {
+        var g = SplitMix(seed: 7)
+        func pick<T>(_ xs: [T]) -> T { xs[Int(g.next() % UInt64(xs.count))] }
+        let keys = ["a", "posts", "p00000001", "é", "😀", String(repeating: "k", count: 128), "-1"]
+        let values: [Value] = [.int(1), .string("text"), .object(["b": .int(2), ".priority": .int(3), "a": .array([.bool(true), .double(1.5)])]), .null]
+        for _ in 0..<300 {
+            let path = Path(keys: (0..<Int(g.next() % 4)).map { _ in pick(keys) })
+            let children = try (0..<Int(1 + g.next() % 5)).map { _ in
+                (Path(keys: (0..<Int(1 + g.next() % 3)).map { _ in pick(keys) }), try Node(pick(values)))
+            }
+            let time = Int64(bitPattern: g.next())
+            let fast = RecordCodec.localUpdate(path: path, encoded: children.map { ($0.0, EncodedValue(node: $0.1)) }, time: time)
+            let built = RecordCodec.localUpdate(path: path, children: children.map { ($0.0, $0.1, nil) }, time: time)
+            #expect(fast.bytes == built.bytes && fast.ranges == built.ranges.map(\.1), "\(path) \(time)")
+        }
+    }
 }

@@ -56,6 +56,15 @@ final class SyncTree {
         return applyToSyncPoints(.merge(.user, path, children))
     }
 
+    /// A visible update whose values are stored: `stored` gives each child's path (relative to
+    /// `path`), where it is stored and whether it is empty. Its nodes are made (by `merge`)
+    /// only if a view is at, above or below `path`.
+    func applyUserMerge(_ path: Path, writeID: Int64, stored: [(Path, ValueRef, Bool)], merge: () -> CompoundWrite) -> [Event] {
+        writeTree.addMerge(path, writeID: writeID, stored: stored)
+        guard hasSyncPoint(relatedTo: path) else { return [] }
+        return applyToSyncPoints(.merge(.user, path, merge()))
+    }
+
     /// A write acknowledged by the server (or rejected, with `revert`).
     func ackUserWrite(_ writeID: Int64, revert: Bool) -> [Event] {
         guard let write = writeTree.write(writeID) else { return [] }

@@ -99,6 +99,17 @@ final class WriteTree {
         lastWriteID = writeID
     }
 
+    /// Records an update whose values are all stored: each child's relative path, where its
+    /// value is, and whether it is empty.
+    func addMerge(_ path: Path, writeID: Int64, stored: [(Path, ValueRef, Bool)]) {
+        precondition(writeID > lastWriteID, "write ids must increase")
+        pending.append(writeID, path: path, isOverwrite: false, visible: true, inline: nil)
+        for (relative, ref, empty) in stored {
+            overlay.set(.stored(ref), empty: empty, at: path.child(relative))
+        }
+        lastWriteID = writeID
+    }
+
     func write(_ writeID: Int64) -> WriteRecord? {
         guard let i = pending.index(of: writeID) else { return nil }
         return record(at: i)

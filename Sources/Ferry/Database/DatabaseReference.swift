@@ -112,19 +112,21 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
         return try await write { e in try e.localUpdate(path, children) }
     }
 
-    /// The children of an update, validated, in a fixed order.
-    private func updateChildren(_ values: [String: Value]) throws -> [(Path, Node)] {
-        var children: [(Path, Node)] = []
+    /// The children of an update, validated and encoded, in a fixed order.
+    private func updateChildren(_ values: [String: Value]) throws -> [(Path, EncodedValue)] {
+        var children: [(Path, EncodedValue)] = []
+        children.reserveCapacity(values.count)
         for (key, value) in values {
             let p = try Path(validating: key)
             guard !p.isEmpty else { throw DatabaseError(.invalidPath, "an update key may not be empty") }
-            try path.child(p).validate()
-            children.append((p, try Node(value, path: path.child(p))))
+            let at = path.child(p)
+            try at.validate()
+            children.append((p, try EncodedValue(value, path: at)))
         }
-        // Sorted key by key, bytewise (cheaper than the Realtime Database's key order, which
-        // nothing here needs): a path sorts right before the paths inside it, so a nested pair
-        // is a neighbouring pair.
-        children.sort { a, b in a.0.keys.lexicographicallyPrecedes(b.0.keys) { $0.utf8.lexicographicallyPrecedes($1.utf8) } }
+        // Sorted key by key, each key by String's order (cheaper than the Realtime Database's
+        // key order, which nothing here needs): a path sorts right before the paths inside it,
+        // so a nested pair is a neighbouring pair.
+        children.sort { a, b in a.0.keys.lexicographicallyPrecedes(b.0.keys) }
         for (a, b) in zip(children, children.dropFirst()) where a.0.contains(b.0) {
             throw DatabaseError(.invalidData, "the update writes both \(a.0) and \(b.0), which is inside it")
         }

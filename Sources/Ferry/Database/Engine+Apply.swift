@@ -74,6 +74,26 @@ extension Engine {
         return (id, syncTree.applyUserMerge(path, merge, writeID: id))
     }
 
+    /// A multi-path update of values encoded as the user gave them. Their nodes are built only
+    /// if a listener or a server value needs them.
+    func localUpdate(_ path: Path, _ children: [(Path, EncodedValue)]) throws -> (Int64, [Event]) {
+        guard isPersistent, !children.contains(where: \.1.hasServerValues) else {
+            return try localUpdate(path, children.map { ($0.0, try $0.1.node()) })
+        }
+        try checkUsable()
+        let size = children.reduce(0) { $0 + $1.1.bytes.count }
+        if size > Database.maxWriteSize {
+            throw DatabaseError(.invalidData, "the write is about \(size >> 20) MB; a single write may be at most 16 MB")
+        }
+        let (payload, ranges) = RecordCodec.localUpdate(path: path, encoded: children, time: serverTime)
+        let lsn = try append(.localUpdate, payload)
+        let stored = zip(children, ranges).map { child, range in (child.0, ref(lsn, range), child.1.isEmpty) }
+        let events = syncTree.applyUserMerge(path, writeID: lsn, stored: stored) {
+            CompoundWrite(children.map { ($0.0, (try? $0.1.node()) ?? .empty) })
+        }
+        return (lsn, events)
+    }
+
     // MARK: Server data
 
     /// The server's whole value at `path`. With a `tag`, it is meant for that query only.

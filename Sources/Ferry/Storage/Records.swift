@@ -136,6 +136,27 @@ enum RecordCodec {
         return (w.bytes, ranges)
     }
 
+    /// An update whose values are already encoded and hold no server values: the same bytes as
+    /// the form above (each child's flags 0).
+    static func localUpdate(path: Path, encoded children: [(Path, EncodedValue)], time: Int64) -> (bytes: [UInt8], ranges: [Range<Int>]) {
+        var w = ByteWriter()
+        w.bytes.reserveCapacity(children.reduce(16) { $0 + $1.1.bytes.count + 24 })
+        w.u8(0)
+        w.signed(time)
+        w.path(path)
+        w.varint(UInt64(children.count))
+        var ranges: [Range<Int>] = []
+        ranges.reserveCapacity(children.count)
+        for (p, value) in children {
+            w.path(p)
+            w.u8(0)
+            let start = w.count
+            w.bytes.append(contentsOf: value.bytes)
+            ranges.append(start..<w.count)
+        }
+        return (w.bytes, ranges)
+    }
+
     static func serverPut(path: Path, value: Node) -> (bytes: [UInt8], range: Range<Int>) {
         var w = ByteWriter()
         w.path(path)
