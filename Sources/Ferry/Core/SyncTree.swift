@@ -51,8 +51,9 @@ final class SyncTree {
         return !tree.isEmpty
     }
 
-    func applyUserMerge(_ path: Path, _ children: CompoundWrite, writeID: Int64, refs: [Path: ValueRef]? = nil) -> [Event] {
-        writeTree.addMerge(path, children, writeID: writeID, refs: refs)
+    /// A visible update held in memory (a memory-only database's).
+    func applyUserMerge(_ path: Path, _ children: CompoundWrite, writeID: Int64) -> [Event] {
+        writeTree.addMerge(path, children, writeID: writeID)
         return applyToSyncPoints(.merge(.user, path, children))
     }
 

@@ -87,14 +87,13 @@ final class WriteTree {
         lastWriteID = writeID
     }
 
-    /// Records an update; `refs` (relative path → stored value) parallel the merge's writes.
-    func addMerge(_ path: Path, _ children: CompoundWrite, writeID: Int64, refs: [Path: ValueRef]? = nil, empties: Set<Path>? = nil) {
+    /// Records an update held in memory.
+    func addMerge(_ path: Path, _ children: CompoundWrite, writeID: Int64) {
         precondition(writeID > lastWriteID, "write ids must increase")
-        let inline = refs == nil ? WriteRecord(writeID: writeID, path: path, change: .merge(children), visible: true) : nil
-        pending.append(writeID, path: path, isOverwrite: false, visible: true, inline: inline)
+        pending.append(writeID, path: path, isOverwrite: false, visible: true,
+                       inline: WriteRecord(writeID: writeID, path: path, change: .merge(children), visible: true))
         children.forEachWrite { relative, node in
-            let handle: ValueHandle = refs?[relative].map { .stored($0) } ?? .inline(node)
-            overlay.set(handle, empty: empties?.contains(relative) ?? node.isEmpty, at: path.child(relative))
+            overlay.set(.inline(node), empty: node.isEmpty, at: path.child(relative))
         }
         lastWriteID = writeID
     }

@@ -66,8 +66,8 @@ extension Engine {
         if isPersistent {
             let (payload, ranges) = RecordCodec.localUpdate(path: path, children: resolved, time: time)
             let lsn = try append(.localUpdate, payload)
-            let refs = Dictionary(ranges.map { ($0.0, ref(lsn, $0.1)) }, uniquingKeysWith: { $1 })
-            return (lsn, syncTree.applyUserMerge(path, merge, writeID: lsn, refs: refs))
+            let stored = zip(resolved, ranges).map { child, range in (range.0, ref(lsn, range.1), (child.2 ?? child.1).isEmpty) }
+            return (lsn, syncTree.applyUserMerge(path, writeID: lsn, stored: stored) { merge })
         }
         let id = try append(.localUpdate, [])
         if resolved.contains(where: { $0.2 != nil }) { memoryUnresolved[id] = resolved.map { ($0.0, $0.1) } }
@@ -198,9 +198,7 @@ extension Engine {
             writeTree.addOverwrite(s.path, .empty, writeID: lsn, visible: !s.hidden, ref: ref(lsn, s.values[0].range),
                                    empty: Engine.isEmptyValue(payload, s.values[0].range))
         case .localUpdate:
-            let refs = Dictionary(s.values.map { ($0.path, ref(lsn, $0.range)) }, uniquingKeysWith: { $1 })
-            let empties = Set(s.values.filter { Engine.isEmptyValue(payload, $0.range) }.map(\.path))
-            writeTree.addMerge(s.path, CompoundWrite(s.values.map { ($0.path, Node.empty) }), writeID: lsn, refs: refs, empties: empties)
+            writeTree.addMerge(s.path, writeID: lsn, stored: s.values.map { ($0.path, ref(lsn, $0.range), Engine.isEmptyValue(payload, $0.range)) })
         case .serverPut:
             server.set(.stored(ref(lsn, s.values[0].range)), empty: Engine.isEmptyValue(payload, s.values[0].range), at: s.path)
         case .serverMerge:
