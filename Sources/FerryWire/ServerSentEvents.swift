@@ -41,17 +41,26 @@ public struct StreamEvent: Sendable, Equatable {
 /// the lines it completes are dropped from the buffer together, so a long line fed in small
 /// pieces, or many lines fed at once, costs time in proportion to their bytes.
 public struct StreamEventParser: Sendable {
+    /// The most bytes one event may take (its data lines and any line not yet ended): past
+    /// this, ``feed(_:)`` throws rather than hold more of a stream that never ends its event.
+    public let maxEventBytes: Int
     /// Bytes not yet taken as lines: a line's start, its end not yet fed.
     private var buffer: [UInt8] = []
     private var name = "message"
     private var dataLines: [String] = []
+    /// The bytes of `dataLines`.
+    private var dataBytes = 0
 
-    /// A parser with nothing buffered.
-    public init() {}
+    /// A parser with nothing buffered. The default limit, 512 MiB, is twice the most a
+    /// Realtime Database read returns (256 MB).
+    public init(maxEventBytes: Int = 512 << 20) {
+        self.maxEventBytes = maxEventBytes
+    }
 
     /// Feeds bytes; returns the events they complete, in order.
     ///
-    /// - Throws: ``WireError`` (`invalidData`) when an event's data is not JSON.
+    /// - Throws: ``WireError`` (`invalidData`) when an event's data is not JSON, or an event
+    ///   takes more than ``maxEventBytes``.
     public mutating func feed(_ bytes: some Sequence<UInt8>) throws -> [StreamEvent] {
         var scanned = buffer.count  // (the bytes already buffered hold no line end)
         buffer.append(contentsOf: bytes)
@@ -66,13 +75,16 @@ public struct StreamEventParser: Sendable {
             scanned = lineStart
             if let event = try take(line) { events.append(event) }
         }
+        if dataBytes + buffer.count - lineStart > maxEventBytes {
+            throw WireError(.invalidData, "an event of the stream is longer than \(maxEventBytes) bytes", location: "event \(name)")
+        }
         return events
     }
 
     /// Takes one line (without its line end); returns the event an empty line completes.
     private mutating func take(_ line: ArraySlice<UInt8>) throws -> StreamEvent? {
         if line.isEmpty {
-            defer { name = "message"; dataLines = [] }
+            defer { name = "message"; dataLines = []; dataBytes = 0 }
             guard !dataLines.isEmpty else { return nil }
             let text = dataLines.joined(separator: "\n")
             do {
@@ -97,6 +109,7 @@ public struct StreamEventParser: Sendable {
             name = String(decoding: value, as: UTF8.self)
         } else if field.elementsEqual("data".utf8) {
             dataLines.append(String(decoding: value, as: UTF8.self))
+            dataBytes += value.count + 1
         }
         return nil
     }

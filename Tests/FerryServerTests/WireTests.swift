@@ -38,6 +38,28 @@ import Testing
         #expect(try parser.feed(Array("\r\n".utf8)) == [.patch("/", [:])], "data lines join with a line end")
     }
 
+    /// A stream that never ends its event (one endless line, or endless data lines) is refused
+    /// once the event passes the parser's limit, not held in memory without end; events
+    /// within it parse.
+    @Test func anEventLongerThanTheLimitIsRefusedNotHeld() throws {
+        var parser = StreamEventParser(maxEventBytes: 1_000)
+        #expect(try parser.feed(Array(StreamEvent.put("/", .string(String(repeating: "x", count: 900))).encoded.utf8)).count == 1)
+        _ = try parser.feed(Array("event: put\ndata: \"".utf8))
+        var refused = false
+        for _ in 0..<100 {
+            do { _ = try parser.feed(Array(repeating: UInt8(ascii: "y"), count: 50)) } catch let e as WireError {
+                #expect(e.code == .invalidData)
+                refused = true
+                break
+            }
+        }
+        #expect(refused, "one endless line")
+        var lines = StreamEventParser(maxEventBytes: 1_000)
+        #expect(throws: WireError.self) {
+            for _ in 0..<100 { _ = try lines.feed(Array("data: 12345678901234567890\n".utf8)) }
+        }
+    }
+
     @Test func queriesFilterOrderAndLimitAsTheRealtimeDatabaseDoes() throws {
         let data: Value = ["a": ["s": 5], "b": ["s": 1], "c": ["s": 9], "d": ["t": 0], "1": ["s": 1]]
         let q = try #require(try WireQuery(parameters: ["orderBy": "\"s\"", "startAt": "1", "limitToFirst": "2"]))
