@@ -105,16 +105,22 @@ public final class LogReadSnapshot: Sendable {
     /// stays readable through them); readers use duplicates of them.
     private final class Descriptors: @unchecked Sendable {
         let fds: [Int32]
-        init(_ fds: [Int32]) { self.fds = fds }
+        /// What the snapshot counts against ``descriptorBudget``: these and its readers' own.
+        let counted: Int
+        init(_ fds: [Int32], counted: Int) {
+            self.fds = fds
+            self.counted = counted
+        }
         deinit {
             for fd in fds { _ = close(fd) }
-            LogReadSnapshot.held.subtract(fds.count, ordering: .relaxed)
+            LogReadSnapshot.held.subtract(counted, ordering: .relaxed)
         }
     }
 
     /// Descriptors all read snapshots of the process may hold: past this, taking a snapshot
     /// fails (its reader then reads another way) rather than leave the log itself without a
-    /// descriptor for its next segment.
+    /// descriptor for its next segment. A snapshot counts one per segment it keeps, and one
+    /// for each reader of its own (at most two cursors and the read ahead's).
     public static let descriptorBudget = 256
     private static let held = Atomic<Int>(0)
 
@@ -139,9 +145,10 @@ public final class LogReadSnapshot: Sendable {
 
     init(segments: [SegmentInfo], first: LSN, written: LSN, directory: StoreDirectory, inspect: Inspector?) throws {
         let kept = segments.filter { $0.nextLSN > $0.firstLSN && $0.size > 0 }
-        let total = Self.held.add(kept.count, ordering: .relaxed).newValue
+        let counted = kept.count + Self.maxCursors + 1
+        let total = Self.held.add(counted, ordering: .relaxed).newValue
         guard total <= Self.descriptorBudget else {
-            Self.held.subtract(kept.count, ordering: .relaxed)
+            Self.held.subtract(counted, ordering: .relaxed)
             throw LogError(.invalidArgument, "read snapshots would hold \(total) descriptors, more than \(Self.descriptorBudget)", file: directory.path)
         }
         var fds: [Int32] = []
@@ -154,10 +161,10 @@ public final class LogReadSnapshot: Sendable {
             }
         } catch {
             for fd in fds where fd >= 0 { _ = close(fd) }
-            Self.held.subtract(kept.count, ordering: .relaxed)
+            Self.held.subtract(counted, ordering: .relaxed)
             throw error
         }
-        self.descriptors = Descriptors(fds)
+        self.descriptors = Descriptors(fds, counted: counted)
         self.segments = kept
         self.nextLSNs = kept.map(\.nextLSN)
         self.range = first..<max(first, written)
