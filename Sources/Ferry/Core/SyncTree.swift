@@ -34,8 +34,8 @@ final class SyncTree {
 
     /// A visible set stored at `ref`; its node is made (by `node`) only if a view is at, above
     /// or below `path`.
-    func applyUserOverwrite(_ path: Path, writeID: Int64, ref: ValueRef, empty: Bool, node: () -> Node) -> [Event] {
-        writeTree.addOverwrite(path, .empty, writeID: writeID, visible: true, ref: ref, empty: empty)
+    func applyUserOverwrite(_ path: Path, writeID: Int64, ref: ValueRef, empty: Bool, firstByte: UInt8?, node: () -> Node) -> [Event] {
+        writeTree.addOverwrite(path, .empty, writeID: writeID, visible: true, ref: ref, empty: empty, firstByte: firstByte)
         guard hasSyncPoint(relatedTo: path) else { return [] }
         return applyToSyncPoints(.overwrite(.user, path, node()))
     }
@@ -57,10 +57,9 @@ final class SyncTree {
         return applyToSyncPoints(.merge(.user, path, children))
     }
 
-    /// A visible update whose values are stored: `stored` gives each child's path (relative to
-    /// `path`), where it is stored and whether it is empty. Its nodes are made (by `merge`)
-    /// only if a view is at, above or below `path`.
-    func applyUserMerge(_ path: Path, writeID: Int64, stored: [(Path, ValueRef, Bool)], merge: () -> CompoundWrite) -> [Event] {
+    /// A visible update whose values are stored (`stored`: each child). Its nodes are made (by
+    /// `merge`) only if a view is at, above or below `path`.
+    func applyUserMerge(_ path: Path, writeID: Int64, stored: [StoredChild], merge: () -> CompoundWrite) -> [Event] {
         writeTree.addMerge(path, writeID: writeID, stored: stored)
         guard hasSyncPoint(relatedTo: path) else { return [] }
         return applyToSyncPoints(.merge(.user, path, merge()))

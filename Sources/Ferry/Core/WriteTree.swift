@@ -51,6 +51,15 @@ protocol IndexedChildSource: AnyObject {
     func serverCache(for query: QuerySpec) -> CacheNode
 }
 
+/// A child of a stored update: its path (relative to the update's), where its value is,
+/// whether it is empty, and the value's first byte when the caller has it (nil: read it).
+struct StoredChild {
+    var path: Path
+    var ref: ValueRef
+    var empty: Bool
+    var firstByte: UInt8?
+}
+
 /// Every pending local write, and the result of layering the visible ones, so that views can
 /// compute what the user sees: server data with local writes on top.
 ///
@@ -74,13 +83,13 @@ final class WriteTree {
     // MARK: Adding and removing writes
 
     /// Records a set. `ref` says where its (resolved) value is stored; nil keeps it inline.
-    func addOverwrite(_ path: Path, _ node: Node, writeID: Int64, visible: Bool, ref: ValueRef? = nil, empty: Bool? = nil) {
+    func addOverwrite(_ path: Path, _ node: Node, writeID: Int64, visible: Bool, ref: ValueRef? = nil, empty: Bool? = nil, firstByte: UInt8? = nil) {
         precondition(writeID > lastWriteID, "write ids must increase")
         let inline = ref == nil ? WriteRecord(writeID: writeID, path: path, change: .overwrite(node), visible: visible) : nil
         let key = PathKey.encode(path)  // (once for both)
         pending.append(writeID, key: key, isOverwrite: true, visible: visible, inline: inline)
         if visible {
-            overlay.set(ref.map { .stored($0) } ?? .inline(node), empty: empty ?? node.isEmpty, at: path, key: key)
+            overlay.set(ref.map { .stored($0) } ?? .inline(node), empty: empty ?? node.isEmpty, at: path, key: key, firstByte: firstByte)
         } else {
             hidden.insert(writeID)
         }
@@ -99,12 +108,12 @@ final class WriteTree {
     }
 
     /// Records an update whose values are all stored: each child's relative path, where its
-    /// value is, and whether it is empty.
-    func addMerge(_ path: Path, writeID: Int64, stored: [(Path, ValueRef, Bool)]) {
+    /// value is, whether it is empty, and the value's first byte when at hand.
+    func addMerge(_ path: Path, writeID: Int64, stored: [StoredChild]) {
         precondition(writeID > lastWriteID, "write ids must increase")
         pending.append(writeID, path: path, isOverwrite: false, visible: true, inline: nil)
-        for (relative, ref, empty) in stored {
-            overlay.set(.stored(ref), empty: empty, at: path.child(relative))
+        for c in stored {
+            overlay.set(.stored(c.ref), empty: c.empty, at: path.child(c.path), firstByte: c.firstByte)
         }
         lastWriteID = writeID
     }

@@ -47,7 +47,7 @@ extension Engine {
         }
         let (payload, range) = RecordCodec.localSet(path: path, encoded: value.bytes, time: serverTime)
         let lsn = try append(.localSet, payload)
-        let events = syncTree.applyUserOverwrite(path, writeID: lsn, ref: ref(lsn, range), empty: value.isEmpty) {
+        let events = syncTree.applyUserOverwrite(path, writeID: lsn, ref: ref(lsn, range), empty: value.isEmpty, firstByte: value.bytes.first) {
             (try? value.node()) ?? .empty
         }
         return (lsn, events)
@@ -66,7 +66,9 @@ extension Engine {
         if isPersistent {
             let (payload, ranges) = RecordCodec.localUpdate(path: path, children: resolved, time: time)
             let lsn = try append(.localUpdate, payload)
-            let stored = zip(resolved, ranges).map { child, range in (range.0, ref(lsn, range.1), (child.2 ?? child.1).isEmpty) }
+            let stored = zip(resolved, ranges).map { child, range in
+                StoredChild(path: range.0, ref: ref(lsn, range.1), empty: (child.2 ?? child.1).isEmpty, firstByte: payload[range.1.lowerBound])
+            }
             return (lsn, syncTree.applyUserMerge(path, writeID: lsn, stored: stored) { merge })
         }
         let id = try append(.localUpdate, [])
@@ -87,7 +89,9 @@ extension Engine {
         }
         let (payload, ranges) = RecordCodec.localUpdate(path: path, encoded: children, time: serverTime)
         let lsn = try append(.localUpdate, payload)
-        let stored = zip(children, ranges).map { child, range in (child.0, ref(lsn, range), child.1.isEmpty) }
+        let stored = zip(children, ranges).map { child, range in
+            StoredChild(path: child.0, ref: ref(lsn, range), empty: child.1.isEmpty, firstByte: child.1.bytes.first)
+        }
         let events = syncTree.applyUserMerge(path, writeID: lsn, stored: stored) {
             CompoundWrite(children.map { ($0.0, (try? $0.1.node()) ?? .empty) })
         }
@@ -195,15 +199,20 @@ extension Engine {
         let s = try RecordCodec.summarize(kind: kind, payload)
         switch s.kind {
         case .localSet:
-            writeTree.addOverwrite(s.path, .empty, writeID: lsn, visible: !s.hidden, ref: ref(lsn, s.values[0].range),
-                                   empty: Engine.isEmptyValue(payload, s.values[0].range))
+            let range = s.values[0].range
+            writeTree.addOverwrite(s.path, .empty, writeID: lsn, visible: !s.hidden, ref: ref(lsn, range),
+                                   empty: Engine.isEmptyValue(payload, range), firstByte: Engine.firstByte(payload, range))
         case .localUpdate:
-            writeTree.addMerge(s.path, writeID: lsn, stored: s.values.map { ($0.path, ref(lsn, $0.range), Engine.isEmptyValue(payload, $0.range)) })
+            writeTree.addMerge(s.path, writeID: lsn, stored: s.values.map {
+                StoredChild(path: $0.path, ref: ref(lsn, $0.range), empty: Engine.isEmptyValue(payload, $0.range), firstByte: Engine.firstByte(payload, $0.range))
+            })
         case .serverPut:
-            server.set(.stored(ref(lsn, s.values[0].range)), empty: Engine.isEmptyValue(payload, s.values[0].range), at: s.path)
+            let range = s.values[0].range
+            server.set(.stored(ref(lsn, range)), empty: Engine.isEmptyValue(payload, range), at: s.path, firstByte: Engine.firstByte(payload, range))
         case .serverMerge:
             for v in s.values {
-                server.set(.stored(ref(lsn, v.range)), empty: Engine.isEmptyValue(payload, v.range), at: s.path.child(v.path))
+                server.set(.stored(ref(lsn, v.range)), empty: Engine.isEmptyValue(payload, v.range), at: s.path.child(v.path),
+                           firstByte: Engine.firstByte(payload, v.range))
             }
         case .serverRestate:
             for v in s.values {

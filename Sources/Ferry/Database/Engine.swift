@@ -247,6 +247,11 @@ final class Engine: StoredValues, ServerCacheSource {
         range.count == 1 && payload[range.lowerBound] == ValueCodec.Tag.empty.rawValue
     }
 
+    /// The first byte of the value at `range` of a record's payload (nil for none).
+    static func firstByte(_ payload: UnsafeRawBufferPointer, _ range: Range<Int>) -> UInt8? {
+        range.isEmpty ? nil : payload[range.lowerBound]
+    }
+
     /// A record a value is read from could not be read or decoded: the database stops (what it
     /// would show is not the data), and the error names the record, its segment and offset.
     private func fail(_ error: any Error, reading lsn: UInt64) {

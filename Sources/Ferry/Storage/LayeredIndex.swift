@@ -184,12 +184,13 @@ final class LayeredIndex {
         key.withUnsafeBytes { k in for o in observers { o.willChange(k) } }
     }
 
-    private func makeEntry(_ handle: ValueHandle, empty: Bool, depth: Int) -> LayeredEntry {
+    /// `firstByte`: a stored value's first byte, when the caller has it (else it is read).
+    private func makeEntry(_ handle: ValueHandle, empty: Bool, depth: Int, firstByte: UInt8? = nil) -> LayeredEntry {
         switch handle {
         case .stored(let ref):
             var priority = false
             if !empty && ref.length > 0 {
-                let first = reader?.firstByte(ref)
+                let first = firstByte ?? reader?.firstByte(ref)
                 if first == nil { knowsPriorities = false }  // (unread: walks read it themselves)
                 priority = first == ValueCodec.Tag.withPriority.rawValue
             }
@@ -221,11 +222,13 @@ final class LayeredIndex {
     /// Writing a value below a leaf turns that leaf into an object. So that this holds even
     /// after the entry is itself replaced (by a null, say), an empty marker entry is put where
     /// the leaf was first — as folding the writes in order would leave it.
-    func set(_ handle: ValueHandle, empty: Bool, at path: Path) {
-        set(handle, empty: empty, at: path, key: PathKey.encode(path))
+    func set(_ handle: ValueHandle, empty: Bool, at path: Path, firstByte: UInt8? = nil) {
+        set(handle, empty: empty, at: path, key: PathKey.encode(path), firstByte: firstByte)
     }
 
     /// ``set(_:empty:at:)`` with the path's index key already made (`PathKey.encode(path)`).
+    /// `firstByte` is the stored value's first byte, when the caller has it at hand (the
+    /// entry notes whether it carries a priority; without it, the byte is read).
     ///
     /// The entries stay what applying the writes in turn to one tree gives (Firebase's
     /// `updateChild`), priorities included, wherever an entry at or above makes the data
@@ -235,7 +238,7 @@ final class LayeredIndex {
     ///   marker carries it);
     /// - a node with a priority that a removal below it empties loses the priority for good
     ///   (the removal's entry moves up to it).
-    func set(_ handle: ValueHandle, empty: Bool, at path: Path, key: [UInt8]) {
+    func set(_ handle: ValueHandle, empty: Bool, at path: Path, key: [UInt8], firstByte: UInt8? = nil) {
         let isPriority = path.keys.last == ".priority"
         // A priority on an empty node is left out: a folded null (so that a value written there
         // later has none, and a write it folded into can be told).
@@ -262,7 +265,7 @@ final class LayeredIndex {
             break
         }
         willChange(key)
-        let entry = makeEntry(handle, empty: empty, depth: path.count)
+        let entry = makeEntry(handle, empty: empty, depth: path.count, firstByte: leftOut ? nil : firstByte)
         added(entry)
         index.replaceSubtree(key, entry, removed: dropped)
         if empty && !isPriority { forgetPrioritiesOfEmptiedNodes(above: path, key: key, handle: handle) }
