@@ -41,15 +41,18 @@ public struct StreamEvent: Sendable, Equatable {
 /// the lines it completes are dropped from the buffer together, so a long line fed in small
 /// pieces, or many lines fed at once, costs time in proportion to their bytes.
 public struct StreamEventParser: Sendable {
-    /// The most bytes one event may take (its data lines and any line not yet ended): past
-    /// this, ``feed(_:)`` throws rather than hold more of a stream that never ends its event.
+    /// The most bytes one event's data may take, and one line not yet ended: past this,
+    /// ``feed(_:)`` throws rather than hold more of a stream that never ends its event.
     public let maxEventBytes: Int
     /// Bytes not yet taken as lines: a line's start, its end not yet fed.
     private var buffer: [UInt8] = []
+    /// Where the next feed looks for a line end in `buffer` (the bytes before it hold none).
+    private var scanFrom = 0
     private var name = "message"
-    private var dataLines: [String] = []
-    /// The bytes of `dataLines`.
-    private var dataBytes = 0
+    /// The event's data lines so far, joined by line ends; nil before its first.
+    private var data: [UInt8]?
+    /// A line too long to hold was refused: its bytes up to its end are dropped.
+    private var droppingLine = false
 
     /// A parser with nothing buffered. The default limit, 512 MiB, is twice the most a
     /// Realtime Database read returns (256 MB).
@@ -59,14 +62,29 @@ public struct StreamEventParser: Sendable {
 
     /// Feeds bytes; returns the events they complete, in order.
     ///
-    /// - Throws: ``WireError`` (`invalidData`) when an event's data is not JSON, or an event
-    ///   takes more than ``maxEventBytes``.
+    /// - Throws: ``WireError`` (`invalidData`) when an event's data is not JSON, or an event's
+    ///   data or a line passes ``maxEventBytes``. The events these bytes completed before it
+    ///   are dropped with it, and so is the event or line at fault; the next feed goes on after
+    ///   it (though a stream that gave one is best not trusted further: the sync client
+    ///   reconnects).
     public mutating func feed(_ bytes: some Sequence<UInt8>) throws -> [StreamEvent] {
-        var scanned = buffer.count  // (the bytes already buffered hold no line end)
+        var scanned = scanFrom
         buffer.append(contentsOf: bytes)
+        if droppingLine {
+            guard let nl = buffer.firstIndex(of: 0x0A) else {
+                buffer.removeAll(keepingCapacity: true)
+                return []
+            }
+            buffer.removeSubrange(...nl)
+            droppingLine = false
+            scanned = 0
+        }
         var events: [StreamEvent] = []
         var lineStart = 0
-        defer { if lineStart > 0 { buffer.removeSubrange(..<lineStart) } }
+        defer {
+            if lineStart > 0 { buffer.removeSubrange(..<lineStart) }
+            scanFrom = max(0, scanned - lineStart)
+        }
         while let nl = buffer[scanned...].firstIndex(of: 0x0A) {
             var end = nl
             if end > lineStart && buffer[end - 1] == 0x0D { end -= 1 }
@@ -75,8 +93,12 @@ public struct StreamEventParser: Sendable {
             scanned = lineStart
             if let event = try take(line) { events.append(event) }
         }
-        if dataBytes + buffer.count - lineStart > maxEventBytes {
-            throw WireError(.invalidData, "an event of the stream is longer than \(maxEventBytes) bytes", location: "event \(name)")
+        scanned = buffer.count
+        if buffer.count - lineStart > maxEventBytes {
+            buffer.removeAll(keepingCapacity: false)
+            (lineStart, scanned, droppingLine) = (0, 0, true)
+            defer { name = "message"; data = nil }  // (its event is dropped with it)
+            throw WireError(.invalidData, "a line of the stream is longer than \(maxEventBytes) bytes", location: "event \(name)")
         }
         return events
     }
@@ -84,13 +106,12 @@ public struct StreamEventParser: Sendable {
     /// Takes one line (without its line end); returns the event an empty line completes.
     private mutating func take(_ line: ArraySlice<UInt8>) throws -> StreamEvent? {
         if line.isEmpty {
-            defer { name = "message"; dataLines = []; dataBytes = 0 }
-            guard !dataLines.isEmpty else { return nil }
-            let text = dataLines.joined(separator: "\n")
+            defer { name = "message"; data = nil }
+            guard let data else { return nil }
             do {
-                return StreamEvent(name: name, data: try Value(json: text))
+                return StreamEvent(name: name, data: try Value(jsonBytes: data))
             } catch {
-                throw WireError(.invalidData, "the data of a \(name) event is not JSON: \(text.prefix(80))",
+                throw WireError(.invalidData, "the data of a \(name) event is not JSON: \(String(decoding: data.prefix(80), as: UTF8.self))",
                                 underlying: error as? DatabaseError, location: "event \(name)")
             }
         }
@@ -108,8 +129,16 @@ public struct StreamEventParser: Sendable {
         if field.elementsEqual("event".utf8) {
             name = String(decoding: value, as: UTF8.self)
         } else if field.elementsEqual("data".utf8) {
-            dataLines.append(String(decoding: value, as: UTF8.self))
-            dataBytes += value.count + 1
+            if data == nil {
+                data = Array(value)
+            } else {
+                data!.append(0x0A)
+                data!.append(contentsOf: value)
+            }
+            if data!.count > maxEventBytes {
+                defer { name = "message"; data = nil }  // (the event is dropped)
+                throw WireError(.invalidData, "the data of a \(name) event is longer than \(maxEventBytes) bytes", location: "event \(name)")
+            }
         }
         return nil
     }

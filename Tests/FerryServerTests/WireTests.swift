@@ -39,25 +39,48 @@ import Testing
     }
 
     /// A stream that never ends its event (one endless line, or endless data lines) is refused
-    /// once the event passes the parser's limit, not held in memory without end; events
-    /// within it parse.
+    /// once the event passes the parser's limit, not held in memory without end, however its
+    /// bytes are split; events within the limit parse, and so do those after a refused one.
     @Test func anEventLongerThanTheLimitIsRefusedNotHeld() throws {
-        var parser = StreamEventParser(maxEventBytes: 1_000)
-        #expect(try parser.feed(Array(StreamEvent.put("/", .string(String(repeating: "x", count: 900))).encoded.utf8)).count == 1)
+        let limit = 1_000
+        let fits = StreamEvent.put("/", .string(String(repeating: "x", count: 900)))
+        let tooLong = StreamEvent.put("/", .string(String(repeating: "x", count: 1_100)))
+        var parser = StreamEventParser(maxEventBytes: limit)
+        #expect(try parser.feed(Array(fits.encoded.utf8)) == [fits])
+        #expect(throws: WireError.self) { _ = try parser.feed(Array(tooLong.encoded.utf8)) }
+        for piece in [1, 50, 600] {
+            var split = StreamEventParser(maxEventBytes: limit)
+            let bytes = Array(tooLong.encoded.utf8)
+            var refused = false
+            for start in stride(from: 0, to: bytes.count, by: piece) {
+                do { _ = try split.feed(bytes[start..<min(start + piece, bytes.count)]) } catch is WireError { refused = true }
+            }
+            #expect(refused, "the event fed in pieces of \(piece)")
+        }
+        // One endless line: refused once past the limit, its bytes dropped, the next line read.
         _ = try parser.feed(Array("event: put\ndata: \"".utf8))
-        var refused = false
+        var refusals = 0
         for _ in 0..<100 {
             do { _ = try parser.feed(Array(repeating: UInt8(ascii: "y"), count: 50)) } catch let e as WireError {
                 #expect(e.code == .invalidData)
-                refused = true
-                break
+                refusals += 1
             }
         }
-        #expect(refused, "one endless line")
-        var lines = StreamEventParser(maxEventBytes: 1_000)
+        #expect(refusals == 1, "one endless line is refused once")
+        #expect(try parser.feed(Array(("yyy\n\n" + fits.encoded).utf8)) == [fits])
+        // Endless data lines, even empty ones.
+        var lines = StreamEventParser(maxEventBytes: limit)
         #expect(throws: WireError.self) {
-            for _ in 0..<100 { _ = try lines.feed(Array("data: 12345678901234567890\n".utf8)) }
+            for _ in 0..<2_000 { _ = try lines.feed(Array("data:\n".utf8)) }
         }
+    }
+
+    /// After an event whose data is not JSON, the same parser reads the events after it,
+    /// including those fed with it.
+    @Test func aParserGoesOnAfterAnEventThatIsNotJSON() throws {
+        var parser = StreamEventParser()
+        #expect(throws: WireError.self) { _ = try parser.feed(Array("data: x\n\ndata: 1\n\n".utf8)) }
+        #expect(try parser.feed(Array("data: 2\n\n".utf8)) == [StreamEvent(name: "message", data: 1), StreamEvent(name: "message", data: 2)])
     }
 
     @Test func queriesFilterOrderAndLimitAsTheRealtimeDatabaseDoes() throws {
