@@ -176,12 +176,12 @@ public final class LogReadSnapshot: Sendable {
     /// A reader of segment `i`, made from a duplicate of its descriptor when none is at hand.
     private func cursor(_ i: Int, _ s: inout State) throws -> SegmentCursor {
         if let k = s.cursors.firstIndex(where: { $0.segment == i }) { return s.cursors[k].cursor }
+        if s.cursors.count == Self.maxCursors { s.cursors.removeFirst() }  // (its descriptor closes first)
         let fd = dup(descriptors.fds[i])
         guard fd >= 0 else { throw LogError.io("dup", path: directory.path(segments[i].name), Errno(rawValue: errno)) }
         let c = SegmentCursor(name: segments[i].name, reader: FrameReader(file: FileHandle(fd: fd, path: directory.path(segments[i].name)),
                                                                       system: directory.system, limit: segments[i].size))
         s.cursors.append((i, c))
-        if s.cursors.count > Self.maxCursors { s.cursors.removeFirst() }
         return c
     }
 
@@ -275,6 +275,7 @@ public final class LogReadSnapshot: Sendable {
                 let lsn = previous.nextLSN
                 guard range.contains(lsn), let i = try? segmentIndex(of: lsn) else { break }
                 if cursor?.segment != i {
+                    cursor = nil  // (its descriptor closes before another is taken)
                     let fd = dup(descriptors.fds[i])
                     guard fd >= 0 else { break }
                     cursor = (i, SegmentCursor(name: segments[i].name,
