@@ -1,3 +1,4 @@
+import FerryLog
 import FerryTestSupport
 import Testing
 
@@ -41,5 +42,41 @@ import Testing
             let built = RecordCodec.localUpdate(path: path, children: children.map { ($0.0, $0.1, nil) }, time: time)
             #expect(fast.bytes == built.bytes && fast.ranges == built.ranges.map(\.1), "\(path) \(time)")
         }
+    }
+
+    /// An update record listing its children in another order than String's (earlier builds
+    /// listed them by their keys' bytes, which differs for keys not in NFC form) replays as the
+    /// update applied live: here, a removal listed first would empty a node with a priority and
+    /// drop the priority before its sibling is written.
+    @Test func anUpdateRecordReplaysInTheOrderItsUpdateAppliedLive() async throws {
+        let decomposed = "e\u{301}"  // sorts before "f" by bytes, after it as a String ("é")
+        #expect(Array(decomposed.utf8).lexicographicallyPrecedes(Array("f".utf8)) && "f" < decomposed)
+        let dir = try TemporaryDirectory()
+        var options = quietOptions(.none)
+        options.checkpointOnClose = false
+        let live: Value
+        do {
+            let db = try Database.open(at: dir.path, options: options)
+            try await db.reference("p").setValue(.object([".priority": .int(1), decomposed: .string("v")]))
+            let other = Database.inMemory()
+            try await other.reference("p").setValue(.object([".priority": .int(1), decomposed: .string("v")]))
+            try await other.reference("p").updateChildValues([decomposed: .null, "f": .int(5)])
+            live = try await other.reference("p").getData().exportValue
+            #expect(live == .object([".priority": .int(1), "f": .int(5)]))
+            try await db.close()
+        }
+        do {
+            // The update as an earlier build recorded it: the removal (first by bytes) first.
+            let log = try WriteAheadLog.open(at: dir.path, options: LogOptions(durability: .none))
+            let children = [(Path(keys: [decomposed]), Node.empty, Node?.none), (Path(keys: ["f"]), try Node(.int(5)), Node?.none)]
+            let record = RecordCodec.localUpdate(path: Path(keys: ["p"]), children: children, time: 0)
+            var batch = LogBatch()
+            batch.append(kind: RecordKind.localUpdate.rawValue, payload: record.bytes)
+            try await log.append(batch)
+            try await log.close()
+        }
+        let db = try Database.open(at: dir.path, options: options)
+        #expect(try await db.reference("p").getData().exportValue == live)
+        try await db.close()
     }
 }

@@ -108,10 +108,17 @@ final class WriteTree {
     }
 
     /// Records an update whose values are all stored: each child's relative path, where its
-    /// value is, whether it is empty, and the value's first byte when at hand.
+    /// value is, whether it is empty, and the value's first byte when at hand. The children
+    /// are laid down in the order a ``CompoundWrite`` of them applies (key by key, each in
+    /// String's order; that order can matter: a removal emptying a node with a priority drops
+    /// the priority before a sibling is written), whatever order they come in (update records
+    /// written by earlier builds list them by their keys' bytes, which differs for keys not in
+    /// NFC form).
     func addMerge(_ path: Path, writeID: Int64, stored: [StoredChild]) {
         precondition(writeID > lastWriteID, "write ids must increase")
         pending.append(writeID, path: path, isOverwrite: false, visible: true, inline: nil)
+        var stored = stored
+        stored.sort { $0.path.keys.lexicographicallyPrecedes($1.path.keys) }  // (in order already: one pass)
         for c in stored {
             overlay.set(.stored(c.ref), empty: c.empty, at: path.child(c.path), firstByte: c.firstByte)
         }
