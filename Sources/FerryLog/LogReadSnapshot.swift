@@ -131,7 +131,7 @@ public final class LogReadSnapshot: Sendable {
     /// Each segment's next LSN, for finding a record's segment without copying segment infos.
     private let nextLSNs: [LSN]
     private let directory: StoreDirectory
-    private let state: Mutex<State>
+    private let state: FerryMutex<State>
     private let descriptors: Descriptors
     /// Frames kept: the one being read, those read ahead and a few read before — no more than
     /// 4 once they hold more than `maxFrameBytes` (frames of big values).
@@ -170,7 +170,7 @@ public final class LogReadSnapshot: Sendable {
         self.range = first..<max(first, written)
         self.directory = directory
         self.inspect = inspect
-        self.state = Mutex(State())
+        self.state = FerryMutex(State())
     }
 
     /// A reader of segment `i`, made from a duplicate of its descriptor when none is at hand.

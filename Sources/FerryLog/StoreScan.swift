@@ -204,7 +204,7 @@ struct StoreScan: Sendable {
             var slots: [Result<SegmentScan, any Error>?]
             /// The next segment to scan, and the first whose problem ends a strict scan (none
             /// after it is needed: the caller stops there).
-            let state = Mutex((next: 0, stop: Int.max))
+            let state = FerryMutex((next: 0, stop: Int.max))
             init(_ count: Int) { slots = Array(repeating: nil, count: count) }
         }
         let results = Results(found.count)

@@ -33,12 +33,12 @@ public final class WriteAheadLog: Sendable {
     let options: LogOptions
     let directory: StoreDirectory
     let queue: DispatchQueue
-    let shared: Mutex<Shared>
-    let writer: Mutex<Writer>
+    let shared: FerryMutex<Shared>
+    let writer: FerryMutex<Writer>
     /// Wakes the writer while it waits for work (cheaper than queueing a new run).
     let wake = DispatchSemaphore(value: 0)
     /// Open segments and decompressed frames for ``withRecord(at:_:)``.
-    let recordCache = Mutex(RecordCache())
+    let recordCache = FerryMutex(RecordCache())
 
     var logger: Logger { options.logger }
     var system: SystemCalls { options.system }
@@ -108,8 +108,8 @@ public final class WriteAheadLog: Sendable {
         self.queue = DispatchQueue(label: "ferry.log.writer")
         let next = report.nextLSN
         let active = segment.info(nextLSN: next)
-        self.shared = Mutex(Shared(nextLSN: next, firstLSN: report.firstLSN, sealed: sealed, active: active))
-        self.writer = Mutex(Writer(segment: segment, lock: lock, frameTarget: options.frameTargetSize))
+        self.shared = FerryMutex(Shared(nextLSN: next, firstLSN: report.firstLSN, sealed: sealed, active: active))
+        self.writer = FerryMutex(Writer(segment: segment, lock: lock, frameTarget: options.frameTargetSize))
     }
 
     /// The pid the lock file names (its holder's, written when it was taken).

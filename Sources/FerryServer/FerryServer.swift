@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 @_spi(Server) import Ferry
+import FerryLog
 import FerryWire
 import Foundation
 import Logging
@@ -80,23 +81,23 @@ public final class FerryServer: Sendable {
     /// The configuration it runs with.
     public let configuration: ServerConfiguration
     private let group: MultiThreadedEventLoopGroup
-    private let listener = Mutex<(any Channel)?>(nil)
-    private let namespaces = Mutex<[String: Task<Namespace, any Error>]>([:])
+    private let listener = FerryMutex<(any Channel)?>(nil)
+    private let namespaces = FerryMutex<[String: Task<Namespace, any Error>]>([:])
     private struct Connections {
         var open: [ObjectIdentifier: any Channel] = [:]
         /// Requests being answered (streams are not counted once they stream).
         var inFlight = 0
         var stopping = false
     }
-    private let connections = Mutex(Connections())
+    private let connections = FerryMutex(Connections())
     /// The tokens accepted now: the configuration's, until the owner replaces them.
-    private let tokens: Mutex<Set<String>>
+    private let tokens: FerryMutex<Set<String>>
     private var logger: Logger { configuration.logger }
 
     /// A server for `configuration`; call ``start()``.
     public init(configuration: ServerConfiguration) {
         self.configuration = configuration
-        tokens = Mutex(configuration.tokens)
+        tokens = FerryMutex(configuration.tokens)
         group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads > 0 ? configuration.eventLoopThreads : System.coreCount)
     }
 
@@ -412,7 +413,7 @@ public final class FerryServer: Sendable {
     private func run(_ jobs: [WriteJob], _ ns: Namespace) async -> [WriteOutcome] {
         if jobs.isEmpty { return [] }
         return await withCheckedContinuation { (done: CheckedContinuation<[WriteOutcome], Never>) in
-            let results = Mutex<[Int: WriteOutcome]>([:])
+            let results = FerryMutex<[Int: WriteOutcome]>([:])
             var submitted = jobs
             for i in submitted.indices {
                 submitted[i].complete = { o in

@@ -78,7 +78,7 @@ final class StreamSink: Sendable {
     private let output: StreamOutput
 
     /// A query stream's last result sent (it is sent again only when it changes).
-    let lastView = Mutex<Value?>(nil)
+    let lastView = FerryMutex<Value?>(nil)
 
     init(keys: [String], query: WireQuery?, caller: Caller, token: String?, output: StreamOutput) {
         self.keys = keys
@@ -89,7 +89,7 @@ final class StreamSink: Sendable {
     }
 
     /// Events held back while a group's events are collected (see ``hold()``).
-    private let held = Mutex<[StreamEvent]?>(nil)
+    private let held = FerryMutex<[StreamEvent]?>(nil)
 
     func send(_ e: StreamEvent) {
         let queued = held.withLock { h -> Bool in
@@ -152,7 +152,7 @@ final class Namespace: Sendable {
         var closing = false
         var writerIdle = true
     }
-    let state: Mutex<State>
+    let state: FerryMutex<State>
 
     /// Opens (creating) the namespace's store under `directory`.
     init(name: String, directory: String, logger: Logger) async throws {
@@ -182,7 +182,7 @@ final class Namespace: Sendable {
         if case .string(let text) = ValueTree.child(tree, ["meta", "rules"]), let v = try? Value(json: text), let r = try? Rules(body: v) {
             rules = r
         }
-        state = Mutex(State(committed: data, working: data, clients: clients, rules: rules))
+        state = FerryMutex(State(committed: data, working: data, clients: clients, rules: rules))
         (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         Task { [self] in await runWriter() }
     }

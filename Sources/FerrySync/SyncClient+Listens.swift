@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 @_spi(Server) import Ferry
+import FerryLog
 import FerryWire
 import NIOCore
 import NIOHTTP1
@@ -224,7 +225,7 @@ extension SyncClient {
 
 /// When a stream last received bytes.
 final class Silence: Sendable {
-    private let last = Mutex(ContinuousClock.now)
+    private let last = FerryMutex(ContinuousClock.now)
     func reset() { last.withLock { $0 = .now } }
     func exceeded(_ limit: Duration) -> Bool { last.withLock { ContinuousClock.now - $0 > limit } }
 }

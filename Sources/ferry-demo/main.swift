@@ -70,7 +70,7 @@ nonisolated func main() async throws {
 
     // A listener on the three most-liked posts: it fires from local writes, with no server.
     let top = try posts.queryOrdered(byChild: "likes").queryLimited(toLast: 3)
-    let events = Mutex(0)
+    let events = FerryMutex(0)
     @Sendable func describe(_ snapshot: DataSnapshot) -> String {
         snapshot.children.map { "\($0.key!) (\($0.childSnapshot(forPath: "likes").value) likes)" }.joined(separator: ", ")
     }

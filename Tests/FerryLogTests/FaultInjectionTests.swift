@@ -21,7 +21,7 @@ final class Faults: Sendable {
         var sticky = true
     }
 
-    private let state = Mutex<(plan: Plan?, seen: Int, failed: Int)>((nil, 0, 0))
+    private let state = FerryMutex<(plan: Plan?, seen: Int, failed: Int)>((nil, 0, 0))
 
     func arm(_ plan: Plan) { state.withLock { $0 = (plan, 0, 0) } }
     var failures: Int { state.withLock { $0.failed } }
@@ -146,7 +146,7 @@ final class Faults: Sendable {
     func aSegmentThatCannotBeGrownAheadIsAppendedTo(_ refusal: Errno) async throws {
         let dir = try TemporaryDirectory()
         var options = testOptions(.fsync, segmentSize: 8192)
-        let asked = Mutex(0)
+        let asked = FerryMutex(0)
         options.system.preallocate = { _, _ in
             asked.withLock { $0 += 1 }
             return .failure(refusal)
@@ -189,7 +189,7 @@ final class Faults: Sendable {
         let dir = try TemporaryDirectory()
         var options = testOptions(.fsync, segmentSize: 4 << 20)
         let live = SystemCalls.live
-        let seen = Mutex(Seen())
+        let seen = FerryMutex(Seen())
         options.system.preallocate = { fd, length in
             let r = live.preallocate(fd, length)
             if case .success = r { seen.withLock { $0.grownTo.append(length) } }

@@ -86,7 +86,7 @@ import Synchronization
         let note: LogReadSnapshot.Inspector = { kind, payload in UInt64(kind) << 32 | UInt64(payload.count) + 1 }
         let snapshot = try log.readSnapshot(inspect: note)
         let walks = 4
-        let outcomes = Mutex<[(wrong: [Int], failed: [Int: LogError], noted: Int)]>([])
+        let outcomes = FerryMutex<[(wrong: [Int], failed: [Int: LogError], noted: Int)]>([])
         DispatchQueue.concurrentPerform(iterations: walks) { _ in
             var wrong: [Int] = [], failed: [Int: LogError] = [:], noted = 0
             for n in 1...200 {

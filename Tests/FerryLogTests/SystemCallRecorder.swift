@@ -51,7 +51,7 @@ final class SystemCallRecorder: Sendable {
         var failedAt: Int?
     }
 
-    private let state = Mutex(State())
+    private let state = FerryMutex(State())
     /// The store's directory: files are named relative to it (the directory itself is ".").
     private let store: String
 

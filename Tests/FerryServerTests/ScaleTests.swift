@@ -1,3 +1,4 @@
+import FerryLog
 import Ferry
 import FerryTestSupport
 import FerryWire
@@ -55,7 +56,7 @@ import Glibc
         let dir = try TemporaryDirectory("server-fifty")
         var server = try ServerProcess(data: dir.path)
         let port = server.port
-        let acknowledged = Mutex<[Int]>([])
+        let acknowledged = FerryMutex<[Int]>([])
         let stop = Atomic(false)
         let clients = DispatchGroup()
         for client in 0..<50 {

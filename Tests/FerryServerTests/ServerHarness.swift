@@ -1,3 +1,4 @@
+import FerryLog
 import Foundation
 import Synchronization
 import FerryTestSupport
@@ -26,7 +27,7 @@ final class ServerProcess: Sendable {
         self.port = port
     }
 
-    private let ended = Mutex(false)
+    private let ended = FerryMutex(false)
 
     /// SIGTERM, then the exit status.
     func terminate() -> Int32 {
@@ -135,10 +136,10 @@ enum TestHTTP {
 final class ScriptedServer: @unchecked Sendable {
     let port: Int
     private let fd: Int32
-    private final class Lines: Sendable { let list = Mutex<[String]>([]) }
+    private final class Lines: Sendable { let list = FerryMutex<[String]>([]) }
     private let requestLines = Lines()
     private let heldConnections = Lines()
-    private let stopped = Mutex(false)
+    private let stopped = FerryMutex(false)
 
     var requests: [String] { requestLines.list.withLock { $0 } }
 

@@ -1,3 +1,4 @@
+import FerryLog
 import Ferry
 import FerryTestSupport
 import FerryWire
@@ -110,7 +111,7 @@ import Glibc
         let dir = try TemporaryDirectory("server-kill9")
         var server = try ServerProcess(data: dir.path)
         let port = server.port
-        let acknowledged = Mutex<[Int]>([])
+        let acknowledged = FerryMutex<[Int]>([])
         DispatchQueue.concurrentPerform(iterations: 8) { client in
             for i in 0..<25 {
                 let n = client * 100 + i
@@ -255,7 +256,7 @@ import Glibc
         let dir = try TemporaryDirectory("server-term")
         var server = try ServerProcess(data: dir.path)
         let port = server.port
-        let answered = Mutex<[Int]>([])
+        let answered = FerryMutex<[Int]>([])
         let group = DispatchGroup()
         for c in 0..<4 {
             DispatchQueue.global().async(group: group) {

@@ -1,4 +1,5 @@
 @testable @_spi(Server) import Ferry
+import FerryLog
 import FerrySync
 import FerryTestSupport
 import FerryWire
@@ -43,7 +44,7 @@ struct Client {
 
 /// What a listener of a location's `topic` has shown, in order.
 final class TopicListener: Sendable {
-    private final class Values: Sendable { let list = Mutex<[Value]>([]) }
+    private final class Values: Sendable { let list = FerryMutex<[Value]>([]) }
     private let ref: DatabaseReference
     private let handle: ObserverHandle
     private let values = Values()
@@ -108,7 +109,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let b = try await Client(dir.sub("b"), port: server.port)
         await b.sync.goOnline()
         let posts = try b.db.reference("posts")
-        let seen = Mutex<[DataSnapshot]>([])
+        let seen = FerryMutex<[DataSnapshot]>([])
         let handle = posts.observe(.value, includeMetadataChanges: true) { s in seen.withLock { $0.append(s) } }
         #expect(await eventually { seen.withLock { $0.last.map { !$0.metadata.fromCache } ?? false } })
         #expect(seen.withLock { $0.last?.value } == .null)
@@ -165,7 +166,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         #expect(try setRules(server.port, rules))
         let a = try await Client(dir.sub("a"), port: server.port)
         let locked = try a.db.reference("locked/x")
-        let seen = Mutex<[Value]>([])
+        let seen = FerryMutex<[Value]>([])
         let handle = locked.observe(.value) { s in seen.withLock { $0.append(s.value) } }
         let denied = try await locked.setValue("mine")
         let allowed = try await a.db.reference("open/y").setValue("ours")
@@ -233,7 +234,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let server = try ServerProcess(data: dir.sub("server"))
         let a = try await Client(dir.sub("a"), port: server.port)
         let b = try await Client(dir.sub("b"), port: server.port)
-        let views = Mutex<[String: DataSnapshot]>([:])
+        let views = FerryMutex<[String: DataSnapshot]>([:])
         var handles: [(DatabaseReference, ObserverHandle)] = []
         for (name, client) in [("a", a), ("b", b)] {
             let doc = try client.db.reference("doc")
@@ -302,8 +303,8 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let server = try ServerProcess(data: dir.sub("server"), ["--token", "fresh"])
         let rules = #"{"rules": {".read": "auth != null", ".write": "auth != null"}}"#
         #expect(try setRules(server.port, rules))
-        let renewed = Mutex(false)
-        let refreshes = Mutex(0)
+        let renewed = FerryMutex(false)
+        let refreshes = FerryMutex(0)
         let a = try await Client(dir.sub("a"), port: server.port) { options in
             options.retryDelay = .milliseconds(10)
             options.maxRetryDelay = .milliseconds(50)
@@ -362,7 +363,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         var server = try ServerProcess(data: dir.sub("server"))
         let port = server.port
         let a = try await Client(dir.sub("a"), port: port)
-        let states = Mutex<[Bool]>([])
+        let states = FerryMutex<[Bool]>([])
         let watcher = Task {
             for await s in await a.sync.connectionStates() { states.withLock { $0.append(s) } }
         }
@@ -390,7 +391,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let b = try await Client(dir.sub("b"), port: server.port)
         await b.sync.goOnline()
         let top = try b.db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 2)
-        let last = Mutex<DataSnapshot?>(nil)
+        let last = FerryMutex<DataSnapshot?>(nil)
         let handle = top.observe(.value) { s in last.withLock { $0 = s } }
         #expect(await eventually { last.withLock { $0?.children.map(\.key) } == ["p4", "p3"] })
         #expect(last.withLock { $0?.metadata.fromCache } == false)
@@ -415,7 +416,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         await b.sync.goOnline()
         // A listener of the whole location caches it whole.
         let posts = try b.db.reference("posts")
-        let count = Mutex(0)
+        let count = FerryMutex(0)
         let all = posts.observe(.value) { s in count.withLock { $0 = Int(s.childrenCount) } }
         #expect(await eventually { count.withLock { $0 } == 4 })
         posts.removeObserver(withHandle: all)
@@ -423,7 +424,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         #expect(try TestHTTP.request(server.port, "DELETE", "/posts/p3.json?ns=t").status == 200)
 
         let top = try b.db.reference("posts").queryOrdered(byChild: "likes").queryLimited(toLast: 2)
-        let last = Mutex<DataSnapshot?>(nil)
+        let last = FerryMutex<DataSnapshot?>(nil)
         let handle = top.observe(.value) { s in last.withLock { $0 = s } }
         #expect(last.withLock { $0?.children.map(\.key) } == ["p4", "p3"], "offline: the cache's window, at once")
         #expect(b.db.engine.withLock { $0.syncTree.view(for: top.spec)?.storeBacked } == true)
@@ -448,7 +449,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let a = try await Client(dir.sub("a"), port: server.port)
         await a.sync.goOnline()
         let items = try a.db.reference("items")
-        let events = Mutex<[String]>([])
+        let events = FerryMutex<[String]>([])
         var handles: [ObserverHandle] = []
         for type in [DataEventType.childAdded, .childChanged, .childRemoved] {
             handles.append(items.observe(type) { s in events.withLock { $0.append("\(type) \(s.key ?? "")") } })
@@ -558,7 +559,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let a = try await Client(dir.sub("a"), port: server.port)
         await a.sync.goOnline()
         let feed = try a.db.reference("feed")
-        let last = Mutex<DataSnapshot?>(nil)
+        let last = FerryMutex<DataSnapshot?>(nil)
         let handle = feed.observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
         var receipt: WriteReceipt?
         for i in 0..<50 { receipt = try feed.child("f\(i)").setValueNow(.int(Int64(i))) }
@@ -590,7 +591,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         }
         let a = try await Client(dir.sub("a"), port: server.port)
         let x = try a.db.reference("x")
-        let seen = Mutex<[Value]>([])
+        let seen = FerryMutex<[Value]>([])
         let handle = x.observe(.value) { s in seen.withLock { $0.append(s.value) } }
         _ = try await x.setValue(1)
         _ = try await a.db.reference("y").removeValue()
@@ -611,7 +612,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         #expect(try TestHTTP.request(server.port, "PUT", "/counter.json?ns=t", json: "10").status == 200)
         let a = try await Client(dir.sub("a"), port: server.port)
         await a.sync.goOnline()
-        let runs = Mutex<[Value]>([])
+        let runs = FerryMutex<[Value]>([])
         let port = server.port
         let result = try await a.sync.runTransaction(at: try a.db.reference("counter")) { data in
             let first = runs.withLock { $0.isEmpty }
@@ -666,11 +667,11 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let rules = #"{"rules": {"secret": {".read": "auth != null"}}}"#
         #expect(try setRules(server.port, rules))
         #expect(try TestHTTP.request(server.port, "PUT", "/secret.json?ns=t", headers: ["Authorization": "Bearer owner"], json: #""s3cr3t""#).status == 200)
-        let signedIn = Mutex(false)
+        let signedIn = FerryMutex(false)
         let a = try await Client(dir.sub("a"), port: server.port) { $0.tokenProvider = { _ in signedIn.withLock { $0 } ? "reader" : nil } }
         await a.sync.goOnline()
         let secret = try a.db.reference("secret")
-        let last = Mutex<DataSnapshot?>(nil)
+        let last = FerryMutex<DataSnapshot?>(nil)
         let handle = secret.observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
         #expect(await eventually { await a.sync.refusedListenLocations["/secret"] == "401 Permission denied" })
         #expect(last.withLock { $0 } == nil)
@@ -710,7 +711,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let a = try await Client(dir.sub("a"), port: server.port)
         await a.sync.goOnline()
         let count = try a.db.reference("stats/count")
-        let shown = Mutex<[Int64]>([])
+        let shown = FerryMutex<[Int64]>([])
         _ = try a.db.reference("stats").observe(.value, includeMetadataChanges: true) { s in
             if case .int(let n) = s.childSnapshot(forPath: "count").value { shown.withLock { $0.append(n) } }
         }
@@ -735,7 +736,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-first-put")
         final class Box: @unchecked Sendable { var server: ScriptedServer? }
         let box = Box()
-        let shown = Mutex<[Int64]>([])
+        let shown = FerryMutex<[Int64]>([])
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /stats") }) { line in
             if line.hasPrefix("GET /stats") {  // (the stream opens; its first put comes later)
                 return ScriptedServer.stream()
@@ -780,7 +781,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-redirect")
         final class Box: @unchecked Sendable { var port = 0 }
         let box = Box()
-        let portal = Mutex(true)
+        let portal = FerryMutex(true)
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /moved/y") }) { line in
             if line.hasPrefix("PUT /x") && portal.withLock({ $0 }) {
                 return ScriptedServer.http(302, "", headers: ["Location": "http://127.0.0.1:\(box.port)/portal.json"])
@@ -796,7 +797,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         box.port = server.port
         let a = try await Client(dir.sub("a"), port: server.port, batches: false)
         let receipt = try await a.db.reference("x").setValue(1)
-        let y = Mutex<Value?>(nil)
+        let y = FerryMutex<Value?>(nil)
         let handle = try a.db.reference("y").observe(.value) { s in y.withLock { $0 = s.value } }
         await a.sync.goOnline()
         #expect(await eventually { server.requests.filter { $0.hasPrefix("PUT /x") }.count >= 3 })
@@ -820,7 +821,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-offline-close")
         final class Box: @unchecked Sendable { var server: ScriptedServer? }
         let box = Box()
-        let puts = Mutex(0)
+        let puts = FerryMutex(0)
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /stats") }) { line in
             if line.hasPrefix("GET /stats") {
                 return ScriptedServer.stream(firstPut: #"{"count": 0}"#)
@@ -926,11 +927,11 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let server = try ServerProcess(data: dir.sub("server"), ["--token", "first"])
         let rules = #"{"rules": {".read": "auth != null", ".write": "auth != null"}}"#
         #expect(try setRules(server.port, rules))
-        let current = Mutex("first")
+        let current = FerryMutex("first")
         let a = try await Client(dir.sub("a"), port: server.port) { $0.tokenProvider = { _ in current.withLock { $0 } } }
         await a.sync.goOnline()
         let note = try a.db.reference("note")
-        let last = Mutex<Value?>(nil)
+        let last = FerryMutex<Value?>(nil)
         let handle = note.observe(.value) { s in last.withLock { $0 = s.value } }
         #expect(try TestHTTP.request(server.port, "PUT", "/note.json?ns=t", headers: ["Authorization": "Bearer owner"], json: #""one""#).status == 200)
         #expect(await eventually { last.withLock { $0 } == "one" })
@@ -995,7 +996,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         #expect(try TestHTTP.request(server.port, "PUT", "/room.json?ns=t", json: #"{"topic": "sync"}"#).status == 200)
         let a = try await Client(dir.sub("a"), port: server.port)
         let room = try a.db.reference("room")
-        let last = Mutex<DataSnapshot?>(nil)
+        let last = FerryMutex<DataSnapshot?>(nil)
         let handle = room.observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
         await a.sync.goOnline()
         #expect(await eventually { last.withLock { $0?.metadata.fromCache } == false })

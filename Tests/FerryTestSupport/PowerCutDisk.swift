@@ -54,7 +54,7 @@ public final class PowerCutDisk: Sendable {
     /// The store directory tracked.
     public let directory: String
     private let shadow: String
-    private let state: Mutex<State>
+    private let state: FerryMutex<State>
     /// The lock file is not data: its `flock` dies with the process, its bytes are a hint.
     private static let untracked: Set<String> = ["LOCK"]
 
@@ -76,7 +76,7 @@ public final class PowerCutDisk: Sendable {
             s.files[id] = TrackedFile(length: Int64(st.st_size), durableLength: Int64(st.st_size))
         }
         s.durableNames = s.names
-        state = Mutex(s)
+        state = FerryMutex(s)
     }
 
     /// True once the power is out.

@@ -1,3 +1,4 @@
+import FerryLog
 import Foundation
 import FerryTestSupport
 import Synchronization
@@ -165,7 +166,7 @@ import Testing
         var g = SplitMix(seed: seed)
         var children: [String: Value] = [:]
         for i in 0..<600 { children["k\(i)"] = Value.object(["likes": .int(Int64.random(in: 0...40, using: &g)), "n": .int(Int64(i))]) }
-        final class Log: Sendable { let lines = Mutex<[String]>([]) }
+        final class Log: Sendable { let lines = FerryMutex<[String]>([]) }
         let logs = [Log(), Log(), Log()]
         for (db, log) in zip(dbs, logs) {
             try await db.applyServerPut(at: "data", .object(children))
@@ -282,7 +283,7 @@ import Testing
             try await db.applyServerPut(at: "", ["big": .object(children), "small": ["a": ["likes": 1], "b": ["likes": 2]]])
             let top = try db.reference("big").queryOrdered(byChild: "likes").queryLimited(toLast: 3)
             let bottom = try db.reference("big").queryOrdered(byChild: "likes").queryLimited(toFirst: 2)
-            let shown = Mutex<[String]>([])
+            let shown = FerryMutex<[String]>([])
             let first = top.observe(.value) { s in shown.withLock { $0 = s.children.map { $0.key! } } }
             let second = bottom.observe(.value) { _ in }
             let small = try db.reference("small").queryOrdered(byChild: "likes").queryLimited(toLast: 1).observe(.value) { _ in }
@@ -330,7 +331,7 @@ import Testing
         for i in 0..<1_000 { children["k\(1_000 + i)"] = ["likes": .int(Int64(i))] }
         children["k9999"] = ["likes": .int(1 << 60)]
         try await db.applyServerPut(at: "big", .object(children))
-        let shown = Mutex<[String]>([])
+        let shown = FerryMutex<[String]>([])
         let handle = try db.reference("big").queryOrdered(byChild: "likes").queryLimited(toLast: 3)
             .observe(.value) { s in shown.withLock { $0 = s.children.map { $0.key! } } }
         #expect(shown.withLock { $0 } == ["k1998", "k1999", "k9999"])
@@ -351,7 +352,7 @@ import Testing
         for i in 0..<1_000 { children["m\(i)"] = i < 10 ? ["text": "no priority"] : [".value": ["text": .int(Int64(i))], ".priority": .int(Int64(i))] }
         try await db.applyServerPut(at: "chat", .object(children))
         let query = try db.reference("chat").queryLimited(toLast: 3)
-        let shown = Mutex<[String]>([])
+        let shown = FerryMutex<[String]>([])
         let handle = query.observe(.value) { s in shown.withLock { $0 = s.children.map { $0.key! } } }
         #expect(db.engine.withLock { $0.childIndexes.map(\.child) } == [Path(keys: [".priority"])])
         #expect(db.engine.withLock { $0.syncTree.view(for: query.spec)?.storeBacked } == true)

@@ -24,7 +24,7 @@ final class Recorder: Sendable {
         var metadata: SnapshotMetadata
         var description: String { "\(type) \(key ?? "-") \(value)\(prev.map { " after \($0)" } ?? "")" }
     }
-    private let entries = Mutex<[Entry]>([])
+    private let entries = FerryMutex<[Entry]>([])
 
     var all: [Entry] { entries.withLock { $0 } }
     var values: [Value] { all.filter { $0.type == .value }.map(\.value) }

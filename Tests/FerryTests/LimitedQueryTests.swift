@@ -1,3 +1,4 @@
+import FerryLog
 import FerryTestSupport
 import Foundation
 import Synchronization
@@ -55,7 +56,7 @@ import Testing
         if count > 10_000 { cases = [cases[0], cases[2]] }  // the big case: one order by child, one by key
         for (query, index, last) in cases {
             let limit = query.params.limit!
-            let seen = Mutex<[String]>([])
+            let seen = FerryMutex<[String]>([])
             let handle = query.observe(.value) { snap in seen.withLock { $0 = snap.children.map { $0.key! } } }
             #expect(seen.withLock { $0 } == (try Self.bruteForce(posts, index: index, limit: limit, last: last)), "\(query)")
             // Changes move children in and out of the window.

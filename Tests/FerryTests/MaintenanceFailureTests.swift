@@ -11,7 +11,7 @@ import Testing
     /// Fails the next `rename` or `unlink` of a file whose path contains (for `rename`) or ends
     /// with (for `unlink`) the armed text, once.
     final class OneFault: Sendable {
-        private let armed = Mutex<(call: String, path: String)?>(nil)
+        private let armed = FerryMutex<(call: String, path: String)?>(nil)
         func arm(_ call: String, pathContaining path: String) { armed.withLock { $0 = (call, path) } }
 
         private func fires(_ call: String, _ path: String) -> Bool {

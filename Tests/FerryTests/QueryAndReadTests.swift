@@ -139,7 +139,7 @@ import Testing
     @Test func theAsyncSequenceDeliversValuesAndStopsWhenCancelled() async throws {
         let db = Database.inMemory()
         let ref = try db.root.child("counter")
-        let received = Mutex<[Value]>([])
+        let received = FerryMutex<[Value]>([])
         let reader = Task {
             for try await snapshot in ref.values() {
                 received.withLock { $0.append(snapshot.value) }
@@ -160,7 +160,7 @@ import Testing
         let queue = DispatchQueue(label: "callbacks")
         options.callbackQueue = queue
         let db = Database.inMemory(options: options)
-        let onQueue = Mutex(false)
+        let onQueue = FerryMutex(false)
         let label = DispatchSpecificKey<String>()
         queue.setSpecific(key: label, value: "callbacks")
         try db.root.child("q").observe(.value) { _ in onQueue.withLock { $0 = DispatchQueue.getSpecific(key: label) == "callbacks" } }

@@ -1,3 +1,4 @@
+import FerryLog
 import Foundation
 import FerryTestSupport
 import FerryTortureSupport
@@ -16,7 +17,7 @@ import Testing
     static let seeds: [UInt64] = ProcessInfo.processInfo.environment["FERRY_MODEL_SEEDS"]?.split(separator: ",").compactMap { UInt64($0) } ?? [11, 12]
 
     final class Latest: Sendable {
-        let value = Mutex<Value?>(nil)
+        let value = FerryMutex<Value?>(nil)
     }
 
     static func filler(_ i: Int) -> Value {

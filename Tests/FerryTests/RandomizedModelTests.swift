@@ -1,3 +1,4 @@
+import FerryLog
 import Foundation
 import FerryTestSupport
 import FerryTortureSupport
@@ -63,7 +64,7 @@ struct Model: ValueTreeModel {
     static let seeds: [UInt64] = ProcessInfo.processInfo.environment["FERRY_MODEL_SEEDS"]?.split(separator: ",").compactMap { UInt64($0) } ?? [1, 2, 3]
 
     final class Latest: Sendable {
-        let value = Mutex<Value?>(nil)
+        let value = FerryMutex<Value?>(nil)
     }
 
     struct Listener {

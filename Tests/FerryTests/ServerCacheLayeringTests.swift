@@ -1,3 +1,4 @@
+import FerryLog
 import FerryTestSupport
 import Foundation
 import Synchronization
@@ -196,7 +197,7 @@ import Testing
         try await db.reference("p/n/a").removeValue()
         let read = try await p.getData()
         #expect(read.exportValue == ["m": 1, "n": [".priority": 5, "b": 2]])
-        let shown = Mutex<[Value]>([])
+        let shown = FerryMutex<[Value]>([])
         p.observe(.value) { s in shown.withLock { $0.append(s.exportValue) } }
         try await db.applyServerPut(at: "p/m", 2)
         try await db.applyServerPut(at: "p", ["m": 3, "n": ["a": 9]])  // (the writes still shadow n)

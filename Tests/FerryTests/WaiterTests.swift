@@ -16,7 +16,7 @@ import Testing
         let db = try Database.open(at: dir.path, options: quietOptions())
         try await db.reference("posts/p1").setValue(1)  // a child, not the whole of /posts
         let posts = try db.reference("posts")
-        let iterated = Mutex(0)
+        let iterated = FerryMutex(0)
         let reader = Task {
             for try await _ in posts.values() { iterated.withLock { $0 += 1 } }
         }

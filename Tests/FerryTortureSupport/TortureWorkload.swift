@@ -1,3 +1,4 @@
+import FerryLog
 import Foundation
 @_spi(Server) import Ferry
 import FerryTestSupport
@@ -77,8 +78,8 @@ public struct TortureWorkload: Sendable {
     }
 
     final class KnownWrites: Sendable {
-        let writes: Mutex<[Int64: Known?]>
-        init(_ ids: [Int64]) { writes = Mutex(Dictionary(uniqueKeysWithValues: ids.map { ($0, nil) })) }
+        let writes: FerryMutex<[Int64: Known?]>
+        init(_ ids: [Int64]) { writes = FerryMutex(Dictionary(uniqueKeysWithValues: ids.map { ($0, nil) })) }
     }
 
     /// Runs until the task is cancelled or every task stopped on an error.

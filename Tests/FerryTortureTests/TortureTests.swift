@@ -101,8 +101,8 @@ import Testing
                 let disk = try PowerCutDisk(directory: store, shadow: dir.sub("shadow-\(round)"), callsBeforeCut: 1 + random(2_000))
                 var options = TortureWorkload.databaseOptions
                 options.system = disk.calls
-                let lines = Mutex<[String]>([])
-                let unexpected = Mutex<[String]>([])
+                let lines = FerryMutex<[String]>([])
+                let unexpected = FerryMutex<[String]>([])
                 do {
                     let db = try Database.open(at: store, options: options)
                     let workload = Task {

@@ -284,7 +284,7 @@ private final class SideLoader: @unchecked Sendable {
     let slots = DispatchSemaphore(value: 64)
     var loader: CheckpointLoader?
     /// The first error of either thread: both stop at it.
-    let failure = Mutex<(any Error)?>(nil)
+    let failure = FerryMutex<(any Error)?>(nil)
 
     var error: (any Error)? { failure.withLock { $0 } }
     var failed: Bool { error != nil }

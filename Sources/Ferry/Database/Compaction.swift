@@ -19,7 +19,7 @@ public struct CompactionReport: Sendable, Equatable {
 /// Serializes the database's maintenance — checkpoints and compactions — so that a checkpoint
 /// taken before a compaction is never written after it.
 final class MaintenanceLock: Sendable {
-    private let state = Mutex<(busy: Bool, waiters: [UnsafeContinuation<Void, Never>])>((false, []))
+    private let state = FerryMutex<(busy: Bool, waiters: [UnsafeContinuation<Void, Never>])>((false, []))
 
     func run<T>(_ body: () async throws -> T) async rethrows -> T {
         await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in

@@ -141,7 +141,7 @@ final class SpaceState: Sendable {
         /// A memory-only store: bytes of server data received since its last eviction.
         var memoryBytes = 0
     }
-    let state = Mutex(State())
+    let state = FerryMutex(State())
 
     func noteCompaction(_ run: MaintenanceRun) { state.withLock { $0.lastCompaction = run } }
 }

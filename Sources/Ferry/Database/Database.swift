@@ -92,11 +92,11 @@ public struct DatabaseOptions: Sendable {
 /// `Database` is `Sendable`: use it from any task. Writes are applied in one order (the log's);
 /// listeners are called in that order.
 public final class Database: Sendable {
-    let engine: Mutex<Engine>
+    let engine: FerryMutex<Engine>
     let delivery: EventDelivery
     let log: WriteAheadLog?
     let options: DatabaseOptions
-    let pushIDs = Mutex(PushIDGenerator())
+    let pushIDs = FerryMutex(PushIDGenerator())
     /// The store id of a memory-only database (``storeIdentifier``).
     let memoryStoreID: String = {
         var g = SystemRandomNumberGenerator()
@@ -113,7 +113,7 @@ public final class Database: Sendable {
     public static let maxWriteSize = 16 << 20
 
     private init(engine: sending Engine, log: WriteAheadLog?, path: String?, options: DatabaseOptions) {
-        self.engine = Mutex(engine)
+        self.engine = FerryMutex(engine)
         self.log = log
         self.path = path
         self.options = options

@@ -1,4 +1,5 @@
 import Foundation
+import FerryLog
 import Synchronization
 
 /// A query: a location with an order, a range and a limit. Built from a
@@ -490,7 +491,7 @@ extension Database {
 
 /// Fires once, however often it is asked; runs the action given to `onFired` after it has.
 final class OneShot: Sendable {
-    private let state = Mutex<(fired: Bool, action: (@Sendable () -> Void)?)>((false, nil))
+    private let state = FerryMutex<(fired: Bool, action: (@Sendable () -> Void)?)>((false, nil))
 
     /// True the first time.
     func fire() -> Bool {

@@ -1,4 +1,5 @@
 import Dispatch
+import FerryLog
 import Synchronization
 
 /// Delivers events in the order they were raised, outside the database's lock, one batch at
@@ -15,7 +16,7 @@ final class EventDelivery: Sendable {
         var waiters: [(seq: UInt64, continuation: UnsafeContinuation<Void, Never>)] = []
     }
 
-    private let state = Mutex(State())
+    private let state = FerryMutex(State())
     let queue: DispatchQueue?
 
     init(queue: DispatchQueue?) { self.queue = queue }

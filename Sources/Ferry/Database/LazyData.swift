@@ -17,14 +17,14 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
     private let recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])]
     private let log: LogReadSnapshot?
     private let live: WriteAheadLog?
-    private let staleFlag = Mutex(false)
+    private let staleFlag = FerryMutex(false)
     /// Whether a record was gone from the live log (see above).
     var stale: Bool { staleFlag.withLock { $0 } }
     private let store: String?
     /// Told of a record that could not be read (the database then stops, as when its own
     /// read fails).
     private let onFailure: @Sendable (DatabaseError) -> Void
-    private let failure = Mutex<DatabaseError?>(nil)
+    private let failure = FerryMutex<DatabaseError?>(nil)
     private let failedFlag = Atomic(false)
 
     init(recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])], log: LogReadSnapshot?, live: WriteAheadLog? = nil, store: String?,
@@ -136,9 +136,9 @@ final class LazyLocation: @unchecked Sendable {
     /// How to walk the children without building the node; nil when the node is read whole.
     let plan: ChildPlan?
     /// The node, once read whole (never for a location with a plan: that would keep all of it).
-    private let whole = Mutex<Node?>(nil)
-    private let counted = Mutex<Int?>(nil)
-    private let plain = Mutex<Bool?>(nil)
+    private let whole = FerryMutex<Node?>(nil)
+    private let counted = FerryMutex<Int?>(nil)
+    private let plain = FerryMutex<Bool?>(nil)
 
     /// Entries below a location from which its snapshot is read lazily.
     static let lazyThreshold = 512
@@ -655,7 +655,7 @@ final class ChildSource: @unchecked Sendable {
 
     private let snapshot: DataSnapshot
     private let batchSize: Int
-    private let state: Mutex<Walk?> = Mutex(nil)
+    private let state: FerryMutex<Walk?> = FerryMutex(nil)
     private static let queue = DispatchQueue(label: "ferry.child-stream", attributes: .concurrent)
 
     init(_ snapshot: DataSnapshot, batchSize: Int) {
