@@ -177,12 +177,17 @@ public final class LogReadSnapshot: Sendable {
     private func cursor(_ i: Int, _ s: inout State) throws -> SegmentCursor {
         if let k = s.cursors.firstIndex(where: { $0.segment == i }) { return s.cursors[k].cursor }
         if s.cursors.count == Self.maxCursors { s.cursors.removeFirst() }  // (its descriptor closes first)
-        let fd = dup(descriptors.fds[i])
-        guard fd >= 0 else { throw LogError.io("dup", path: directory.path(segments[i].name), Errno(rawValue: errno)) }
-        let c = SegmentCursor(name: segments[i].name, reader: FrameReader(file: FileHandle(fd: fd, path: directory.path(segments[i].name)),
-                                                                      system: directory.system, limit: segments[i].size))
+        let c = try newCursor(i)
         s.cursors.append((i, c))
         return c
+    }
+
+    /// A new reader of segment `i`, on a duplicate of its descriptor.
+    private func newCursor(_ i: Int) throws -> SegmentCursor {
+        let fd = dup(descriptors.fds[i])
+        guard fd >= 0 else { throw LogError.io("dup", path: directory.path(segments[i].name), Errno(rawValue: errno)) }
+        return SegmentCursor(name: segments[i].name, reader: FrameReader(file: FileHandle(fd: fd, path: directory.path(segments[i].name)),
+                                                                     system: directory.system, limit: segments[i].size))
     }
 
     /// Calls `body` with record `lsn`, which must lie in ``range``.
@@ -276,11 +281,8 @@ public final class LogReadSnapshot: Sendable {
                 guard range.contains(lsn), let i = try? segmentIndex(of: lsn) else { break }
                 if cursor?.segment != i {
                     cursor = nil  // (its descriptor closes before another is taken)
-                    let fd = dup(descriptors.fds[i])
-                    guard fd >= 0 else { break }
-                    cursor = (i, SegmentCursor(name: segments[i].name,
-                                               reader: FrameReader(file: FileHandle(fd: fd, path: directory.path(segments[i].name)),
-                                                                   system: directory.system, limit: segments[i].size)))
+                    guard let c = try? newCursor(i) else { break }
+                    cursor = (i, c)
                 }
                 guard let read = try? WriteAheadLog.readFrame(containing: lsn, in: segments[i], cursor: cursor!.cursor, directory: directory,
                                                               after: previous)

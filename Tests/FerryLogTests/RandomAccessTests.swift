@@ -47,13 +47,7 @@ import Synchronization
     /// records only, naming its offset — not those of the frames after it.
     @Test func aFrameDamagedAfterTheOpenFailsOnlyTheReadsOfItsOwnRecords() async throws {
         let dir = try TemporaryDirectory()
-        let log = try WriteAheadLog.open(at: dir.path, options: testOptions(.fsync, segmentSize: 1 << 20))
-        try await appendPosts(log, 0..<60, batchSize: 2)  // a frame per append
-        let name = try segmentFiles(dir.path)[0]
-        let frames = parseFrames(try Files.read(dir.sub(name))).filter { $0.type == 1 }
-        #expect(frames.count == 30)
-        let victim = frames[10]
-        try damageBody(of: victim, inFile: dir.sub(name))
+        let (log, victim) = try await logWithADamagedFrame(dir, posts: 60, victim: 10)
 
         let snapshot = try log.readSnapshot()
         for read in [{ (n: Int) in try log.withRecord(at: LSN(UInt64(n))) { Array($0.payload) } },
@@ -74,13 +68,7 @@ import Synchronization
     /// own records, naming its offset, when a walk gets there — the records after it still read.
     @Test func walksInOrderReadAheadAndReadWhatWasWrittenWithDamageOnlyAtItsOwnRecords() async throws {
         let dir = try TemporaryDirectory()
-        let log = try WriteAheadLog.open(at: dir.path, options: testOptions(.fsync, segmentSize: 1 << 20))
-        try await appendPosts(log, 0..<200, batchSize: 2)  // a frame per append
-        let name = try segmentFiles(dir.path)[0]
-        let frames = parseFrames(try Files.read(dir.sub(name))).filter { $0.type == 1 }
-        #expect(frames.count == 100)
-        let victim = frames[40]  // records 81 and 82
-        try damageBody(of: victim, inFile: dir.sub(name))
+        let (log, victim) = try await logWithADamagedFrame(dir, posts: 200, victim: 40)  // records 81 and 82
 
         // The inspector's note of a record read ahead comes with it; a record read otherwise has none.
         let note: LogReadSnapshot.Inspector = { kind, payload in UInt64(kind) << 32 | UInt64(payload.count) + 1 }
@@ -135,6 +123,19 @@ import Synchronization
 
 /// Flips a bit in the middle of `frame`'s stored body in the segment file at `path`, its
 /// checksums left as they were.
+/// A log in `dir` of `posts` posts appended two at a time (a frame per append), whose data
+/// frame number `index` then had its body damaged (its header, and so the open, still good).
+private func logWithADamagedFrame(_ dir: TemporaryDirectory, posts: Int, victim index: Int) async throws -> (WriteAheadLog, ParsedFrame) {
+    let log = try WriteAheadLog.open(at: dir.path, options: testOptions(.fsync, segmentSize: 1 << 20))
+    try await appendPosts(log, 0..<posts, batchSize: 2)
+    let name = try segmentFiles(dir.path)[0]
+    let frames = parseFrames(try Files.read(dir.sub(name))).filter { $0.type == 1 }
+    #expect(frames.count == posts / 2)
+    let victim = frames[index]
+    try damageBody(of: victim, inFile: dir.sub(name))
+    return (log, victim)
+}
+
 private func damageBody(of frame: ParsedFrame, inFile path: String) throws {
     let handle = try #require(FileHandle(forUpdatingAtPath: path))
     try handle.seek(toOffset: UInt64(frame.offset + 32 + frame.storedLength / 2))

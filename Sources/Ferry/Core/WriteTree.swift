@@ -51,13 +51,15 @@ protocol IndexedChildSource: AnyObject {
     func serverCache(for query: QuerySpec) -> CacheNode
 }
 
-/// A child of a stored update: its path (relative to the update's), where its value is,
-/// whether it is empty, and the value's first byte when the caller has it (nil: read it).
+/// A child of a stored update: its path (relative to the update's), where its value is, and
+/// the value's first byte (nil only for no bytes), which tells whether it is empty.
 struct StoredChild {
     var path: Path
     var ref: ValueRef
-    var empty: Bool
     var firstByte: UInt8?
+
+    /// An empty value is the empty tag alone.
+    var empty: Bool { ref.length == 1 && firstByte == ValueCodec.Tag.empty.rawValue }
 }
 
 /// Every pending local write, and the result of layering the visible ones, so that views can
@@ -107,8 +109,7 @@ final class WriteTree {
         lastWriteID = writeID
     }
 
-    /// Records an update whose values are all stored: each child's relative path, where its
-    /// value is, whether it is empty, and the value's first byte when at hand. The children
+    /// Records an update whose values are all stored (see ``StoredChild``). The children
     /// are laid down in the order a ``CompoundWrite`` of them applies (key by key, each in
     /// String's order; that order can matter: a removal emptying a node with a priority drops
     /// the priority before a sibling is written), whatever order they come in (update records

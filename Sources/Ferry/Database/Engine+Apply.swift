@@ -13,7 +13,11 @@ extension Engine {
     // MARK: Local writes
 
     private func checkSize(_ nodes: [Node]) throws {
-        let size = nodes.reduce(0) { $0 + ValueCodec.sizeBound($1) }
+        try checkSize(bytes: nodes.reduce(0) { $0 + ValueCodec.sizeBound($1) })
+    }
+
+    /// Refuses a write of about `size` encoded bytes past ``Database/maxWriteSize``.
+    private func checkSize(bytes size: Int) throws {
         if size > Database.maxWriteSize {
             throw DatabaseError(.invalidData, "the write is about \(size >> 20) MB; a single write may be at most 16 MB")
         }
@@ -42,9 +46,7 @@ extension Engine {
     func localSet(_ path: Path, _ value: EncodedValue) throws -> (Int64, [Event]) {
         guard isPersistent, !value.hasServerValues else { return try localSet(path, try value.node()) }
         try checkUsable()
-        if value.bytes.count > Database.maxWriteSize {
-            throw DatabaseError(.invalidData, "the write is about \(value.bytes.count >> 20) MB; a single write may be at most 16 MB")
-        }
+        try checkSize(bytes: value.bytes.count)
         let (payload, range) = RecordCodec.localSet(path: path, encoded: value.bytes, time: serverTime)
         let lsn = try append(.localSet, payload)
         let events = syncTree.applyUserOverwrite(path, writeID: lsn, ref: ref(lsn, range), empty: value.isEmpty, firstByte: value.bytes.first) {
@@ -66,8 +68,8 @@ extension Engine {
         if isPersistent {
             let (payload, ranges) = RecordCodec.localUpdate(path: path, children: resolved, time: time)
             let lsn = try append(.localUpdate, payload)
-            let stored = zip(resolved, ranges).map { child, range in
-                StoredChild(path: range.0, ref: ref(lsn, range.1), empty: (child.2 ?? child.1).isEmpty, firstByte: payload[range.1.lowerBound])
+            let stored = ranges.map { range in
+                StoredChild(path: range.0, ref: ref(lsn, range.1), firstByte: payload[range.1.lowerBound])
             }
             return (lsn, syncTree.applyUserMerge(path, writeID: lsn, stored: stored) { merge })
         }
@@ -83,14 +85,11 @@ extension Engine {
             return try localUpdate(path, children.map { ($0.0, try $0.1.node()) })
         }
         try checkUsable()
-        let size = children.reduce(0) { $0 + $1.1.bytes.count }
-        if size > Database.maxWriteSize {
-            throw DatabaseError(.invalidData, "the write is about \(size >> 20) MB; a single write may be at most 16 MB")
-        }
+        try checkSize(bytes: children.reduce(0) { $0 + $1.1.bytes.count })
         let (payload, ranges) = RecordCodec.localUpdate(path: path, encoded: children, time: serverTime)
         let lsn = try append(.localUpdate, payload)
         let stored = zip(children, ranges).map { child, range in
-            StoredChild(path: child.0, ref: ref(lsn, range), empty: child.1.isEmpty, firstByte: child.1.bytes.first)
+            StoredChild(path: child.0, ref: ref(lsn, range), firstByte: child.1.bytes.first)
         }
         let events = syncTree.applyUserMerge(path, writeID: lsn, stored: stored) {
             CompoundWrite(children.map { ($0.0, (try? $0.1.node()) ?? .empty) })
@@ -204,7 +203,7 @@ extension Engine {
                                    empty: Engine.isEmptyValue(payload, range), firstByte: Engine.firstByte(payload, range))
         case .localUpdate:
             writeTree.addMerge(s.path, writeID: lsn, stored: s.values.map {
-                StoredChild(path: $0.path, ref: ref(lsn, $0.range), empty: Engine.isEmptyValue(payload, $0.range), firstByte: Engine.firstByte(payload, $0.range))
+                StoredChild(path: $0.path, ref: ref(lsn, $0.range), firstByte: Engine.firstByte(payload, $0.range))
             })
         case .serverPut:
             let range = s.values[0].range
