@@ -55,7 +55,7 @@ struct CompareSizes: ParsableArguments {
 /// `ferry-bench compare-run WORKLOAD ENGINE DIR`: one measurement, printed as JSON. The parent
 /// (`compare`) runs it once per engine and run.
 struct CompareRun: AsyncParsableCommand {
-    /// Posts per multi-path update in `bulk` on `ferry-batch`.
+    /// Posts per multi-path update in `update` (also `bulk` on `ferry-batch`).
     static let batchSize = 1_000
     static let configuration = CommandConfiguration(commandName: "compare-run", shouldDisplay: false)
     @Argument var workload: String
@@ -148,7 +148,7 @@ struct CompareRun: AsyncParsableCommand {
             try await db.close()
 
         case ("limited-prepare", _):
-            // An earlier session that declared the index: it is built at the first query and
+            // An earlier run of the app that declared the index: it is built at the first query and
             // kept in the checkpoint written on close.
             var options = DatabaseOptions(durability: .none)
             options.indexes = [ChildIndex(location: "posts", child: "likes")]
@@ -215,7 +215,7 @@ struct CompareRun: AsyncParsableCommand {
             try await opened?.close()
             guard count == sizes.records else { throw BenchError("\(engine) read \(count) of \(sizes.records) values") }
 
-        case ("bulk", "ferry-batch"):
+        case ("update", "ferry"), ("bulk", "ferry-batch"):
             // Firebase's multi-path update: the posts a thousand at a time, each batch one write
             // (one record, one pass over the pending writes), not awaited (`updateChildValuesNow`).
             let db = try Database.open(at: directory, options: DatabaseOptions(durability: .none))
