@@ -18,8 +18,11 @@ struct Descriptor: ~Copyable {
         return system.close(fd)
     }
 
-    deinit { _ = Glibc.close(rawValue) }
+    deinit { _ = closeDescriptor(rawValue) }
 }
+
+/// `close(2)` (a name of its own: inside ``Descriptor``, `close` is its method).
+private func closeDescriptor(_ fd: Int32) -> Int32 { close(fd) }
 
 /// An open file: its descriptor and the path it was opened with (for error messages).
 struct FileHandle: ~Copyable {

@@ -69,7 +69,7 @@ struct FerryServerCommand: ParsableCommand {
             source.setEventHandler {
                 Task {
                     await server.shutdown()
-                    Glibc.exit(0)
+                    Foundation.exit(0)
                 }
             }
             source.resume()
@@ -87,10 +87,15 @@ struct FerryServerCommand: ParsableCommand {
 
 /// Each connection holds a file descriptor: the soft limit (often 1,024) goes up to the hard one.
 func raiseFileLimit() {
+    #if os(Linux)
+    let resource = Int32(RLIMIT_NOFILE.rawValue)
+    #else
+    let resource = RLIMIT_NOFILE
+    #endif
     var limit = rlimit()
-    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+    guard getrlimit(resource, &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
     limit.rlim_cur = limit.rlim_max
-    if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) != 0 {
+    if setrlimit(resource, &limit) != 0 {
         FileHandle.standardError.write(Data("ferry-server: cannot raise the open-file limit (errno \(errno))\n".utf8))
     }
 }
