@@ -48,7 +48,7 @@ public struct Path: Hashable, Sendable, Comparable, CustomStringConvertible, Exp
             for j in 0...bytes.count where j == bytes.count || bytes[j] == UInt8(ascii: "/") {
                 if j > start {
                     let key = UnsafeBufferPointer(rebasing: bytes[start..<j])
-                    if plain && !ValueEncoder.isPlainKey(key) { plain = false }
+                    if plain && !Path.isPlainKey(key) { plain = false }
                     keys.append(String(decoding: key, as: UTF8.self))
                 }
                 start = j + 1
@@ -237,5 +237,22 @@ enum KeyOrder {
         }
         if negative { value = -value }
         return value >= Int64(Int32.min) && value <= Int64(Int32.max) ? value : nil
+    }
+}
+
+extension Path {
+    /// A key that needs no closer look: 1–768 bytes, none of them forbidden (every forbidden
+    /// character is ASCII, and no byte of a longer UTF-8 sequence is).
+    @inline(__always)
+    static func isPlainKey(_ b: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard b.count > 0 && b.count <= 768 else { return false }
+        for byte in b {
+            switch byte {
+            case 0..<0x20, 0x7F, UInt8(ascii: "."), UInt8(ascii: "$"), UInt8(ascii: "#"), UInt8(ascii: "["), UInt8(ascii: "]"), UInt8(ascii: "/"):
+                return false
+            default: continue
+            }
+        }
+        return true
     }
 }

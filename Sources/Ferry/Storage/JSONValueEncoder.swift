@@ -317,7 +317,7 @@ struct JSONValueEncoder {
             let keyStart = w.count
             appendString()
             let keyRange = keyStart..<w.count
-            let plain = ValueEncoder.isPlainKey(UnsafeBufferPointer(rebasing: w.written[keyRange]))
+            let plain = Path.isPlainKey(UnsafeBufferPointer(rebasing: w.written[keyRange]))
             if !hasNonASCIIKey && w.written[keyRange].contains(where: { $0 >= 0x80 }) { hasNonASCIIKey = true }
             var isPriority = false
             if !plain {

@@ -647,3 +647,16 @@ final class LayeredIndex {
 
     var footprint: Int { index.footprint + inline.count * 48 }
 }
+
+/// Where the current data at a path is read from: what a local reader sees there (the
+/// engine's server data with the visible local writes on top), nil when that is not complete.
+protocol VisibleData: AnyObject {
+    func visibleNode(at path: Path) -> Node?
+}
+
+protocol LayeredChangeObserver: AnyObject {
+    /// The entry at the path whose key is `key`, or entries below it, are about to change.
+    func willChange(_ key: UnsafeRawBufferPointer)
+    /// Any entry may change.
+    func willChangeEverything()
+}

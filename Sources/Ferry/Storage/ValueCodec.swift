@@ -426,7 +426,7 @@ struct ValueEncoder {
             var i = object.startIndex
             while i != object.endIndex {
                 var key = object[i].key
-                let rank = key.withUTF8 { b in Self.isPlainKey(b) ? ChildRank(b, i) : nil }
+                let rank = key.withUTF8 { b in Path.isPlainKey(b) ? ChildRank(b, i) : nil }
                 if let rank {
                     ranks.append(rank)
                 } else if key == ".priority" {
@@ -468,21 +468,6 @@ struct ValueEncoder {
                 if try self.child(key, child, depth: depth) { n += 1 }
             }
             return finishChildren(n, start: start, countAt: countAt)
-        }
-        return true
-    }
-
-    /// A key that needs no closer look: 1–768 bytes, none of them forbidden (every forbidden
-    /// character is ASCII, and no byte of a longer UTF-8 sequence is).
-    @inline(__always)
-    static func isPlainKey(_ b: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard b.count > 0 && b.count <= 768 else { return false }
-        for byte in b {
-            switch byte {
-            case 0..<0x20, 0x7F, UInt8(ascii: "."), UInt8(ascii: "$"), UInt8(ascii: "#"), UInt8(ascii: "["), UInt8(ascii: "]"), UInt8(ascii: "/"):
-                return false
-            default: continue
-            }
         }
         return true
     }

@@ -226,14 +226,14 @@ extension Engine {
                 for (p, h, empty) in writeValues(s.ackedWrite) { server.set(h, empty: empty, at: p) }
             }
             _ = writeTree.removeWrite(s.ackedWrite)
-            if s.revert { recentRejections[s.ackedWrite] = DatabaseError(.writeRejected, "the server rejected write \(s.ackedWrite); it was reverted locally") }
+            if s.revert { ledger.noteRejection(s.ackedWrite, DatabaseError(.writeRejected, "the server rejected write \(s.ackedWrite); it was reverted locally")) }
         case .ackCursor:
             replayCursor(through: s.ackedWrite, notApplied: s.ids)
         case .rejection:
             if writeTree.pending.index(of: s.ackedWrite) != nil { _ = writeTree.removeWrite(s.ackedWrite) }
-            rejected[s.ackedWrite] = UInt64(lsn)
+            ledger.rejected[s.ackedWrite] = UInt64(lsn)
         case .clearRejected:
-            for id in s.ids { rejected[id] = nil }
+            for id in s.ids { ledger.rejected[id] = nil }
         case .serverEvict:
             dropServerEntries(below: s.cutoff)
         case .pin:

@@ -47,31 +47,17 @@ final class Engine: StoredValues, ServerCacheSource {
     var livePaths: Set<Path> = []
     var liveQueries: Set<QuerySpec> = []
     var serverTimeOffset: Int64 = 0
-    /// The error that stopped the database. Setting it ends every wait for a server's answer.
-    var failure: DatabaseError? {
-        didSet { if let failure, oldValue == nil { endAckWaiters(failure) } }
-    }
-    /// Setting it ends every wait for a server's answer.
-    var closed = false {
-        didSet { if closed && !oldValue { endAckWaiters(DatabaseError(.closed, "the database was closed before the server answered")) } }
-    }
-    /// The sync cursor: every write up to this id has been answered by the server in order
-    /// (acknowledged, or rejected and recorded). 0 before the first answer.
-    var ackedThrough: Int64 = 0
-    /// The rejected writes the app has not cleared: write id → LSN of its rejection record.
-    var rejected: [Int64: UInt64] = [:]
+    /// The error that stopped the database: the first one (see ``stop(failing:)``).
+    private(set) var failure: DatabaseError?
+    /// Whether the database was closed (see ``markClosed()``).
+    private(set) var closed = false
+    /// The database closed or failed and its observers have not been ended yet: they are, as
+    /// soon as the lock is released (``Database/withEngine(_:)``).
+    private(set) var observersToEnd = false
+    /// The sync cursor, the receipts waiting for answers, the rejected writes.
+    var ledger = WriteLedger()
     /// A memory-only store's rejected writes (a stored one reads them from their records).
     var rejectedInMemory: [Int64: RejectedWrite] = [:]
-    /// The LSN of the newest record that answered a write (acknowledgement or rejection).
-    var lastAnswerLSN: Int64 = 0
-    /// Rejections of this session, for receipts awaited after the fact (bounded).
-    var recentRejections: [Int64: DatabaseError] = [:]
-    /// Receipts waiting for the server's answer to a write, by write id.
-    var ackWaiters: [Int64: [AckWaiter]] = [:]
-    var nextAckWaiterToken: UInt64 = 1
-    /// Receipts whose answer the operation under way has decided: the operation resumes them
-    /// once its record is durable (see ``settle(_:recordLSN:_:)``).
-    var settledWaiters: [(waiter: AckWaiter, outcome: DatabaseError?)] = []
     /// The LSN the last checkpoint covers up to (records below it are in it).
     var checkpointLSN: UInt64 = 0
     /// How often a child-value index answered a limited query's window, or the child after it.
@@ -113,6 +99,27 @@ final class Engine: StoredValues, ServerCacheSource {
         recent.append((lsn, kind, payload))
     }
 
+    // MARK: Life cycle
+
+    /// Stops the database with `error`; the first failure is the one kept (later ones are only
+    /// thrown). Every wait for a server's answer ends now, and every observer once the lock is
+    /// released: the one place a failure takes effect.
+    func stop(failing error: DatabaseError) {
+        guard failure == nil else { return }
+        failure = error
+        ledger.endAll(error)
+        observersToEnd = true
+    }
+
+    /// The database is closed: every wait for a server's answer ends now, and every observer
+    /// once the lock is released.
+    func markClosed() {
+        guard !closed else { return }
+        closed = true
+        ledger.endAll(DatabaseError(.closed, "the database was closed before the server answered"))
+        observersToEnd = true
+    }
+
     func checkUsable() throws {
         if let failure { throw failure }
         if closed { throw DatabaseError(.closed, "the database is closed") }
@@ -148,7 +155,7 @@ final class Engine: StoredValues, ServerCacheSource {
     func storageError(_ error: any Error) -> DatabaseError {
         if let e = error as? DatabaseError { return e }
         let e = DatabaseError(.storage, "the log failed: \(error)", underlying: error as? LogError)
-        if (error as? LogError)?.code == .failed { failure = e }
+        if (error as? LogError)?.code == .failed { stop(failing: e) }
         return e
     }
 
@@ -259,7 +266,7 @@ final class Engine: StoredValues, ServerCacheSource {
         let e = DatabaseError(.storage, "reading record \(lsn) failed: \(error)", underlying: error,
                               lsn: lsn, file: place?.file, offset: place?.frameOffset, store: log?.path)
         logger.error("\(e)")
-        if failure == nil { failure = e }
+        stop(failing: e)
     }
 
     /// Why the database no longer answers (failed or closed), if it does not.
@@ -272,6 +279,7 @@ final class Engine: StoredValues, ServerCacheSource {
     /// is given once), to be called outside the lock.
     func takeEndedRegistrations() -> (DatabaseError, [@Sendable (DatabaseError?) -> Void])? {
         guard let reason = stopReason else { return nil }
+        observersToEnd = false
         var ends: [@Sendable (DatabaseError?) -> Void] = []
         for (id, state) in registrations {
             if let end = state.onEnd {
@@ -332,7 +340,7 @@ final class Engine: StoredValues, ServerCacheSource {
     /// A snapshot's read of a stored value failed: the database stops, as when its own does.
     func failReading(_ e: DatabaseError) {
         logger.error("\(e)")
-        if failure == nil { failure = e }
+        stop(failing: e)
     }
 
     /// The server's clock as far as known: the local clock plus the last known offset.
@@ -375,12 +383,6 @@ final class Engine: StoredValues, ServerCacheSource {
         }
         return out
     }
-}
-
-func wallClockMillis() -> Int64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
 }
 
 #if canImport(Glibc)

@@ -102,8 +102,8 @@ public final class Database: Sendable {
         var g = SystemRandomNumberGenerator()
         return (0..<2).map { _ in let s = String(g.next() as UInt64, radix: 16); return String(repeating: "0", count: 16 - s.count) + s }.joined()
     }()
-    let maintenance = MaintenanceLock()
-    let space = SpaceState()
+    /// The one owner of checkpoints, compaction and eviction (see ``Maintenance``).
+    let maintenance = Maintenance()
     /// The store directory (nil for a memory-only database).
     public let path: String?
     /// What opening the log found (nil for a memory-only database).
@@ -187,7 +187,7 @@ public final class Database: Sendable {
 
     /// How many local writes are waiting for the server's acknowledgement (they are kept,
     /// across restarts, until it comes).
-    public var pendingWriteCount: Int { engine.withLock { $0.writeTree.pendingCount } }
+    public var pendingWriteCount: Int { withEngine { $0.writeTree.pendingCount } }
 
     /// Writes a checkpoint (if stored), waits for every write to be durable, and closes the log.
     /// Later calls throw ``DatabaseError/Code/closed``.
@@ -195,7 +195,7 @@ public final class Database: Sendable {
         if let log {
             // After any compaction under way; a closed database starts no other.
             await maintenance.run {
-                if options.checkpointOnClose && engine.withLock({ $0.stopReason == nil }) {
+                if options.checkpointOnClose && withEngine({ $0.stopReason == nil }) {
                     do {
                         try await writeCheckpoint(log)
                     } catch {
@@ -203,12 +203,11 @@ public final class Database: Sendable {
                         options.logger.warning("closing \(log.path): no checkpoint written (\(error)); the next open replays the log")
                     }
                 }
-                engine.withLock { $0.closed = true }
+                withEngine { $0.markClosed() }
             }
         }
-        engine.withLock { $0.closed = true }  // (a memory-only database)
-        engine.withLock { $0.listens.signal }?.finish()
-        endObserversIfStopped()
+        withEngine { $0.markClosed() }  // (a memory-only database)
+        withEngine { $0.listens.signal }?.finish()
         if let log {
             do { try await log.close() } catch {
                 throw DatabaseError(.storage, "closing the log failed: \(error)", underlying: error as? LogError, store: log.path)
@@ -227,13 +226,13 @@ public final class Database: Sendable {
     /// durability mode — the commit point of a batch of `.none` writes.
     public func sync() async throws {
         guard let log else { return }
-        try engine.withLock { try $0.checkUsable() }
-        do { try await log.sync() } catch { throw engine.withLock { $0.storageError(error) } }
+        try withEngine { try $0.checkUsable() }
+        do { try await log.sync() } catch { throw withEngine { $0.storageError(error) } }
     }
 
     /// Writes a checkpoint; the caller holds the maintenance lock.
     func writeCheckpoint(_ log: WriteAheadLog) async throws {
-        let (image, lsn) = try engine.withLock { e -> (CheckpointImage, UInt64) in
+        let (image, lsn) = try withEngine { e -> (CheckpointImage, UInt64) in
             try e.checkUsable()
             return (e.checkpointImage, log.nextLSN.rawValue)
         }
@@ -249,89 +248,10 @@ public final class Database: Sendable {
         } catch {
             throw maintenanceFailure("writing a checkpoint", error)
         }
-        engine.withLock {
+        withEngine {
             $0.checkpointLSN = lsn
             $0.sinceCheckpoint = (0, 0)
         }
-    }
-
-    // MARK: Running operations
-
-    /// Runs `body` on the engine under the lock (in the log's order), delivers the events it
-    /// raised, waits for the record's durability per the durability mode, and returns its id.
-    func perform(_ body: (Engine) throws -> (Int64?, [Event])) async throws -> Int64? {
-        let (id, seq) = try apply(body)
-        if let id, let log {
-            do {
-                // Only `.fsync` waits; the others are acknowledged at once unless the log failed
-                // (checked here without an `await`, which costs a suspension check per write).
-                if options.durability == .fsync {
-                    let lsn = LSN(UInt64(id))
-                    try await log.awaitDurability(of: lsn...lsn)
-                } else if let failure = log.failure {
-                    throw failure
-                }
-            } catch {
-                let e = engine.withLock { $0.storageError(error) }
-                endObserversIfStopped()
-                throw e
-            }
-        }
-        if !delivery.isDelivered(seq) { await delivery.waitDelivered(seq) }
-        return id
-    }
-
-    /// Runs `body` on the engine under the lock (in the log's order) and delivers the events it
-    /// raised, without waiting for anything: returns its id and the events' delivery number.
-    func apply(_ body: (Engine) throws -> (Int64?, [Event])) throws -> (Int64?, UInt64) {
-        var stopped = false  // (the lock is taken again only then)
-        var rebuild = false
-        defer { if stopped { endObserversIfStopped() } }
-        let (id, seq) = try engine.withLock { e -> (Int64?, UInt64) in
-            let (id, events): (Int64?, [Event])
-            do { (id, events) = try body(e) } catch {
-                stopped = e.stopReason != nil
-                throw error
-            }
-            // A record read while applying failed: the events would show data as missing.
-            if let failure = e.failure {
-                stopped = true
-                throw failure
-            }
-            let delivered = e.finish(events)
-            e.refreshIndexesIfDue()
-            e.pruneRecent()
-            rebuild = e.takeIndexRebuildsDue()
-            return (id, delivery.enqueue(delivered))
-        }
-        if rebuild { scheduleIndexRebuilds() }
-        delivery.drain()
-        return (id, seq)
-    }
-
-    /// Like ``perform(_:)`` for operations that write nothing (registrations).
-    func raise(_ body: (Engine) throws -> [Event]) rethrows {
-        var stopped = false
-        var rebuild = false
-        defer { if stopped { endObserversIfStopped() } }
-        try engine.withLock { e in
-            let events = try body(e)
-            if e.failure != nil {  // a read failed: deliver nothing that may show data as missing
-                stopped = true
-                return
-            }
-            _ = delivery.enqueue(e.finish(events))
-            rebuild = e.takeIndexRebuildsDue()
-        }
-        if rebuild { scheduleIndexRebuilds() }
-        delivery.drain()
-    }
-
-    /// Once the database has closed or failed, ends every active observer's stream or wait
-    /// (outside the lock: an end handler may call back in to remove its observer).
-    func endObserversIfStopped() {
-        guard let (reason, ends) = engine.withLock({ $0.takeEndedRegistrations() }) else { return }
-        for end in ends { end(reason) }
     }
 }
 

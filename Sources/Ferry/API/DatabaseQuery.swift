@@ -201,76 +201,20 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     func observe(types: Set<DataEventType>, includeMetadataChanges: Bool,
                  onEnd: (@Sendable (DatabaseError?) -> Void)? = nil,
                  _ handler: @escaping @Sendable (DataEvent) -> Void) -> ObserverHandle {
-        let db = database
-        let query = spec
-        let id = database.engine.withLock { e -> UInt64 in
-            defer { e.nextRegistrationID += 1 }
-            return e.nextRegistrationID
-        }
-        let registration = EventRegistration(id: id, types: types, includeMetadataChanges: includeMetadataChanges) { event, metadata in
-            handler(DataEvent(event, metadata: metadata, database: db))
-        }
-        // A limited view over an indexed location finds the child after its window from the
-        // index: built first, outside the lock, if it must be (a failure to read stops the
-        // database, which then refuses the registration below). A big location no declared
-        // index orders gets one made for its listeners (DatabaseOptions.automaticIndexes).
-        let automatic = !database.options.automaticIndexes ? nil : database.engine.withLock { e in
-            e.stopReason == nil ? e.addAutomaticIndex(for: query) : nil
-        }
-        try? buildIndexIfNeeded()
-        // A big location's view is built outside the lock (from frozen data), so that writes
-        // from other tasks do not wait for it; it is installed if nothing changed meanwhile.
-        let prepared = database.engine.withLock { e -> (FrozenData, LocationWatch)? in
-            guard e.stopReason == nil, e.syncTree.canTakePrebuiltView(for: query), e.isBig(query.path),
-                  e.currentIndex(for: query) == nil,  // (else the view is its window alone)
-                  let frozen = e.freeze(onFailure: { _ in }) else { return nil }
-            return (frozen, e.watch(query.path))
-        }
-        let prebuilt = prepared.flatMap { View.prebuilt(query, from: $0.0) }
-        var refused: DatabaseError?
-        database.raise { e in
-            defer { if let automatic { e.listenerArrived(automatic) } }  // (registered, or refused)
-            if let reason = e.stopReason {
-                refused = reason
-                return []
-            }
-            if let watch = prepared?.1 { e.unwatch(watch) }
-            e.registrations[id] = RegistrationState(registration: registration, query: query, lastMetadata: nil, onEnd: onEnd)
-            var view = prebuilt != nil && prepared?.1.changed == false && e.syncTree.canTakePrebuiltView(for: query) ? prebuilt : nil
-            if view == nil, e.syncTree.canTakePrebuiltView(for: query), let window = e.window(of: query) {
-                view = View(storeBacked: query, window: window)
-            }
-            return e.syncTree.addEventRegistration(registration, for: query, prebuilt: view)
-        }
-        if let refused { onEnd?(refused) }  // closed or failed already: end at once
-        return ObserverHandle(id: id)
+        database.addObserver(self, types: types, includeMetadataChanges: includeMetadataChanges, onEnd: onEnd, handler)
     }
 
     /// Removes one observer.
     /// Removes one observer. A sequence (``events(_:includeMetadataChanges:)``) or a
     /// single-event wait built on it ends.
     public func removeObserver(withHandle handle: ObserverHandle) {
-        let end = database.engine.withLock { e -> (@Sendable (DatabaseError?) -> Void)? in
-            guard let state = e.registrations.removeValue(forKey: handle.id) else { return nil }
-            e.syncTree.removeEventRegistration(state.registration, for: state.query)
-            e.dropUnusedAutomaticIndexes()
-            return state.onEnd
-        }
-        end?(nil)  // outside the lock: a stream's end removes its observer again (a no-op now)
+        database.removeObserver(handle.id)
     }
 
     /// Removes every observer of this query (of a location: of every query at it). Sequences
     /// and single-event waits built on them end.
     public func removeAllObservers() {
-        let query = spec
-        let ends = database.engine.withLock { e -> [@Sendable (DatabaseError?) -> Void] in
-            let removed = e.registrations.filter { query.isDefault ? $0.value.query.path == query.path : $0.value.query == query }
-            for (id, _) in removed { e.registrations[id] = nil }
-            e.syncTree.removeEventRegistration(nil, for: query)
-            e.dropUnusedAutomaticIndexes()
-            return removed.values.compactMap(\.onEnd)
-        }
-        for end in ends { end(nil) }
+        database.removeAllObservers(of: spec)
     }
 
     /// Pins (`true`) or unpins the data here: while pinned, the cache size limit never evicts
@@ -332,161 +276,9 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
         throw DatabaseError(.closed, "the observer was removed before an event of type \(type) at \(path)")
     }
 
-    /// The complete data for this query from an active view or the stored cache, or nil.
-    ///
-    /// A big location with no view is not read under the lock: the lock is held only to
-    /// freeze the indexes (``FrozenData``), and the snapshot reads its children from them, and
-    /// from the log's files, as it is used. A limited query a child-value index orders
-    /// (``DatabaseOptions/indexes``) reads its window alone: its keys from the index, their
-    /// data, under the lock (the index is first built outside it when it must be).
-    func cachedSnapshot(buildingIndex: Bool = true, readsOutsideTheLock: Bool = true) throws -> DataSnapshot? {
-        enum Found {
-            case node(Node)
-            case frozen(FrozenData)
-            case small(FrozenData)
-        }
-        let query = spec
-        let database = database
-        if buildingIndex { try buildIndexIfNeeded() }
-        let onFailure = Self.onReadFailure(database)
-        let result = try database.engine.withLock { e -> (Found, SnapshotMetadata)? in
-            try e.checkUsable()
-            if let view = e.syncTree.view(for: query), view.eventCache.isFullyInitialized {
-                return (.node(view.eventCache.node), e.metadata(for: query))
-            }
-            if let window = e.window(of: query) {  // (a current index orders the query: its window alone)
-                return (.node(window), e.metadata(for: query))
-            }
-            if e.isBig(query.path), let frozen = e.freeze(onFailure: onFailure) {
-                return (.frozen(frozen), e.metadata(for: query))
-            }
-            if readsOutsideTheLock && e.log != nil {
-                // Small data is read outside the lock too (stored values decoded there).
-                return (.small(e.freezeForOneRead(onFailure: onFailure)), e.metadata(for: query))
-            }
-            guard let node = e.visibleNode(at: query.path) else { return nil }
-            if query.loadsAllData { return (.node(node), e.metadata(for: query)) }
-            return (.node(query.params.filtered(node)), e.metadata(for: query))
-        }
-        // A stored value that could not be read shows as missing: that is an error, not data.
-        if let failure = database.engine.withLock({ $0.failure }) {
-            database.endObserversIfStopped()
-            throw failure
-        }
-        guard let (found, metadata) = result else { return nil }
-        // A value read outside the lock could not be read: the database stops now (as when a
-        // read under the lock fails), before this call throws.
-        func failed(_ e: DatabaseError) -> DatabaseError {
-            database.engine.withLock { $0.failReading(e) }
-            database.endObserversIfStopped()
-            return e
-        }
-        switch found {
-        case .node(let node):
-            return DataSnapshot(ref: ref, node: node, index: params.index, metadata: metadata)
-        case .small(let frozen):
-            let node = frozen.visibleNode(at: query.path)
-            if frozen.reader.stale { return try cachedSnapshot(buildingIndex: buildingIndex, readsOutsideTheLock: false) }
-            if let failure = frozen.reader.error { throw failed(failure) }
-            guard let node else { return nil }
-            return DataSnapshot(ref: ref, node: query.loadsAllData ? node : query.params.filtered(node), index: params.index, metadata: metadata)
-        case .frozen(let frozen):
-            guard let location = LazyLocation.make(frozen, at: query.path) else { return nil }
-            if query.loadsAllData {
-                if let failure = frozen.reader.error { throw failed(failure) }
-                return DataSnapshot(ref: ref, content: .lazy(location), index: params.index, metadata: metadata)
-            }
-            let filtered = location.filtered(by: query.params)
-            if let failure = frozen.reader.error { throw failed(failure) }
-            return DataSnapshot(ref: ref, node: filtered, index: params.index, metadata: metadata)
-        }
-    }
-}
-
-extension DatabaseQuery {
-    /// A read failure found outside the lock, told asynchronously (a frozen read may run under
-    /// the lock, finishing an index rebuild).
-    static func onReadFailure(_ database: Database) -> @Sendable (DatabaseError) -> Void {
-        { e in DispatchQueue.global().async { database.engine.withLock { $0.failReading(e) } } }
-    }
-
-    /// Builds the child-value index that orders this query (``DatabaseOptions/indexes``) when
-    /// it must be built, outside the lock from frozen data; it is installed unless the data
-    /// changed at or above its location meanwhile (then the query reads without it).
-    func buildIndexIfNeeded() throws {
-        let query = spec
-        let onFailure = Self.onReadFailure(database)
-        let job = database.engine.withLock { e -> (ChildValueIndex, UInt64, FrozenData)? in
-            guard e.stopReason == nil, let index = e.childIndex(for: query), e.isComplete(query.path) else { return nil }
-            index.refresh()
-            guard index.needsRebuild, !index.isRebuilding, let frozen = e.freeze(onFailure: onFailure) else { return nil }
-            return (index, index.beginRebuild(), frozen)
-        }
-        guard let (index, token, frozen) = job else { return }
-        try database.build(index, token: token, from: frozen)
-    }
-}
-
-extension Database {
-    /// Builds `index` (its rebuild begun under the lock, `token` its token) from `frozen`,
-    /// outside the lock, and installs it unless a reset meanwhile (a change at or above its
-    /// location) made it stale or the database stopped. A stale build is thrown away, and the
-    /// index is built again if a listener uses it.
-    func build(_ index: ChildValueIndex, token: UInt64, from frozen: FrozenData) throws {
-        let built = ChildValueIndex.build(frozen, location: index.location, child: index.child)
-        if let failure = frozen.reader.error {
-            engine.withLock { e in
-                index.cancelRebuild(token)
-                e.failReading(failure)
-            }
-            endObserversIfStopped()
-            throw failure
-        }
-        let again = engine.withLock { e -> Bool in
-            guard e.stopReason == nil, let built else {
-                index.cancelRebuild(token)
-                return false
-            }
-            if index.finishRebuild(built.0, usable: built.usable, frozen: frozen, token: token) { return false }
-            return e.takeIndexRebuildsDue()  // (stale: the reset's rebuild waited for this one)
-        }
-        if again { scheduleIndexRebuilds() }
-    }
-
-    /// Builds again, outside the lock, the indexes listeners use that an operation left
-    /// needing it (``Engine/takeIndexRebuildsDue()``): else each of their window changes
-    /// would look for the next child among all children, under the lock.
-    func rebuildListenedIndexes() {
-        let onFailure = DatabaseQuery.onReadFailure(self)
-        let job = engine.withLock { e -> ([(ChildValueIndex, UInt64)], FrozenData)? in
-            let due = e.childIndexes.filter(\.rebuildScheduled)
-            for index in due { index.rebuildScheduled = false }
-            guard e.stopReason == nil else { return nil }
-            let ready = due.filter { $0.needsRebuild && !$0.isRebuilding && e.isComplete($0.location) }
-            guard !ready.isEmpty else { return nil }
-            guard let frozen = e.freeze(onFailure: onFailure) else {
-                // (No read snapshot now, e.g. no file descriptors: not asked again until the
-                // listeners change or a query builds it.)
-                for index in ready { index.idleAt = e.registrationsVersion }
-                return nil
-            }
-            e.backgroundIndexRebuilds += ready.count
-            return (ready.map { ($0, $0.beginRebuild()) }, frozen)
-        }
-        guard let (indexes, frozen) = job else { return }
-        for (i, (index, token)) in indexes.enumerated() {
-            do { try build(index, token: token, from: frozen) } catch {
-                engine.withLock { _ in for (later, token) in indexes[(i + 1)...] { later.cancelRebuild(token) } }
-                return
-            }
-        }
-    }
-
-    /// Schedules ``rebuildListenedIndexes()`` on a thread outside Swift's cooperative pool (it
-    /// reads the log).
-    func scheduleIndexRebuilds() {
-        DispatchQueue.global().async { [weak self] in self?.rebuildListenedIndexes() }
-    }
+    /// The complete data for this query from an active view or the stored cache, or nil (see
+    /// ``Database/cachedSnapshot(of:buildingIndex:readsOutsideTheLock:)``).
+    func cachedSnapshot() throws -> DataSnapshot? { try database.cachedSnapshot(of: self) }
 }
 
 /// Fires once, however often it is asked; runs the action given to `onFired` after it has.

@@ -40,12 +40,8 @@ extension DatabaseReference {
     /// - Throws: ``DatabaseError/Code/transactionTooManyRetries`` after 25 runs; write errors.
     public func runTransaction(_ update: @Sendable (inout MutableData) -> TransactionDecision) async throws -> TransactionResult {
         for _ in 0..<Self.maxTransactionRuns {
-            let current = try database.engine.withLock { e -> Node in
-                try e.checkUsable()
-                return e.visibleNode(at: path) ?? .empty
-            }
+            let (current, metadata) = try database.localValue(at: path)
             var data = MutableData(node: current)
-            let metadata = database.engine.withLock { $0.metadata(for: .defaultQuery(at: path)) }
             if case .abort = update(&data) {
                 return TransactionResult(committed: false, snapshot: DataSnapshot(ref: self, node: current, metadata: metadata))
             }
@@ -58,7 +54,7 @@ extension DatabaseReference {
                 return (id, events)
             }
             if written != nil {
-                let (shown, md) = database.engine.withLock { e in (e.visibleNode(at: location) ?? node, e.metadata(for: .defaultQuery(at: location))) }
+                let (shown, md) = try database.localValue(at: location, otherwise: node, checking: false)
                 return TransactionResult(committed: true, snapshot: DataSnapshot(ref: self, node: shown, metadata: md))
             }
         }

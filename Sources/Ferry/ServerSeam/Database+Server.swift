@@ -20,7 +20,7 @@
             if let complete { events += e.listenComplete(complete, tag: tag) }
             return (nil, events)
         }
-        await settleSpace(memoryBytes: log == nil ? ValueCodec.sizeBound(node) : 0)
+        await notedServerData(bytes: ValueCodec.sizeBound(node))
     }
 
     /// Throws the error ``applyServerPut(at:_:tag:completingListenAt:)`` would throw for `value` at `path`
@@ -40,7 +40,7 @@
             return (rel, try Node(children[k]!, path: p.child(rel)))
         }
         _ = try await perform { e in (nil, try e.serverMerge(p, list, tag: tag)) }
-        await settleSpace(memoryBytes: log == nil ? list.reduce(0) { $0 + ValueCodec.sizeBound($1.1) } : 0)
+        await notedServerData(bytes: list.reduce(0) { $0 + ValueCodec.sizeBound($1.1) })
     }
 
     /// The server acknowledged (or rejected) one local write, in any order: a record per call,
@@ -68,7 +68,7 @@
     }
 
     /// The sync cursor: every write up to this id has been answered by the server.
-    public var acknowledgedThrough: Int64 { engine.withLock { $0.ackedThrough } }
+    public var acknowledgedThrough: Int64 { withEngine { $0.ledger.ackedThrough } }
 
     /// Records an answer of the server and delivers its events; once its records are durable,
     /// resumes the receipts it settled (with the error instead, if they cannot be made durable).
@@ -77,8 +77,7 @@
         do {
             _ = try await perform { e in
                 defer {
-                    settled = e.settledWaiters
-                    e.settledWaiters = []
+                    settled = e.ledger.takeSettled()
                 }
                 let (events, lsn) = try body(e)
                 return (lsn == 0 ? nil : lsn, events)
@@ -90,8 +89,7 @@
         for s in settled {
             if let error = s.outcome { s.waiter.continuation.resume(throwing: error) } else { s.waiter.continuation.resume() }
         }
-        compactIfDue()
-        await settleSpace()
+        await notedAnswers()
     }
 
     /// The server has sent everything for the listen at `path` (or the tagged query): its
@@ -118,17 +116,17 @@
 
     /// The tag the database gave a filtered query's listen (nil for a query that loads all data).
     public func tag(for query: DatabaseQuery) -> Int? {
-        engine.withLock { $0.syncTree.tag(for: query.spec) }
+        withEngine { $0.syncTree.tag(for: query.spec) }
     }
 
     /// Milliseconds to add to the local clock to get the server's.
     public func setServerTimeOffset(_ offset: Int64) {
-        engine.withLock { $0.serverTimeOffset = offset }
+        withEngine { $0.serverTimeOffset = offset }
     }
 
     /// The ids of the local writes the server has not yet acknowledged, oldest first.
     public var pendingWriteIDs: [Int64] {
-        engine.withLock { Array($0.writeTree.pending.ids) }
+        withEngine { Array($0.writeTree.pending.ids) }
     }
 }
 
@@ -139,7 +137,7 @@ extension Database {
     ///
     /// - Throws: ``DatabaseError/Code/storage`` if a rejected write's record cannot be read.
     public func rejectedWrites() throws -> [RejectedWrite] {
-        try engine.withLock { try $0.rejectedWrites() }
+        try withEngine { try $0.rejectedWrites() }
     }
 
     /// Forgets rejected writes: those with the given ids, or all of them (nil). Durable when it

@@ -1,20 +1,3 @@
-/// How fresh a snapshot's data is.
-public struct SnapshotMetadata: Sendable, Hashable, CustomStringConvertible {
-    /// True when no live server listen has confirmed the data: it comes from the local cache
-    /// (and local writes). Always true while offline.
-    public var fromCache: Bool
-    /// True when local writes not yet acknowledged by the server touch the data.
-    public var hasPendingWrites: Bool
-
-    /// Metadata with the given flags.
-    public init(fromCache: Bool, hasPendingWrites: Bool) {
-        self.fromCache = fromCache
-        self.hasPendingWrites = hasPendingWrites
-    }
-
-    public var description: String { "fromCache: \(fromCache), hasPendingWrites: \(hasPendingWrites)" }
-}
-
 /// The data at a location (or of a query) at one moment. Immutable.
 ///
 /// A snapshot of a big location read from the cache (``DatabaseQuery/getData()``) does not

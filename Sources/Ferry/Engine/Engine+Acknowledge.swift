@@ -1,11 +1,5 @@
 import FerryLog
 
-/// A receipt waiting for the server's answer to one write.
-struct AckWaiter {
-    var token: UInt64
-    var continuation: UnsafeContinuation<Void, any Error>
-}
-
 /// The server's answer that a write was refused (see ``Database/acknowledgeWrites(through:rejecting:)``).
 @_spi(Server) public struct WriteRejection: Sendable, Equatable {
     /// The write's id (``WriteReceipt/writeID``).
@@ -42,7 +36,7 @@ extension Engine {
             events += e
             if lsn != 0 { lastLSN = lsn }
         }
-        guard through > ackedThrough else { return (events, lastLSN) }
+        guard through > ledger.ackedThrough else { return (events, lastLSN) }
         // Decide first (nothing changes if the record cannot be written), then apply.
         var acked: [(id: Int64, applied: Bool)] = []
         var notApplied: [Int64] = []
@@ -59,8 +53,7 @@ extension Engine {
             i += 1
         }
         let lsn = try append(.ackCursor, RecordCodec.ackCursor(through: through, notApplied: notApplied))
-        ackedThrough = through
-        lastAnswerLSN = lsn
+        ledger.advanceCursor(through: through, recordLSN: lsn)
         for (id, applied) in acked {
             events += removeAcknowledged(id, applied: applied, live: true)
             settle(id, recordLSN: lsn, nil)
@@ -77,7 +70,7 @@ extension Engine {
             let applied = skip.first != id
             _ = removeAcknowledged(id, applied: applied, live: false)
         }
-        ackedThrough = max(ackedThrough, through)
+        ledger.advanceCursor(through: through)
     }
 
     /// Removes the oldest pending write `id`, acknowledged: copies its values into the server
@@ -144,8 +137,7 @@ extension Engine {
             payload = []
         }
         let lsn = try append(.rejection, payload)
-        if isPersistent { rejected[r.writeID] = UInt64(lsn) }
-        lastAnswerLSN = lsn
+        if isPersistent { ledger.rejected[r.writeID] = UInt64(lsn) }
         let events = syncTree.ackUserWrite(r.writeID, revert: true)
         settle(r.writeID, recordLSN: lsn, DatabaseError(.writeRejected,
             "the server refused write \(r.writeID) (\(r.status): \(r.message)); it was reverted locally and kept in the database's rejected writes"))
@@ -155,54 +147,19 @@ extension Engine {
     // MARK: Receipts
 
     /// The server's answer to `writeID` is decided by the record at `recordLSN`: the receipts
-    /// waiting for it move to ``settledWaiters``, which the caller that wrote the record resumes
-    /// once the record is durable (see `Database.answer(_:)`).
+    /// waiting for it are settled in the ledger, and the caller that wrote the record resumes
+    /// them once it is durable (see `Database.answer(_:)`).
     func settle(_ writeID: Int64, recordLSN: Int64, _ outcome: DatabaseError?) {
-        if let outcome {
-            recentRejections[writeID] = outcome
-            if recentRejections.count > 16_384, let oldest = recentRejections.keys.min() { recentRejections[oldest] = nil }
-        }
-        lastAnswerLSN = max(lastAnswerLSN, recordLSN)
-        guard let waiters = ackWaiters.removeValue(forKey: writeID) else { return }
-        for w in waiters { settledWaiters.append((w, outcome)) }
+        ledger.settle(writeID, recordLSN: recordLSN, outcome)
     }
 
-    /// What a receipt of `writeID` waits for: nothing more (`.answered` with the outcome and the
-    /// LSN of a record that decided it, to be durable first), or the answer (`.waiting`: the
-    /// continuation was kept, and is resumed by the answer, by close, by a failure or by cancellation).
-    enum AckWait {
-        case answered(DatabaseError?, answerLSN: Int64)
-        case waiting
-        case failed(DatabaseError)
-        case cancelled
-    }
-
-    func registerAckWaiter(_ writeID: Int64, token: UInt64, _ c: UnsafeContinuation<Void, any Error>) -> AckWait {
+    /// Registers a receipt of `writeID` (see ``WriteLedger/wait(for:token:pending:rejected:_:)``);
+    /// a stopped database answers with why.
+    func registerAckWaiter(_ writeID: Int64, token: UInt64, _ c: UnsafeContinuation<Void, any Error>) -> WriteLedger.Wait {
         if let failure { return .failed(failure) }
         if closed { return .failed(DatabaseError(.closed, "the database is closed")) }
-        if writeTree.pending.index(of: writeID) != nil {
-            ackWaiters[writeID, default: []].append(AckWaiter(token: token, continuation: c))
-            return .waiting
-        }
-        let outcome = recentRejections[writeID] ?? (rejected[writeID] != nil || rejectedInMemory[writeID] != nil
-            ? DatabaseError(.writeRejected, "the server refused write \(writeID); it was reverted locally and kept in the database's rejected writes") : nil)
-        return .answered(outcome, answerLSN: lastAnswerLSN)
-    }
-
-    /// Takes back the waiter `token` of a cancelled task (nil when an answer took it first).
-    func cancelAckWaiter(_ writeID: Int64, token: UInt64) -> UnsafeContinuation<Void, any Error>? {
-        guard let i = ackWaiters[writeID]?.firstIndex(where: { $0.token == token }) else { return nil }
-        let c = ackWaiters[writeID]![i].continuation
-        ackWaiters[writeID]!.remove(at: i)
-        if ackWaiters[writeID]!.isEmpty { ackWaiters[writeID] = nil }
-        return c
-    }
-
-    /// Ends every wait for a server's answer with `error` (the database closed or failed).
-    func endAckWaiters(_ error: DatabaseError) {
-        let all = ackWaiters.values.flatMap { $0 }
-        ackWaiters = [:]
-        for w in all { w.continuation.resume(throwing: error) }
+        return ledger.wait(for: writeID, token: token, pending: writeTree.pending.index(of: writeID) != nil,
+                           rejected: rejectedInMemory[writeID] != nil, c)
     }
 
     // MARK: Rejected writes
@@ -210,7 +167,7 @@ extension Engine {
     /// The rejected writes the app has not cleared, oldest first (read from their records).
     func rejectedWrites() throws -> [RejectedWrite] {
         guard isPersistent else { return rejectedInMemory.keys.sorted().map { rejectedInMemory[$0]! } }
-        return try rejected.sorted { $0.key < $1.key }.map { id, lsn in
+        return try ledger.rejected.sorted { $0.key < $1.key }.map { id, lsn in
             try withPayload(lsn) { kind, payload in
                 let s = try RecordCodec.summarize(kind: kind, payload)
                 guard s.kind == .rejection, let inner = s.embeddedKind else { throw ByteReader.damaged("record \(lsn) is not a rejection") }
@@ -230,12 +187,12 @@ extension Engine {
     /// Forgets rejected writes (`ids`, or all with nil). Returns the record's LSN (0 if none).
     func clearRejected(_ ids: [Int64]?) throws -> Int64 {
         try checkUsable()
-        let known = Set(rejected.keys).union(rejectedInMemory.keys)
+        let known = Set(ledger.rejected.keys).union(rejectedInMemory.keys)
         let cleared = (ids.map { Set($0).intersection(known) } ?? known).sorted()
         guard !cleared.isEmpty else { return 0 }
         let lsn = try append(.clearRejected, isPersistent ? RecordCodec.clearRejected(cleared) : [])
         for id in cleared {
-            rejected[id] = nil
+            ledger.rejected[id] = nil
             rejectedInMemory[id] = nil
         }
         return lsn

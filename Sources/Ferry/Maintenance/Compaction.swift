@@ -16,33 +16,6 @@ public struct CompactionReport: Sendable, Equatable {
     public init() {}
 }
 
-/// Serializes the database's maintenance — checkpoints and compactions — so that a checkpoint
-/// taken before a compaction is never written after it.
-final class MaintenanceLock: Sendable {
-    private let state = FerryMutex<(busy: Bool, waiters: [UnsafeContinuation<Void, Never>])>((false, []))
-
-    func run<T>(_ body: () async throws -> T) async rethrows -> T {
-        await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
-            let now = state.withLock { s -> Bool in
-                if s.busy { s.waiters.append(c); return false }
-                s.busy = true
-                return true
-            }
-            if now { c.resume() }
-        }
-        defer {
-            let next = state.withLock { s -> UnsafeContinuation<Void, Never>? in
-                if s.waiters.isEmpty { s.busy = false; return nil }
-                return s.waiters.removeFirst()
-            }
-            next?.resume()
-        }
-        return try await body()
-    }
-
-    var isBusy: Bool { state.withLock { $0.busy } }
-}
-
 extension Database {
     /// Reclaims the log's space: deletes the segments whose local writes the server has all
     /// acknowledged, carrying forward the server data still read from them.
@@ -66,28 +39,30 @@ extension Database {
     }
 
     /// Starts a compaction in the background when enough acknowledged segments have gathered
-    /// and none is running. A compaction that ran checks again when it ends: acknowledgements
-    /// that arrived while it ran (and skipped their own check) are not left waiting for the next.
+    /// and none is scheduled. A compaction that deleted segments checks again when it ends:
+    /// acknowledgements that arrived while it ran (and found it scheduled) are not left waiting
+    /// for the next.
     func compactIfDue() {
-        guard let log, let threshold = options.compactionSegments, !maintenance.isBusy else { return }
+        guard let log, let threshold = options.compactionSegments else { return }
         guard let frontier = try? acknowledgedFrontier(log) else { return }
         let due = log.segments.prefix { $0.sealed && $0.nextLSN.rawValue <= frontier }.count >= threshold
         guard due else { return }
-        Task { [self] in
+        maintenance.schedule(.compaction) { [self] in
             do {
-                if try await !compact().deletedSegments.isEmpty { compactIfDue() }
+                if try await !compact().deletedSegments.isEmpty { return { [self] in compactIfDue() } }
             } catch let e as DatabaseError where e.code == .closed {
                 // closed meanwhile: nothing to do
             } catch {
                 options.logger.warning("automatic compaction failed: \(error)")
             }
+            return nil
         }
     }
 
     /// The LSN below which every local write is acknowledged (the oldest pending write's id, or
     /// the end of the log when none is pending).
     func acknowledgedFrontier(_ log: WriteAheadLog) throws -> UInt64 {
-        try engine.withLock { e in
+        try withEngine { e in
             try e.checkUsable()
             return e.writeTree.pending.firstID.map { UInt64($0) } ?? log.nextLSN.rawValue
         }
@@ -120,9 +95,10 @@ extension Database {
         }
         report.segmentBytesAfter = log.segments.reduce(0) { $0 + $1.size }
         if !report.deletedSegments.isEmpty {
-            space.noteCompaction(MaintenanceRun(bytesFreed: report.segmentBytesBefore - report.segmentBytesAfter,
-                                                duration: ContinuousClock.now - started, segmentsDeleted: report.deletedSegments.count,
-                                                entriesKept: report.restatedEntries))
+            let run = MaintenanceRun(bytesFreed: report.segmentBytesBefore - report.segmentBytesAfter,
+                                     duration: ContinuousClock.now - started, segmentsDeleted: report.deletedSegments.count,
+                                     entriesKept: report.restatedEntries)
+            maintenance.accounting.withLock { $0.lastCompaction = run }
         }
         options.logger.debug("compacted \(report.deletedSegments.count) segment(s), restating \(report.restatedEntries) entries")
         return report
@@ -145,7 +121,7 @@ extension Database {
     /// as they are then. With `keeping`, only the entries at the paths it accepts are restated
     /// (eviction's rule); markers always are.
     func restateServerEntries(below cutoff: UInt64, _ log: WriteAheadLog, keeping: ((Path) -> Bool)? = nil) throws -> Int {
-        let snapshot = engine.withLock { $0.server.index }
+        let snapshot = withEngine { $0.server.index }
         var candidates: [(key: [UInt8], entry: LayeredEntry)] = []
         snapshot.forEach(withPrefix: []) { k, e in
             guard !e.isInline && !e.isMarker else { return }
@@ -183,7 +159,7 @@ extension Database {
                 end += 1
             }
             let last = end == candidates.count
-            restated += try engine.withLock { e -> Int in
+            restated += try withEngine { e -> Int in
                 try e.checkUsable()
                 var restater = Restater()
                 try arena.withUnsafeBytes { values in
@@ -215,8 +191,7 @@ extension Database {
         if let e = error as? DatabaseError { return e }
         let e = DatabaseError(.storage, "\(what) failed: \(error)", underlying: error as? LogError)
         if (error as? LogError)?.code == .failed {
-            engine.withLock { if $0.failure == nil { $0.failure = e } }
-            endObserversIfStopped()  // no operation of the app may come to notice it
+            withEngine { $0.stop(failing: e) }  // (observers end now: no operation of the app may come to notice it)
         }
         return e
     }
@@ -225,13 +200,13 @@ extension Database {
     /// writes kept for the app that lie below `cutoff` (the same payload: replaying the copy
     /// points the list at it), and the `keepSynced` pins.
     func carrySyncStateForward(below cutoff: UInt64) throws {
-        try engine.withLock { e in
+        try withEngine { e in
             // The cursor too: its records may all lie in the segments about to go.
-            if e.ackedThrough > 0 {
-                _ = try e.append(.ackCursor, RecordCodec.ackCursor(through: e.ackedThrough, notApplied: []))
+            if e.ledger.ackedThrough > 0 {
+                _ = try e.append(.ackCursor, RecordCodec.ackCursor(through: e.ledger.ackedThrough, notApplied: []))
             }
             try e.restatePins()
-            for (_, lsn) in e.rejected.sorted(by: { $0.key < $1.key }) where lsn < cutoff {
+            for (_, lsn) in e.ledger.rejected.sorted(by: { $0.key < $1.key }) where lsn < cutoff {
                 let (kind, payload) = try e.withPayload(lsn) { k, p in (k, Array(p)) }
                 let copy = try e.append(.rejection, payload)
                 try payload.withUnsafeBytes { try e.replay(kind: kind, lsn: copy, payload: $0) }

@@ -54,31 +54,6 @@ public struct CheckpointPolicy: Sendable, Hashable {
     }
 }
 
-/// One compaction or eviction, as ``StoreStatistics`` reports it.
-public struct MaintenanceRun: Sendable, Equatable, Codable {
-    /// When it ended, in milliseconds since 1970.
-    public var endedAt: Int64
-    /// Bytes of the log's segment files it freed (net of what it restated).
-    public var bytesFreed: Int64
-    /// How long it took, in seconds.
-    public var seconds: Double
-    /// Segment files it deleted.
-    public var segmentsDeleted: Int
-    /// Server-cache entries it carried forward (restated).
-    public var entriesKept: Int
-    /// Server-cache entries it dropped (an eviction's "not cached" data; 0 for a compaction).
-    public var entriesEvicted: Int
-
-    init(bytesFreed: Int64, duration: Duration, segmentsDeleted: Int, entriesKept: Int, entriesEvicted: Int = 0) {
-        endedAt = wallClockMillis()
-        self.bytesFreed = bytesFreed
-        let c = duration.components
-        seconds = Double(c.seconds) + Double(c.attoseconds) / 1e18
-        self.segmentsDeleted = segmentsDeleted
-        self.entriesKept = entriesKept
-        self.entriesEvicted = entriesEvicted
-    }
-}
 
 /// What a store holds and how it uses its space (``Database/statistics``; `ferry-dump stats`).
 public struct StoreStatistics: Sendable, Equatable, Codable {
@@ -125,27 +100,6 @@ public struct StoreStatistics: Sendable, Equatable, Codable {
     }
 }
 
-/// The database's bookkeeping for its space: the checkpoint's size, the last maintenance runs,
-/// and which background jobs are scheduled.
-final class SpaceState: Sendable {
-    struct State {
-        var checkpointBytes: Int64?
-        var lastCompaction: MaintenanceRun?
-        var lastEviction: MaintenanceRun?
-        var evictionScheduled = false
-        /// The oldest pending write's id when an eviction last found no segment it could
-        /// drop (every one holds that write or a later one): until it is answered, nothing
-        /// becomes evictable, and writes over the limit need not try again.
-        var futileFrontier: Int64?
-        var checkpointScheduled = false
-        /// A memory-only store: bytes of server data received since its last eviction.
-        var memoryBytes = 0
-    }
-    let state = FerryMutex(State())
-
-    func noteCompaction(_ run: MaintenanceRun) { state.withLock { $0.lastCompaction = run } }
-}
-
 extension DatabaseOptions {
     /// The segment size used: at most an eighth of the cache limit, so that eviction frees
     /// space in small steps and "within the limit plus one segment" stays close to the limit.
@@ -171,28 +125,28 @@ extension Database {
             s.checkpointBytes = checkpointBytes(log)
         }
         s.cacheLimit = options.cacheSizeBytes.limit
-        space.state.withLock { st in
+        maintenance.accounting.withLock { st in
             s.lastCompaction = st.lastCompaction
             s.lastEviction = st.lastEviction
         }
         if let limit = s.cacheLimit, log != nil { s.overLimitBytes = max(0, s.bytesOnDisk - Int64(limit)) }
-        engine.withLock { e in e.fillStatistics(&s) }
+        withEngine { e in e.fillStatistics(&s) }
         return s
     }
 
     /// The size of the newest checkpoint file (looked up once, then kept up to date).
     func checkpointBytes(_ log: WriteAheadLog) -> Int64 {
-        if let known = space.state.withLock({ $0.checkpointBytes }) { return known }
+        if let known = maintenance.accounting.withLock({ $0.checkpointBytes }) { return known }
         let names = (try? log.sideFiles(withPrefix: Checkpoint.prefix)) ?? []
         let bytes = names.filter { Checkpoint.lsn(of: $0) != nil }.reduce(Int64(0)) { $0 + fileSize(log.path + "/" + $1) }
-        space.state.withLock { $0.checkpointBytes = bytes }
+        maintenance.accounting.withLock { $0.checkpointBytes = bytes }
         return bytes
     }
 
     /// Called once a checkpoint file is in place.
     func noteCheckpointWritten(_ log: WriteAheadLog, name: String) {
         let bytes = fileSize(log.path + "/" + name)
-        space.state.withLock { $0.checkpointBytes = bytes }
+        maintenance.accounting.withLock { $0.checkpointBytes = bytes }
     }
 
     /// Segments and checkpoint.
@@ -200,17 +154,46 @@ extension Database {
         log.segmentBytes + checkpointBytes(log)
     }
 
+    // MARK: Facts the upkeep is told
+
+    /// A local write was made and waited for (`facts`: the engine's, read by the write in its
+    /// own hold of the lock): see ``keepWithinLimit(memoryBytes:facts:)``.
+    func notedWrite(_ facts: SpaceFacts) async {
+        await keepWithinLimit(facts: facts)
+    }
+
+    /// A local write was made by a form that returns at once: a checkpoint or an eviction that
+    /// is due starts in the background, and the writer never waits.
+    func notedWriteNow(_ facts: SpaceFacts) {
+        checkpointIfDue(since: facts.sinceCheckpoint)
+        guard let limit = options.cacheSizeBytes.limit.map(Int64.init), let log,
+              bytesOnDisk(log) > limit - 2 * Int64(options.effectiveSegmentSize), !evictionIsFutile(facts) else { return }
+        scheduleEviction(log)
+    }
+
+    /// Server data arrived: `bytes` of it (counted for a memory-only store, whose limit
+    /// applies to the server data it receives).
+    func notedServerData(bytes: Int) async {
+        await keepWithinLimit(memoryBytes: log == nil ? bytes : 0)
+    }
+
+    /// The server answered writes: the segments it has acknowledged may be compacted, and
+    /// what the answers stored counts against the limit.
+    func notedAnswers() async {
+        compactIfDue()
+        await keepWithinLimit()
+    }
+
     // MARK: Keeping within the limit
 
-    /// After a write or a server update: starts an eviction in the background when the store is
-    /// within two segments of its limit (so that it rarely reaches it), and waits for one when it
-    /// is over the limit (so that when the update's `await` returns, the store is within the
-    /// limit plus one segment — the segment being written, and what a background eviction
-    /// restates before it deletes — unless what it must keep is larger); starts a checkpoint
-    /// when the policy says one is due.
+    /// Starts an eviction in the background when the store is within two segments of its limit
+    /// (so that it rarely reaches it), and waits for one when it is over the limit (so that
+    /// when the write's `await` returns, the store is within the limit plus one segment — the
+    /// segment being written, and what a background eviction restates before it deletes —
+    /// unless what it must keep is larger); starts a checkpoint when the policy says one is due.
     /// `memoryBytes`: for a memory-only store, the size of the server data received.
     /// `facts`: the engine's, read by a write in its own hold of the lock (else read here).
-    func settleSpace(memoryBytes: Int = 0, facts: SpaceFacts? = nil) async {
+    private func keepWithinLimit(memoryBytes: Int = 0, facts: SpaceFacts? = nil) async {
         defer { checkpointIfDue(since: facts?.sinceCheckpoint) }
         guard let limit = options.cacheSizeBytes.limit.map(Int64.init) else { return }
         guard let log else {
@@ -232,14 +215,6 @@ extension Database {
         }
     }
 
-    /// The same without waiting (for writes that return at once).
-    func settleSpaceNow(facts: SpaceFacts) {
-        checkpointIfDue(since: facts.sinceCheckpoint)
-        guard let limit = options.cacheSizeBytes.limit.map(Int64.init), let log,
-              bytesOnDisk(log) > limit - 2 * Int64(options.effectiveSegmentSize), !evictionIsFutile(facts) else { return }
-        scheduleEviction(log)
-    }
-
     /// What the space checks after a write need from the engine, read by the write in its own
     /// hold of the engine's lock (taking the lock twice more for them, per write, was ~6% of a
     /// bulk load of pending writes over the cache limit).
@@ -257,8 +232,8 @@ extension Database {
     /// the same (measured: trying again on every write over the limit cost a bulk load of
     /// pending writes 15–37% of its speed).
     private func evictionIsFutile(_ facts: SpaceFacts?) -> Bool {
-        guard let futile = space.state.withLock({ $0.futileFrontier }) else { return false }
-        return (facts.map(\.firstPending) ?? engine.withLock { $0.writeTree.pending.firstID }) == futile
+        guard let futile = maintenance.accounting.withLock({ $0.futileFrontier }) else { return false }
+        return (facts.map(\.firstPending) ?? withEngine { $0.writeTree.pending.firstID }) == futile
     }
 
     private func logEvictionFailure(_ error: any Error) {
@@ -267,24 +242,18 @@ extension Database {
     }
 
     private func scheduleEviction(_ log: WriteAheadLog) {
-        let start = space.state.withLock { s -> Bool in
-            if s.evictionScheduled { return false }
-            s.evictionScheduled = true
-            return true
-        }
-        guard start else { return }
-        Task { [self] in
-            defer { space.state.withLock { $0.evictionScheduled = false } }
+        maintenance.schedule(.eviction) { [self] in
             do {
                 _ = try await maintenance.run { try await evictNow(log) }
             } catch {
                 logEvictionFailure(error)
             }
+            return nil
         }
     }
 
     private func evictFromMemoryIfDue(limit: Int64, received: Int) {
-        let due = space.state.withLock { s -> Bool in
+        let due = maintenance.accounting.withLock { s -> Bool in
             s.memoryBytes += received
             guard s.memoryBytes > limit else { return false }
             s.memoryBytes = 0
@@ -292,9 +261,9 @@ extension Database {
         }
         guard due else { return }
         let started = ContinuousClock.now
-        let (dropped, rebuild) = engine.withLock { e in (e.dropUnkeptInlineEntries(), e.takeIndexRebuildsDue()) }
+        let (dropped, rebuild) = withEngine { e in (e.dropUnkeptInlineEntries(), e.takeIndexRebuildsDue()) }
         if rebuild { scheduleIndexRebuilds() }
-        space.state.withLock {
+        maintenance.accounting.withLock {
             $0.lastEviction = MaintenanceRun(bytesFreed: 0, duration: ContinuousClock.now - started, segmentsDeleted: 0,
                                              entriesKept: 0, entriesEvicted: dropped)
         }
@@ -330,23 +299,23 @@ extension Database {
                 victims += 1
             }
             guard let cutoff else {
-                let oldest = engine.withLock { $0.writeTree.pending.firstID }
-                space.state.withLock { $0.futileFrontier = oldest }
+                let oldest = withEngine { $0.writeTree.pending.firstID }
+                maintenance.accounting.withLock { $0.futileFrontier = oldest }
                 return nil
             }
-            space.state.withLock { $0.futileFrontier = nil }
+            maintenance.accounting.withLock { $0.futileFrontier = nil }
             CrashPoint.hit("eviction.start")
-            let kept = engine.withLock { $0.keptPaths }
+            let kept = withEngine { $0.keptPaths }
             var restated = try restateServerEntries(below: cutoff, log, keeping: { Engine.isKept($0, by: kept) })
             CrashPoint.hit("eviction.afterRestate")
             try carrySyncStateForward(below: cutoff)
             // What to drop is looked for outside the lock, in a snapshot (copied on write).
-            let snapshot = engine.withLock { $0.server.index }
+            let snapshot = withEngine { $0.server.index }
             var found: [(key: [UInt8], entry: LayeredEntry)] = []
             snapshot.forEach(withPrefix: []) { k, e in
                 if !e.isInline && !e.isMarker && e.ref.lsn < cutoff { found.append((Array(k), e)) }
             }
-            try engine.withLock { e in
+            try withEngine { e in
                 try e.checkUsable()
                 // Listeners or pins added since the values were read: restate theirs here.
                 let nowKept = e.keptPaths
@@ -377,10 +346,10 @@ extension Database {
             var start = 0
             while start < found.count {
                 let end = min(start + 2048, found.count)
-                engine.withLock { $0.dropServerEntries(found[start..<end], into: &droppedKeys) }
+                withEngine { $0.dropServerEntries(found[start..<end], into: &droppedKeys) }
                 start = end
             }
-            let (markers, rebuild) = engine.withLock { e in (e.dropMarkers(above: droppedKeys), e.takeIndexRebuildsDue()) }
+            let (markers, rebuild) = withEngine { e in (e.dropMarkers(above: droppedKeys), e.takeIndexRebuildsDue()) }
             if rebuild { scheduleIndexRebuilds() }
             let dropped = droppedKeys.count + markers
             try await log.sync()
@@ -392,7 +361,7 @@ extension Database {
             let after = bytesOnDisk(log)
             let run = MaintenanceRun(bytesFreed: before - after, duration: ContinuousClock.now - started,
                                      segmentsDeleted: deleted.count, entriesKept: restated, entriesEvicted: dropped)
-            space.state.withLock { $0.lastEviction = run }
+            maintenance.accounting.withLock { $0.lastEviction = run }
             options.logger.debug("evicted \(deleted.count) segment(s): \(dropped) entries dropped, \(restated) kept")
             return run
         } catch {
@@ -410,24 +379,18 @@ extension Database {
         func due(_ since: (records: Int, bytes: Int)) -> Bool {
             (policy.records.map { since.records >= $0 } ?? false) || (policy.bytes.map { since.bytes >= $0 } ?? false)
         }
-        guard due(known ?? engine.withLock { $0.sinceCheckpoint }) else { return }
+        guard due(known ?? withEngine { $0.sinceCheckpoint }) else { return }
         // (A count read by a write before it waited may predate a checkpoint that just ended:
         // read it again before starting another.)
-        if known != nil, !due(engine.withLock { $0.sinceCheckpoint }) { return }
-        let start = space.state.withLock { s -> Bool in
-            if s.checkpointScheduled { return false }
-            s.checkpointScheduled = true
-            return true
-        }
-        guard start else { return }
-        Task { [self] in
-            defer { space.state.withLock { $0.checkpointScheduled = false } }
+        if known != nil, !due(withEngine { $0.sinceCheckpoint }) { return }
+        maintenance.schedule(.checkpoint) { [self] in
             do {
                 try await checkpoint()
             } catch let e as DatabaseError where e.code == .closed {
             } catch {
                 options.logger.warning("checkpoint by policy failed: \(error)")
             }
+            return nil
         }
     }
 
@@ -439,7 +402,7 @@ extension Database {
     /// - Throws: ``DatabaseError/Code/closed`` if the database closes first;
     ///   ``DatabaseError/Code/storage`` if it fails.
     public func waitForPendingWrites() async throws {
-        let ids = engine.withLock { Array($0.writeTree.pending.ids) }
+        let ids = withEngine { Array($0.writeTree.pending.ids) }
         for id in ids {
             do {
                 try await WriteReceipt(database: self, writeID: id).serverAcknowledgement()
@@ -505,7 +468,7 @@ extension Engine {
         }
         s.pendingWriteBytes = bytes
         if let oldest, pending.count > 0 { s.oldestPendingWriteAge = max(0, Double(wallClockMillis() - oldest) / 1000) }
-        s.rejectedWrites = isPersistent ? rejected.count : rejectedInMemory.count
+        s.rejectedWrites = isPersistent ? ledger.rejected.count : rejectedInMemory.count
         s.cachedPaths = server.count
         s.pins = pins.map(\.description).sorted()
         s.listenedPaths = 0

@@ -188,6 +188,8 @@ import Glibc
 import Darwin
 #endif
 
+extension Engine: VisibleData {}
+
 extension Engine: IndexedChildSource {
     func window(of query: QuerySpec) -> Node? {
         guard let index = currentIndex(for: query) else { return nil }  // (never rebuilt here, under the lock)

@@ -95,13 +95,13 @@ extension QueryParams {
     /// then. Ends when the database closes.
     public func syncSignals() -> AsyncStream<SyncSignal> {
         let (stream, continuation) = AsyncStream.makeStream(of: SyncSignal.self, bufferingPolicy: .unbounded)
-        let old = engine.withLock { e -> AsyncStream<SyncSignal>.Continuation? in
+        let old = withEngine { e -> AsyncStream<SyncSignal>.Continuation? in
             let old = e.listens.signal
             e.listens.signal = e.closed ? nil : continuation
             return old
         }
         old?.finish()
-        if engine.withLock({ $0.closed }) { continuation.finish() }
+        if withEngine({ $0.closed }) { continuation.finish() }
         return stream
     }
 
@@ -111,7 +111,7 @@ extension QueryParams {
     ///
     /// - Throws: ``DatabaseError/Code/storage`` when a write's record cannot be read.
     public func outgoingWrites(after: Int64, limit: Int, maxBytes: Int = .max) throws -> [OutgoingWrite] {
-        try engine.withLock { e in
+        try withEngine { e in
             try e.checkUsable()
             return try e.outgoingWrites(after: after, limit: limit, maxBytes: maxBytes)
         }
@@ -119,7 +119,7 @@ extension QueryParams {
 
     /// The listens the views and `keepSynced` pins need now.
     public func activeListens() -> Set<ListenRequest> {
-        engine.withLock { e in
+        withEngine { e in
             var out = Set<ListenRequest>()
             for (query, tag) in e.listens.active {
                 if let parameters = query.params.restParameters {

@@ -242,7 +242,7 @@ extension Engine {
     var checkpointImage: CheckpointImage {
         for index in childIndexes { index.refresh() }
         return CheckpointImage(server: server.index, pending: writeTree.pending, overlay: writeTree.overlay.index,
-                               ackedThrough: ackedThrough, rejected: rejected.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
+                               ackedThrough: ledger.ackedThrough, rejected: ledger.rejected.sorted { $0.key < $1.key }.map { ($0.key, $0.value) },
                                pins: pins.map { PathKey.encode($0) }.sorted { a, b in a.lexicographicallyPrecedes(b) },
                                childIndexes: childIndexes.filter { $0.isCurrent && !$0.automatic }.map { ($0.locationKey, PathKey.encode($0.child), $0.sorted) })
     }
@@ -264,8 +264,7 @@ extension Engine {
                 logger.warning("ignoring checkpoint \(name): \(error); replaying the log instead")
                 server.removeAll()
                 writeTree.beginRestore()
-                rejected = [:]
-                ackedThrough = 0
+                ledger.restore(ackedThrough: 0, rejected: [:])
                 pins = []
             }
         }
@@ -408,7 +407,7 @@ struct CheckpointLoader {
                 guard id > lastRejectedID else { throw Checkpoint.damaged("rejected writes out of order") }
                 lastRejectedID = id
                 guard lsn >= firstLSN && lsn < expectedLSN else { throw Checkpoint.damaged("it names rejection record \(lsn), outside the log") }
-                engine.rejected[id] = lsn
+                engine.ledger.rejected[id] = lsn
                 counts.rejected += 1
             case .pending where version >= 6:
                 let n = try r.varintCount()
@@ -553,9 +552,8 @@ struct CheckpointLoader {
         guard r.atEnd else { throw Checkpoint.damaged("trailing bytes in its header") }
         engine.server.removeAll()
         engine.writeTree.beginRestore()
-        engine.rejected = [:]
+        engine.ledger.restore(ackedThrough: ackedThrough, rejected: [:])
         engine.pins = []
-        engine.ackedThrough = ackedThrough
         // Before format 5 an entry does not say whether its value carries a priority.
         engine.server.knowsPriorities = version >= 5
         engine.writeTree.overlay.knowsPriorities = version >= 5

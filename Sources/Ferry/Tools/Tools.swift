@@ -82,7 +82,7 @@ extension RecordDescription {
         return (0..<p.count).map { (p.id(at: $0), p.path(at: $0).description) }
     }
     /// The sync cursor: every write up to this id has been answered by the server.
-    public var acknowledgedThrough: Int64 { engine.ackedThrough }
+    public var acknowledgedThrough: Int64 { engine.ledger.ackedThrough }
     /// The rejected writes not cleared, oldest first.
     public func rejectedWrites() throws -> [RejectedWrite] { try engine.rejectedWrites() }
     /// The database's statistics for the state replayed (what ``Database/statistics`` reports

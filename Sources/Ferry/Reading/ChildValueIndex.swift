@@ -159,7 +159,7 @@ final class ChildValueIndex: LayeredChangeObserver {
     /// Marks by key seen while a rebuild runs outside the lock (they are applied after it).
     private var markedDuringRebuild: Set<String>?
     /// How the current data at a path is read (the engine's visible node).
-    weak var source: Engine?
+    weak var source: (any VisibleData)?
     /// Made for listeners, not declared (``DatabaseOptions/automaticIndexes``): dropped when
     /// they are gone, never kept in a checkpoint.
     var automatic = false
@@ -387,9 +387,3 @@ final class ChildValueIndex: LayeredChangeObserver {
 }
 
 /// Told before a ``LayeredIndex`` changes (see ``ChildValueIndex``).
-protocol LayeredChangeObserver: AnyObject {
-    /// The entry at the path whose key is `key`, or entries below it, are about to change.
-    func willChange(_ key: UnsafeRawBufferPointer)
-    /// Any entry may change.
-    func willChangeEverything()
-}

@@ -35,9 +35,7 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     /// A new child with a Firebase-compatible push id: 20 characters, chronologically ordered,
     /// increasing within one millisecond.
     public func childByAutoId() -> DatabaseReference {
-        let now = wallClockMillis() + database.engine.withLock { $0.serverTimeOffset }
-        let id = database.pushIDs.withLock { $0.next(now: now) }
-        return DatabaseReference(database: database, path: path.child(id))
+        DatabaseReference(database: database, path: path.child(database.nextPushID()))
     }
 
     // MARK: Writing
@@ -134,14 +132,7 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     }
 
     private func write(_ body: (Engine) throws -> (Int64, [Event])) async throws -> WriteReceipt {
-        var facts: Database.SpaceFacts?
-        let id = try await database.perform { e in
-            let (id, events) = try body(e)
-            facts = Database.SpaceFacts(e)
-            return (id, events)
-        }
-        await database.settleSpace(facts: facts)
-        return WriteReceipt(database: database, writeID: id)
+        WriteReceipt(database: database, writeID: try await database.write(body))
     }
 
     // MARK: Writing without waiting
@@ -183,14 +174,7 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     }
 
     private func writeNow(_ body: (Engine) throws -> (Int64, [Event])) throws -> WriteReceipt {
-        var facts: Database.SpaceFacts?
-        let (id, _) = try database.apply { e in
-            let (id, events) = try body(e)
-            facts = Database.SpaceFacts(e)
-            return (id, events)
-        }
-        database.settleSpaceNow(facts: facts!)
-        return WriteReceipt(database: database, writeID: id)
+        WriteReceipt(database: database, writeID: try database.writeNow(body))
     }
 
     // MARK: Querying and listening (as a query of everything here)
@@ -274,7 +258,7 @@ public struct WriteReceipt: Sendable {
             let lsn = LSN(UInt64(id))
             try await log.awaitDurability(of: lsn...lsn)
         } catch {
-            throw database.engine.withLock { $0.storageError(error) }
+            throw database.storageError(error)
         }
     }
 
@@ -289,37 +273,6 @@ public struct WriteReceipt: Sendable {
     ///   ``Database/rejectedWrites()``).
     public func serverAcknowledgement() async throws {
         guard let id = writeID else { return }
-        let database = self.database
-        let token = database.engine.withLock { e -> UInt64 in
-            defer { e.nextAckWaiterToken += 1 }
-            return e.nextAckWaiterToken
-        }
-        var answered: (outcome: DatabaseError?, lsn: Int64)?
-        try await withTaskCancellationHandler {
-            try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
-                let wait = database.engine.withLock { e -> Engine.AckWait in
-                    Task.isCancelled ? .cancelled : e.registerAckWaiter(id, token: token, c)
-                }
-                switch wait {
-                case .waiting: break
-                case .cancelled: c.resume(throwing: CancellationError())
-                case .failed(let error): c.resume(throwing: error)
-                case .answered(let outcome, let lsn):
-                    answered = (outcome, lsn)
-                    c.resume()
-                }
-            }
-        } onCancel: {
-            database.engine.withLock { $0.cancelAckWaiter(id, token: token) }?.resume(throwing: CancellationError())
-        }
-        // Answered before this call: the answer's record must be durable before we say so.
-        if let (outcome, lsn) = answered {
-            if lsn > 0, let log = database.log {
-                do { try await log.awaitDurability(of: LSN(UInt64(lsn))...LSN(UInt64(lsn))) } catch {
-                    throw database.engine.withLock { $0.storageError(error) }
-                }
-            }
-            if let outcome { throw outcome }
-        }
+        try await database.awaitAcknowledgement(of: id)
     }
 }

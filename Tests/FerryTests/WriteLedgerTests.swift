@@ -1,0 +1,139 @@
+import FerryLog
+import Testing
+
+@testable import Ferry
+
+/// The pending-write ledger on its own: receipts end on their answer (only once the operation
+/// that settled it resumes them), on the database's stop, or on cancellation; the cursor never
+/// goes back; rejections are remembered for receipts awaited after the fact, within a bound.
+@Suite struct WriteLedgerTests {
+    /// A ledger behind a lock, as the engine holds it.
+    final class Held: Sendable {
+        let ledger = FerryMutex(WriteLedger())
+    }
+
+    /// Registers a receipt of `id` and returns once it is registered, with a task that ends
+    /// as the receipt does.
+    func waitingReceipt(_ held: Held, _ id: Int64, pending: Bool = true) async -> (Task<Void, any Error>, UInt64) {
+        let token = held.ledger.withLock { $0.newToken() }
+        let registered = AsyncStream<WriteLedger.Wait>.makeStream()
+        let task = Task {
+            try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
+                let wait = held.ledger.withLock { $0.wait(for: id, token: token, pending: pending, rejected: false, c) }
+                registered.continuation.yield(wait)
+                switch wait {
+                case .waiting: break
+                case .answered(let outcome, _): if let outcome { c.resume(throwing: outcome) } else { c.resume() }
+                case .failed(let e): c.resume(throwing: e)
+                case .cancelled: c.resume(throwing: CancellationError())
+                }
+            }
+        }
+        var it = registered.stream.makeAsyncIterator()
+        _ = await it.next()
+        return (task, token)
+    }
+
+    @Test func aReceiptEndsWithItsAnswerOnlyWhenTheSettlingOperationResumesIt() async throws {
+        let held = Held()
+        let (accepted, _) = await waitingReceipt(held, 7)
+        let (refused, _) = await waitingReceipt(held, 9)
+        #expect(held.ledger.withLock { $0.waitingCount } == 2)
+        held.ledger.withLock {
+            $0.advanceCursor(through: 7, recordLSN: 20)
+            $0.settle(7, recordLSN: 20, nil)
+            $0.settle(9, recordLSN: 21, DatabaseError(.writeRejected, "no"))
+        }
+        #expect(held.ledger.withLock { $0.waitingCount } == 0, "both answers settled")
+        let settled = held.ledger.withLock { $0.takeSettled() }
+        #expect(settled.count == 2)
+        #expect(held.ledger.withLock { $0.takeSettled() }.isEmpty, "settled receipts are taken once")
+        for s in settled {
+            if let e = s.outcome { s.waiter.continuation.resume(throwing: e) } else { s.waiter.continuation.resume() }
+        }
+        try await accepted.value
+        await #expect(throws: DatabaseError.self) { try await refused.value }
+        #expect(held.ledger.withLock { ($0.ackedThrough, $0.lastAnswerLSN) } == (7, 21))
+    }
+
+    @Test func aReceiptOfAnAnsweredWriteIsAnsweredAtOnceWithTheDecidingRecord() async throws {
+        var ledger = WriteLedger()
+        ledger.settle(3, recordLSN: 40, DatabaseError(.writeRejected, "refused by rules"))
+        ledger.settle(4, recordLSN: 41, nil)
+        let (rejected, _) = await waitingReceipt(holding(ledger), 3, pending: false)
+        do {
+            try await rejected.value
+            Issue.record("the rejection must reach a receipt awaited after it")
+        } catch let e as DatabaseError {
+            #expect(e.code == .writeRejected && e.message == "refused by rules")
+        }
+        let fresh = holding(ledger)
+        let token = fresh.ledger.withLock { $0.newToken() }
+        let wait = await withUnsafeContinuation { (outer: UnsafeContinuation<WriteLedger.Wait, Never>) in
+            Task {
+                try? await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
+                    let w = fresh.ledger.withLock { $0.wait(for: 4, token: token, pending: false, rejected: false, c) }
+                    outer.resume(returning: w)
+                    c.resume()
+                }
+            }
+        }
+        guard case .answered(let outcome, let lsn) = wait else { Issue.record("expected an answer, got \(wait)"); return }
+        #expect(outcome == nil && lsn == 41, "acknowledged, by the newest answer's record (to be durable first)")
+    }
+
+    @Test func theStopEndsEveryReceiptAndACancelledOneIsTakenBackOnce() async throws {
+        let held = Held()
+        let (a, _) = await waitingReceipt(held, 5)
+        let (b, tokenB) = await waitingReceipt(held, 5)
+        let taken = held.ledger.withLock { $0.cancel(5, token: tokenB) }
+        #expect(taken != nil)
+        #expect(held.ledger.withLock { $0.cancel(5, token: tokenB) } == nil, "taken back once")
+        taken?.resume(throwing: CancellationError())
+        await #expect(throws: CancellationError.self) { try await b.value }
+        held.ledger.withLock { $0.endAll(DatabaseError(.closed, "closed")) }
+        do {
+            try await a.value
+            Issue.record("the stop must end the receipt")
+        } catch let e as DatabaseError {
+            #expect(e.code == .closed)
+        }
+        #expect(held.ledger.withLock { $0.waitingCount } == 0)
+    }
+
+    @Test func theCursorNeverGoesBack() {
+        var ledger = WriteLedger()
+        ledger.advanceCursor(through: 10, recordLSN: 12)
+        ledger.advanceCursor(through: 4)
+        #expect(ledger.ackedThrough == 10)
+        #expect(ledger.lastAnswerLSN == 12)
+        ledger.restore(ackedThrough: 2, rejected: [1: 3])
+        #expect(ledger.ackedThrough == 2 && ledger.rejected == [1: 3], "a checkpoint's values are installed as they are")
+    }
+
+    @Test func rejectionsAreRememberedWithinTheirBoundThenAnsweredGenerically() async throws {
+        var ledger = WriteLedger()
+        let n = Int64(WriteLedger.recentRejectionLimit) + 2  // (1 and 2 are forgotten)
+        for id in 1...n { ledger.noteRejection(id, DatabaseError(.writeRejected, "write \(id)")) }
+        ledger.rejected[1] = 99  // still kept for the app
+        let held = holding(ledger)
+        for (id, message) in [(Int64(1), "the server refused write 1; it was reverted locally and kept in the database's rejected writes"),
+                              (n, "write \(n)")] {
+            let (receipt, _) = await waitingReceipt(held, id, pending: false)
+            do {
+                try await receipt.value
+                Issue.record("write \(id) was rejected")
+            } catch let e as DatabaseError {
+                #expect(e.message == message)
+            }
+        }
+        let (forgotten, _) = await waitingReceipt(held, 2, pending: false)
+        try await forgotten.value  // (neither remembered nor kept: nothing to report)
+    }
+
+    func holding(_ ledger: WriteLedger) -> Held {
+        let held = Held()
+        held.ledger.withLock { $0 = ledger }
+        return held
+    }
+}
