@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job: an app's offline session with the database (durable writes from 8 tasks, a live
-# query, an update, a transaction, a reopen), then the store shown with ferry-dump.
+# The README's second command: an app's offline run of the database (durable writes from 8 tasks,
+# a live query, an update, a transaction, a reopen), then the store shown with ferry-dump.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Holds N streaming GETs open on a running ferry-server and measures it (README, *ferry-server*).
+"""Holds N streaming GETs open on a running ferry-server and measures it (Benchmarks/README.md, *Many streams*).
 
 usage: ferry-server-streams.py PORT SERVER_PID N
 

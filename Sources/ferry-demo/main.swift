@@ -1,4 +1,4 @@
-// The demo behind the README's first command: an app's offline session with the database.
+// The demo behind the README's second command (scripts/demo.sh): an app's offline run of the database.
 // Eight tasks write posts at once (each write durable before it returns), a listener on the
 // three most-liked posts fires as they land, an update and a transaction change them; then the
 // store is closed, reopened from its checkpoint, and everything — including the writes no

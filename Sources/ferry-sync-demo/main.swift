@@ -109,8 +109,9 @@ func online() async throws {
     // A's listeners. /stats/posts was written whole offline, so it has an event at once (from
     // the cache); /posts was written one child at a time, so it has none until the server's data.
     say("A listens to /stats/posts and /posts:")
-    // Each prints until its data is confirmed by the server, whole: today a listener can see an
-    // acknowledged write vanish until the server's own update reaches it (see the README).
+    // Each prints until its data is confirmed by the server, whole: a listener can see an
+    // acknowledged write vanish until the server's own update reaches it (the README's
+    // *Known limits*).
     let (counterListener, counterEvents) = try watch("A", db, "/stats/posts", showCursor: true,
                                                      until: { confirmed($0) && $0.value == .int(Int64(titles.count)) }) { "= \($0.value.json)" }
     let (postsListener, _) = try watch("A", db, "/posts", showCursor: true,
