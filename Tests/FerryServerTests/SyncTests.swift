@@ -7,16 +7,6 @@ import Foundation
 import Synchronization
 import Testing
 
-/// Waits (polling, up to 30 s) until `condition` holds; false if it never did. Not a timed
-/// assertion: the bound only keeps a broken build from hanging the suite.
-func eventually(_ what: String = "", _ condition: () async throws -> Bool) async rethrows -> Bool {
-    for _ in 0..<1500 {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return false
-}
-
 /// A Ferry client: a stored database and its sync client.
 struct Client {
     let db: Database
@@ -745,8 +735,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
                 // The data as the server found it on taking the listen, before this write, applied
                 // by the client before the answer comes (the listener has seen it, over the write)…
                 box.server?.push(ScriptedServer.put("/", #"{"count": 0}"#))
-                let deadline = Date().addingTimeInterval(10)
-                while shown.withLock({ $0.isEmpty }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
+                _ = eventuallyOnThisThread { !shown.withLock { $0.isEmpty } }
                 // …and, after the answer, the stream's event of the write.
                 DispatchQueue.global().asyncAfter(deadline: .now() + 0.4) {
                     box.server?.push(ScriptedServer.put("/count", #"1"#))
