@@ -450,8 +450,12 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         events.withLock { $0 = [] }
         await a.sync.goOnline()
         #expect(await eventually { events.withLock { $0.count } >= 2 })
-        try await Task.sleep(for: .milliseconds(200))  // (room for unwanted events to show)
-        #expect(events.withLock { $0 }.sorted() == ["child_changed b", "child_removed c"])
+        // A change made now comes on the same stream after the reconnect's data: once its event
+        // is seen, every event that data raised has been seen before it.
+        #expect(try TestHTTP.request(server.port, "PATCH", "/items.json?ns=t", json: #"{"d": 4}"#).status == 200)
+        #expect(await eventually { events.withLock { $0.contains("child_added d") } })
+        let seen = events.withLock { $0 }
+        #expect(seen.dropLast().sorted() == ["child_changed b", "child_removed c"] && seen.last == "child_added d", "\(seen)")
         for h in handles { items.removeObserver(withHandle: h) }
         try await a.close()
         #expect(server.terminate() == 0)
@@ -870,9 +874,12 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         #expect(await eventually { topic.shown == ["new"] })
         let answer = try await a.sync.getData(try a.db.reference("rooms"))
         #expect(answer.childSnapshot(forPath: "1/topic").value == "old", "the server's answer is returned")
-        try await Task.sleep(for: .milliseconds(100))
-        #expect(topic.shown == ["new"], "the listener never went back")
-        #expect(try await a.db.reference("rooms/1/topic").getData().value == "new")
+        #expect(try await a.db.reference("rooms/1/topic").getData().value == "new", "the cache keeps the listen's data")
+        // (An answer getData stores is stored, its listeners told, before it returns; a later
+        // event of the stream shows that nothing came in between either.)
+        server.push(ScriptedServer.put("/topic", #""newer""#))
+        #expect(await eventually { topic.shown.last == "newer" })
+        #expect(topic.shown == ["new", "newer"], "the listener never went back")
         topic.stop()
         try await a.close()
         server.stop()
