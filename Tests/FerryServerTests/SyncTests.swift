@@ -730,6 +730,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-first-put")
         final class Box: @unchecked Sendable { var server: ScriptedServer? }
         let box = Box()
+        let client = FerryMutex<Database?>(nil)
         let shown = FerryMutex<[Int64]>([])
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /stats") }) { line in
             if line.hasPrefix("GET /stats") {  // (the stream opens; its first put comes later)
@@ -740,24 +741,35 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
                 // by the client before the answer comes (the listener has seen it, over the write)…
                 box.server?.push(ScriptedServer.put("/", #"{"count": 0}"#))
                 _ = eventuallyOnThisThread { !shown.withLock { $0.isEmpty } }
-                // …and, after the answer, the stream's event of the write.
-                DispatchQueue.global().asyncAfter(deadline: .now() + 0.4) {
+                // …and, once the client has read the answer (it notes the server's clock, said
+                // to be a day ahead, as it reads it), the stream's event of the write, then a
+                // later change (seen once the write's event is).
+                DispatchQueue.global().async {
+                    _ = eventuallyOnThisThread { (client.withLock { $0 }?.engine.withLock { $0.serverTimeOffset } ?? 0) > 43_200_000 }
                     box.server?.push(ScriptedServer.put("/count", #"1"#))
+                    box.server?.push(ScriptedServer.put("/later", #"true"#))
                 }
-                return ScriptedServer.http(200, "")
+                let dayAhead = Int64(Date().timeIntervalSince1970 * 1000) + 86_400_000
+                return ScriptedServer.http(200, "", headers: [WireHeader.serverTime: String(dayAhead)])
             }
             return ScriptedServer.http(200, "null")
         }
         box.server = server
         let a = try await Client(dir.sub("a"), port: server.port, batches: false)
+        client.withLock { $0 = a.db }
         await a.sync.goOnline()
+        let later = FerryMutex(false)
         let handle = try a.db.reference("stats").observe(.value, includeMetadataChanges: true) { s in
             if case .int(let n) = s.childSnapshot(forPath: "count").value { shown.withLock { $0.append(n) } }
+            if s.childSnapshot(forPath: "later").exists { later.withLock { $0 = true } }
         }
-        #expect(await eventually { await a.sync.isConnected })
+        // The listen's request is out before the write (the race scripted here; a listen asked
+        // for after the write cannot be told from one showing it).
+        #expect(await eventually { server.requests.contains { $0.hasPrefix("GET /stats") } })
         _ = try await a.db.reference("stats/count").setValue(1).serverAcknowledgement()
-        #expect(await eventually { server.requests.contains { $0.hasPrefix("PUT /stats/count") } })
-        try await Task.sleep(for: .milliseconds(300))  // (past the stream's event of the write)
+        #expect(server.requests.contains { $0.hasPrefix("PUT /stats/count") })
+        // Every event up to the write's and past it was shown once the later change is.
+        #expect(await eventually { later.withLock { $0 } }, "the stream's events after the answer arrived")
         let values = shown.withLock { $0 }
         #expect(values.first == 1 && values.allSatisfy { $0 == 1 }, "the listener saw \(values)")
         try a.db.reference("stats").removeObserver(withHandle: handle)
