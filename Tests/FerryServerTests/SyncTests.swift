@@ -824,8 +824,6 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
     /// de-duplicate).
     @Test func closeAfterGoingOfflineWaitsForTheAnswerBeingRecorded() async throws {
         let dir = try TemporaryDirectory("sync-offline-close")
-        final class Box: @unchecked Sendable { var server: ScriptedServer? }
-        let box = Box()
         let puts = FerryMutex(0)
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /stats") }) { line in
             if line.hasPrefix("GET /stats") {
@@ -833,25 +831,25 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
             }
             if line.hasPrefix("PUT /stats/count") {
                 puts.withLock { $0 += 1 }
-                // The answer comes; the stream's event of the write only 1.5 s later, so the
-                // answer's recording waits for it.
-                DispatchQueue.global().asyncAfter(deadline: .now() + 1.5) {
-                    box.server?.push(ScriptedServer.put("/count", #"1"#))
-                }
-                return ScriptedServer.http(200, "")
+                // The answer comes, and the stream's event of the write never does: the answer's
+                // recording waits for it until the listen ends. The answer says the server's
+                // clock is a day ahead, which the client notes as it reads the answer.
+                let dayAhead = Int64(Date().timeIntervalSince1970 * 1000) + 86_400_000
+                return ScriptedServer.http(200, "", headers: [WireHeader.serverTime: String(dayAhead)])
             }
+            if line.hasPrefix("PUT /later") { return ScriptedServer.http(200, "") }
             return ScriptedServer.http(400, #"{"error": "no extensions"}"#)
         }
-        box.server = server
         let path = dir.sub("a")
         do {
             let a = try await Client(path, port: server.port, batches: false)
-            let handle = try a.db.reference("stats").observe(.value) { _ in }
+            let live = FerryMutex(false)
+            let handle = try a.db.reference("stats").observe(.value) { s in if !s.metadata.fromCache { live.withLock { $0 = true } } }
             await a.sync.goOnline()
-            #expect(await eventually { await a.sync.isConnected })
+            // The listen keeps the location (else the answer is recorded at once, waiting for nothing).
+            #expect(await eventually { live.withLock { $0 } }, "the listen's first data arrived")
             let receipt = try a.db.reference("stats/count").setValueNow(1)
-            #expect(await eventually { puts.withLock { $0 } == 1 })
-            try await Task.sleep(for: .milliseconds(400))  // (the answer read, its recording waiting)
+            #expect(await eventually { a.db.engine.withLock { $0.serverTimeOffset } > 43_200_000 }, "the client read the answer")
             await a.sync.goOffline()
             await a.sync.close()
             #expect(a.db.pendingWriteCount == 0, "the answer was recorded before close() returned")
@@ -859,10 +857,13 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
             try a.db.reference("stats").removeObserver(withHandle: handle)
             try await a.db.close()
         }
+        #expect(puts.withLock { $0 } == 1)
         let again = try await Client(path, port: server.port, batches: false)
         #expect(again.db.pendingWriteCount == 0)
         await again.sync.goOnline()
-        try await Task.sleep(for: .milliseconds(300))
+        // Writes go out in order: once a later one is answered, the first one would have been
+        // sent again before it.
+        _ = try await again.db.reference("later").setValue(true).serverAcknowledgement()
         #expect(puts.withLock { $0 } == 1, "the write was not sent again")
         try await again.close()
         server.stop()
