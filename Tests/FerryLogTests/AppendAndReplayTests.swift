@@ -145,11 +145,7 @@ import Glibc
         let dir = try TemporaryDirectory()
         let log = try WriteAheadLog.open(at: dir.path, options: testOptions(.interval(.milliseconds(10))))
         try await appendPosts(log, 0..<20)
-        var waited = 0
-        while log.durableLSN < LSN(21) && waited < 500 {
-            try await Task.sleep(for: .milliseconds(10))
-            waited += 1
-        }
+        #expect(await eventually { log.durableLSN >= LSN(21) }, "synced without being asked")
         #expect(log.durableLSN == LSN(21))
         try await log.close()
     }
@@ -158,11 +154,7 @@ import Glibc
         let dir = try TemporaryDirectory()
         let log = try WriteAheadLog.open(at: dir.path, options: testOptions(.none))
         try await appendPosts(log, 0..<5)
-        var waited = 0
-        while log.writtenLSN < LSN(6) && waited < 500 {
-            try await Task.sleep(for: .milliseconds(10))
-            waited += 1
-        }
+        #expect(await eventually { log.writtenLSN >= LSN(6) }, "written without being asked")
         #expect(log.writtenLSN == LSN(6))
         try await log.close()
     }
@@ -183,11 +175,7 @@ import Glibc
             bytes += batch.encodedSize
             _ = try log.enqueue(batch)
         }
-        var waited = 0
-        while log.writtenLSN < LSN(5_001) && waited < 1_000 {
-            try await Task.sleep(for: .milliseconds(10))
-            waited += 1
-        }
+        #expect(await eventually { log.writtenLSN >= LSN(5_001) }, "the rest written without being asked")
         #expect(log.writtenLSN == LSN(5_001))
         let frames = log.statistics.frames
         // (A delayed flush that came during a slow loop may have cut one frame short.)

@@ -71,10 +71,11 @@ import Glibc
             }
         }
         // Kill the server mid-stream, once a good number of writes have been acknowledged.
-        while acknowledged.withLock({ $0.count }) < 1_000 { usleep(1_000) }
+        let started = eventuallyOnThisThread(timeout: .seconds(120)) { acknowledged.withLock { $0.count } >= 1_000 }
         server.kill9()
         stop.store(true, ordering: .relaxed)
         clients.wait()
+        try #require(started, "1,000 writes acknowledged before the kill (\(acknowledged.withLock { $0.count }))")
         let acked = acknowledged.withLock { $0 }
         #expect(Set(acked.map { $0 / 10_000 }).count == 50)  // every client had writes answered
         server = try ServerProcess(data: dir.path)
@@ -142,18 +143,10 @@ import Glibc
         #expect(message.contains("8 connections"))
         // One stream ends: its place is free again (once the server has seen it close).
         streams.removeLast()
-        var status = 0
-        for _ in 0..<200 where status != 200 {
-            status = (try? TestHTTP.request(p, "GET", "/a.json?ns=t"))?.status ?? 0
-            if status != 200 { usleep(10_000) }
-        }
-        #expect(status == 200)
+        #expect(eventuallyOnThisThread { (try? TestHTTP.request(p, "GET", "/a.json?ns=t"))?.status == 200 }, "a connection is served again")
         // The streams held all along still get the writes.
         streams.removeLast()
-        for _ in 0..<200 {
-            if let r = try? TestHTTP.request(p, "PUT", "/a.json?ns=t", json: "2"), r.status == 200 { break }
-            usleep(10_000)
-        }
+        #expect(eventuallyOnThisThread { (try? TestHTTP.request(p, "PUT", "/a.json?ns=t", json: "2"))?.status == 200 }, "the write is taken")
         for s in streams { #expect(try s.next(skippingKeepAlive: true) == .put("/", 2)) }
         #expect(server.terminate() == 0)
     }

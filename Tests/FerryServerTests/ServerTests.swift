@@ -258,22 +258,24 @@ import Glibc
         let port = server.port
         let answered = FerryMutex<[Int]>([])
         let group = DispatchGroup()
+        // Each client writes until the server stops answering: writes are in flight whenever
+        // the SIGTERM comes.
         for c in 0..<4 {
             DispatchQueue.global().async(group: group) {
-                for i in 0..<50 {
+                for i in 0..<100_000 {
                     guard let r = try? TestHTTP.request(port, "PUT", "/w/k\(c)_\(i).json?ns=t", json: "1"), r.status == 200 else { return }
-                    answered.withLock { $0.append(c * 1000 + i) }
+                    answered.withLock { $0.append(c * 100_000 + i) }
                 }
             }
         }
-        usleep(50_000)
+        #expect(eventuallyOnThisThread { answered.withLock { $0.count } >= 10 }, "the clients are writing")
         #expect(server.terminate() == 0)
         group.wait()
         server = try ServerProcess(data: dir.path)
         let stored = try TestHTTP.request(server.port, "GET", "/w.json?ns=t&shallow=true").json
         for n in answered.withLock({ $0 }) {
             guard case .object(let o)? = stored else { Issue.record("nothing stored"); break }
-            #expect(o["k\(n / 1000)_\(n % 1000)"] == true)
+            #expect(o["k\(n / 100_000)_\(n % 100_000)"] == true)
         }
         #expect(server.terminate() == 0)
     }

@@ -7,16 +7,6 @@ import Foundation
 import Synchronization
 import Testing
 
-/// Waits (polling, up to 30 s) until `condition` holds; false if it never did. Not a timed
-/// assertion: the bound only keeps a broken build from hanging the suite.
-func eventually(_ what: String = "", _ condition: () async throws -> Bool) async rethrows -> Bool {
-    for _ in 0..<1500 {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return false
-}
-
 /// A Ferry client: a stored database and its sync client.
 struct Client {
     let db: Database
@@ -460,8 +450,12 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         events.withLock { $0 = [] }
         await a.sync.goOnline()
         #expect(await eventually { events.withLock { $0.count } >= 2 })
-        try await Task.sleep(for: .milliseconds(200))  // (room for unwanted events to show)
-        #expect(events.withLock { $0 }.sorted() == ["child_changed b", "child_removed c"])
+        // A change made now comes on the same stream after the reconnect's data: once its event
+        // is seen, every event that data raised has been seen before it.
+        #expect(try TestHTTP.request(server.port, "PATCH", "/items.json?ns=t", json: #"{"d": 4}"#).status == 200)
+        #expect(await eventually { events.withLock { $0.contains("child_added d") } })
+        let seen = events.withLock { $0 }
+        #expect(seen.dropLast().sorted() == ["child_changed b", "child_removed c"] && seen.last == "child_added d", "\(seen)")
         for h in handles { items.removeObserver(withHandle: h) }
         try await a.close()
         #expect(server.terminate() == 0)
@@ -736,6 +730,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         let dir = try TemporaryDirectory("sync-first-put")
         final class Box: @unchecked Sendable { var server: ScriptedServer? }
         let box = Box()
+        let client = FerryMutex<Database?>(nil)
         let shown = FerryMutex<[Int64]>([])
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /stats") }) { line in
             if line.hasPrefix("GET /stats") {  // (the stream opens; its first put comes later)
@@ -745,26 +740,36 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
                 // The data as the server found it on taking the listen, before this write, applied
                 // by the client before the answer comes (the listener has seen it, over the write)…
                 box.server?.push(ScriptedServer.put("/", #"{"count": 0}"#))
-                let deadline = Date().addingTimeInterval(10)
-                while shown.withLock({ $0.isEmpty }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
-                // …and, after the answer, the stream's event of the write.
-                DispatchQueue.global().asyncAfter(deadline: .now() + 0.4) {
+                _ = eventuallyOnThisThread { !shown.withLock { $0.isEmpty } }
+                // …and, once the client has read the answer (it notes the server's clock, said
+                // to be a day ahead, as it reads it), the stream's event of the write, then a
+                // later change (seen once the write's event is).
+                DispatchQueue.global().async {
+                    _ = eventuallyOnThisThread { (client.withLock { $0 }?.engine.withLock { $0.serverTimeOffset } ?? 0) > 43_200_000 }
                     box.server?.push(ScriptedServer.put("/count", #"1"#))
+                    box.server?.push(ScriptedServer.put("/later", #"true"#))
                 }
-                return ScriptedServer.http(200, "")
+                let dayAhead = Int64(Date().timeIntervalSince1970 * 1000) + 86_400_000
+                return ScriptedServer.http(200, "", headers: [WireHeader.serverTime: String(dayAhead)])
             }
             return ScriptedServer.http(200, "null")
         }
         box.server = server
         let a = try await Client(dir.sub("a"), port: server.port, batches: false)
+        client.withLock { $0 = a.db }
         await a.sync.goOnline()
+        let later = FerryMutex(false)
         let handle = try a.db.reference("stats").observe(.value, includeMetadataChanges: true) { s in
             if case .int(let n) = s.childSnapshot(forPath: "count").value { shown.withLock { $0.append(n) } }
+            if s.childSnapshot(forPath: "later").exists { later.withLock { $0 = true } }
         }
-        #expect(await eventually { await a.sync.isConnected })
+        // The listen's request is out before the write (the race scripted here; a listen asked
+        // for after the write cannot be told from one showing it).
+        #expect(await eventually { server.requests.contains { $0.hasPrefix("GET /stats") } })
         _ = try await a.db.reference("stats/count").setValue(1).serverAcknowledgement()
-        #expect(await eventually { server.requests.contains { $0.hasPrefix("PUT /stats/count") } })
-        try await Task.sleep(for: .milliseconds(300))  // (past the stream's event of the write)
+        #expect(server.requests.contains { $0.hasPrefix("PUT /stats/count") })
+        // Every event up to the write's and past it was shown once the later change is.
+        #expect(await eventually { later.withLock { $0 } }, "the stream's events after the answer arrived")
         let values = shown.withLock { $0 }
         #expect(values.first == 1 && values.allSatisfy { $0 == 1 }, "the listener saw \(values)")
         try a.db.reference("stats").removeObserver(withHandle: handle)
@@ -819,8 +824,6 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
     /// de-duplicate).
     @Test func closeAfterGoingOfflineWaitsForTheAnswerBeingRecorded() async throws {
         let dir = try TemporaryDirectory("sync-offline-close")
-        final class Box: @unchecked Sendable { var server: ScriptedServer? }
-        let box = Box()
         let puts = FerryMutex(0)
         let server = try ScriptedServer(holdOpen: { $0.hasPrefix("GET /stats") }) { line in
             if line.hasPrefix("GET /stats") {
@@ -828,25 +831,25 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
             }
             if line.hasPrefix("PUT /stats/count") {
                 puts.withLock { $0 += 1 }
-                // The answer comes; the stream's event of the write only 1.5 s later, so the
-                // answer's recording waits for it.
-                DispatchQueue.global().asyncAfter(deadline: .now() + 1.5) {
-                    box.server?.push(ScriptedServer.put("/count", #"1"#))
-                }
-                return ScriptedServer.http(200, "")
+                // The answer comes, and the stream's event of the write never does: the answer's
+                // recording waits for it until the listen ends. The answer says the server's
+                // clock is a day ahead, which the client notes as it reads the answer.
+                let dayAhead = Int64(Date().timeIntervalSince1970 * 1000) + 86_400_000
+                return ScriptedServer.http(200, "", headers: [WireHeader.serverTime: String(dayAhead)])
             }
+            if line.hasPrefix("PUT /later") { return ScriptedServer.http(200, "") }
             return ScriptedServer.http(400, #"{"error": "no extensions"}"#)
         }
-        box.server = server
         let path = dir.sub("a")
         do {
             let a = try await Client(path, port: server.port, batches: false)
-            let handle = try a.db.reference("stats").observe(.value) { _ in }
+            let live = FerryMutex(false)
+            let handle = try a.db.reference("stats").observe(.value) { s in if !s.metadata.fromCache { live.withLock { $0 = true } } }
             await a.sync.goOnline()
-            #expect(await eventually { await a.sync.isConnected })
+            // The listen keeps the location (else the answer is recorded at once, waiting for nothing).
+            #expect(await eventually { live.withLock { $0 } }, "the listen's first data arrived")
             let receipt = try a.db.reference("stats/count").setValueNow(1)
-            #expect(await eventually { puts.withLock { $0 } == 1 })
-            try await Task.sleep(for: .milliseconds(400))  // (the answer read, its recording waiting)
+            #expect(await eventually { a.db.engine.withLock { $0.serverTimeOffset } > 43_200_000 }, "the client read the answer")
             await a.sync.goOffline()
             await a.sync.close()
             #expect(a.db.pendingWriteCount == 0, "the answer was recorded before close() returned")
@@ -854,10 +857,13 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
             try a.db.reference("stats").removeObserver(withHandle: handle)
             try await a.db.close()
         }
+        #expect(puts.withLock { $0 } == 1)
         let again = try await Client(path, port: server.port, batches: false)
         #expect(again.db.pendingWriteCount == 0)
         await again.sync.goOnline()
-        try await Task.sleep(for: .milliseconds(300))
+        // Writes go out in order: once a later one is answered, the first one would have been
+        // sent again before it.
+        _ = try await again.db.reference("later").setValue(true).serverAcknowledgement()
         #expect(puts.withLock { $0 } == 1, "the write was not sent again")
         try await again.close()
         server.stop()
@@ -881,9 +887,12 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         #expect(await eventually { topic.shown == ["new"] })
         let answer = try await a.sync.getData(try a.db.reference("rooms"))
         #expect(answer.childSnapshot(forPath: "1/topic").value == "old", "the server's answer is returned")
-        try await Task.sleep(for: .milliseconds(100))
-        #expect(topic.shown == ["new"], "the listener never went back")
-        #expect(try await a.db.reference("rooms/1/topic").getData().value == "new")
+        #expect(try await a.db.reference("rooms/1/topic").getData().value == "new", "the cache keeps the listen's data")
+        // (An answer getData stores is stored, its listeners told, before it returns; a later
+        // event of the stream shows that nothing came in between either.)
+        server.push(ScriptedServer.put("/topic", #""newer""#))
+        #expect(await eventually { topic.shown.last == "newer" })
+        #expect(topic.shown == ["new", "newer"], "the listener never went back")
         topic.stop()
         try await a.close()
         server.stop()

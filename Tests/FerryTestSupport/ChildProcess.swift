@@ -1,13 +1,28 @@
+import FerryLog
 import Foundation
 
 /// A child process whose standard output is read line by line while it runs.
 public final class ChildProcess: @unchecked Sendable {
-    // @unchecked: `lines` and `buffer` are only touched under `lock`.
+    // @unchecked: `process` and `output` are set up in `init` and not changed after; the
+    // output read so far is behind `reader.state`.
+    private struct Output {
+        var buffer = Data()
+        var lines: [String] = []
+        /// The pipe reached its end: every process holding its write end (the child) closed
+        /// it, so every line the child printed is in `lines`.
+        var ended = false
+    }
+
+    /// What the pipe's reader shares with the waiters.
+    private final class Reader: Sendable {
+        let state = FerryMutex(Output())
+        /// Signalled once the pipe reaches its end.
+        let ended = DispatchSemaphore(value: 0)
+    }
+
     private let process = Process()
     private let output = Pipe()
-    private let lock = NSLock()
-    private var buffer = Data()
-    private var lines: [String] = []
+    private let reader = Reader()
 
     /// Starts `executable`; `environment` is added to this process's environment (a crash
     /// test arms a ``CrashPoint`` in the child with `FERRY_CRASH_AT`).
@@ -19,79 +34,82 @@ public final class ChildProcess: @unchecked Sendable {
         }
         process.standardOutput = output
         process.standardError = FileHandle.standardError
-        output.fileHandleForReading.readabilityHandler = { [weak self] h in
+        let reader = reader
+        output.fileHandleForReading.readabilityHandler = { h in
             let d = h.availableData
-            guard let self, !d.isEmpty else { return }
-            self.lock.lock()
-            self.buffer.append(d)
-            while let nl = self.buffer.firstIndex(of: 0x0A) {
-                self.lines.append(String(decoding: self.buffer[self.buffer.startIndex..<nl], as: UTF8.self))
-                self.buffer.removeSubrange(self.buffer.startIndex...nl)
+            if d.isEmpty {  // the end of the pipe
+                h.readabilityHandler = nil
+                let first = reader.state.withLock { o in
+                    defer { o.ended = true }
+                    return !o.ended
+                }
+                if first { reader.ended.signal() }
+                return
             }
-            self.lock.unlock()
+            reader.state.withLock { o in
+                o.buffer.append(d)
+                while let nl = o.buffer.firstIndex(of: 0x0A) {
+                    o.lines.append(String(decoding: o.buffer[o.buffer.startIndex..<nl], as: UTF8.self))
+                    o.buffer.removeSubrange(o.buffer.startIndex...nl)
+                }
+            }
         }
         try process.run()
     }
 
     public var pid: Int32 { process.processIdentifier }
 
-    /// Complete lines printed so far.
-    public var outputLines: [String] {
-        lock.lock()
-        defer { lock.unlock() }
-        return lines
-    }
+    /// Complete lines printed so far. (A partial last line is left out: one cut by a kill was
+    /// never a complete acknowledgement.)
+    public var outputLines: [String] { reader.state.withLock { $0.lines } }
 
-    /// Waits (polling) until a line satisfying `match` appears, or `timeout` passes.
+    /// Waits until a line satisfying `match` appears; false if the child's output ended
+    /// without one, or `timeout` seconds passed.
     public func waitForLine(timeout: Double = 30, _ match: (String) -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if outputLines.contains(where: match) { return true }
-            if !process.isRunning && !outputLines.contains(where: match) {
-                usleep(20_000)
-                return outputLines.contains(where: match)
-            }
-            usleep(2_000)
+        var found = false
+        _ = eventuallyOnThisThread(timeout: .seconds(timeout)) {
+            let (lines, ended) = reader.state.withLock { ($0.lines, $0.ended) }
+            found = lines.contains(where: match)
+            return found || ended  // (once the output ended, no line will come)
         }
-        return false
+        return found
     }
 
-    /// Waits (polling) up to `timeout` seconds for the process to end by itself; true if it did.
+    /// Waits until the child's output has ended — the child and whatever it shared its output
+    /// with are gone, and every line it printed is in ``outputLines``; false if `timeout`
+    /// seconds passed first.
+    @discardableResult
+    public func waitForOutputEnd(timeout: Double = 30) -> Bool {
+        if reader.state.withLock({ $0.ended }) { return true }
+        guard reader.ended.wait(timeout: .now() + timeout) == .success else { return false }
+        reader.ended.signal()  // (for a later waiter)
+        return true
+    }
+
+    /// Waits up to `timeout` seconds for the process to end by itself; true if it did.
     public func waitForExit(timeout: Double) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { usleep(2_000) }
-        return !process.isRunning
+        eventuallyOnThisThread(timeout: .seconds(timeout)) { !process.isRunning }
     }
 
     /// How the process ended: true when a signal ended it (SIGKILL from ``kill9()`` or a crash
     /// point), false for a normal exit. Only meaningful once it has ended.
     public var wasKilled: Bool { process.terminationReason == .uncaughtSignal }
 
-    /// Sends SIGKILL (unless the process has already ended) and waits for the process to end;
-    /// returns the lines it printed.
+    /// Sends SIGKILL (unless the process has already ended) and waits for the process to end
+    /// and for its output to be read to the end; returns the lines it printed.
     @discardableResult
     public func kill9() -> [String] {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
-        // Let the reader drain what the pipe still holds.
-        usleep(20_000)
-        output.fileHandleForReading.readabilityHandler = nil
-        let rest = output.fileHandleForReading.readDataToEndOfFile()
-        lock.lock()
-        buffer.append(rest)
-        while let nl = buffer.firstIndex(of: 0x0A) {
-            lines.append(String(decoding: buffer[buffer.startIndex..<nl], as: UTF8.self))
-            buffer.removeSubrange(buffer.startIndex...nl)
-        }
-        // A partial last line was cut by the kill: it was never a complete acknowledgement.
-        let all = lines
-        lock.unlock()
-        return all
+        waitForOutputEnd()
+        return outputLines
     }
 
-    /// Waits for a normal exit; returns the status.
+    /// Waits for the process to end and for its output to be read to the end (``outputLines``
+    /// then holds every line it printed); returns the exit status.
     public func wait() -> Int32 {
         process.waitUntilExit()
+        waitForOutputEnd()
         return process.terminationStatus
     }
 }

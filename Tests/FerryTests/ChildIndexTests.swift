@@ -301,12 +301,7 @@ import Testing
             for i in 0..<1_000 { replaced["n\(i)"] = ["likes": .int(Int64(i))] }
             try await db.applyServerPut(at: "big", .object(replaced))
             #expect(shown.withLock { $0 } == ["n997", "n998", "n999"])
-            var waited = 0
-            while automatic, db.engine.withLock({ $0.childIndexes.first?.isCurrent != true }), waited < 500 {
-                try await Task.sleep(for: .milliseconds(10))
-                waited += 1
-            }
-            #expect(db.engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) }, "rebuilt while its listeners listen")
+            #expect(await eventually { db.engine.withLock { $0.childIndexes.allSatisfy(\.isCurrent) } }, "rebuilt while its listeners listen")
             #expect(db.engine.withLock { $0.backgroundIndexRebuilds } == (automatic ? 1 : 0))
             let lookupsAfter = db.engine.withLock { $0.indexedChildLookups }
             try await db.reference("big/n999/likes").setValue(.int(-1))
@@ -487,12 +482,7 @@ import Testing
         #expect(db.engine.withLock { _ in !index.finishRebuild(built.0, usable: built.usable, frozen: frozen, token: token) }, "refused")
         #expect(db.engine.withLock { _ in !index.isCurrent && !index.isRebuilding })
         try await db.reference("elsewhere").setValue(1)  // (any operation: the listener's index is due)
-        var waited = 0
-        while db.engine.withLock({ _ in !index.isCurrent }), waited < 500 {
-            try await Task.sleep(for: .milliseconds(10))
-            waited += 1
-        }
-        #expect(db.engine.withLock { _ in index.isCurrent })
+        #expect(await eventually { db.engine.withLock { _ in index.isCurrent } }, "built again in the background")
         #expect(db.engine.withLock { _ in index.keys(first: 10, fromEnd: false) } == ["z", "x", "y"], "the new data's children alone")
         query.removeObserver(withHandle: handle)
         try await db.close()
@@ -509,7 +499,9 @@ import Testing
         let handle = try db.reference("data").queryOrdered(byChild: "likes").queryLimited(toLast: 2).observe(.value) { _ in }
         let rebuilds = db.engine.withLock { $0.backgroundIndexRebuilds }
         for i in 0..<5 { _ = try await db.reference("data/k10\(10 + i)/likes").setValue(.int(Int64(i))) }
-        try await Task.sleep(for: .milliseconds(50))
+        // A write decides under the lock, before it returns, whether it schedules a rebuild: one
+        // it scheduled is then still due, under way or counted as begun (the three are one step
+        // under the lock in `rebuildListenedIndexes`), so there is nothing to wait for.
         #expect(db.engine.withLock { e in e.childIndexes.allSatisfy { !$0.rebuildScheduled && !$0.isRebuilding } })
         #expect(db.engine.withLock { $0.backgroundIndexRebuilds } == rebuilds)
         try db.reference("data").queryOrdered(byChild: "likes").queryLimited(toLast: 2).removeObserver(withHandle: handle)

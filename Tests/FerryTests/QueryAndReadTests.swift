@@ -114,7 +114,8 @@ import Testing
         try await db.applyServerPut(at: "here", 1)
         #expect(try await db.root.child("here").observeSingleEvent().value == 1)
         let later = Task { try await (try db.root.child("later")).observeSingleEvent().value }
-        try await Task.sleep(for: .milliseconds(50))
+        // It waits (observes) before the data arrives: not a read of the cache after it came.
+        try #require(await eventually { db.engine.withLock { !$0.registrations.isEmpty } }, "the single-event wait observes")
         try await db.applyServerPut(at: "later", "arrived")
         #expect(try await later.value == "arrived")
     }
@@ -146,13 +147,11 @@ import Testing
                 if snapshot.value == 3 { break }
             }
         }
-        try await Task.sleep(for: .milliseconds(20))
+        try #require(await eventually { db.engine.withLock { !$0.registrations.isEmpty } }, "the sequence observes before the writes")
         for i in 1...3 { try await ref.setValue(.int(Int64(i))) }
         try await reader.value
         #expect(received.withLock { $0 } == [1, 2, 3])
-        // The observer went away with the sequence.
-        try await Task.sleep(for: .milliseconds(20))
-        #expect(db.engine.withLock { $0.registrations.isEmpty })
+        #expect(await eventually { db.engine.withLock { $0.registrations.isEmpty } }, "the observer went away with the sequence")
     }
 
     @Test func listenersCanRunOnAChosenQueue() async throws {

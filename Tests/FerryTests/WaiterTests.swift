@@ -21,7 +21,9 @@ import Testing
             for try await _ in posts.values() { iterated.withLock { $0 += 1 } }
         }
         let single = Task { try await posts.observeSingleEvent() }
-        try await Task.sleep(for: .milliseconds(30))
+        // Both are waiting (observing) when the database closes: a wait begun after the close
+        // ends at once whatever the close does (the next test).
+        try #require(await eventually { db.engine.withLock { $0.registrations.count } == 2 }, "the sequence and the single-event wait observe")
         try await db.close()
         await #expect(throws: DatabaseError.self) { try await reader.value }
         do {
@@ -49,13 +51,13 @@ import Testing
         let ref = try db.reference("never")
         let single = Task { try await ref.observeSingleEvent() }
         let sequence = Task { for try await _ in ref.values() {}; return true }
-        try await Task.sleep(for: .milliseconds(30))
+        // (Cancelled while they observe, not before they begin.)
+        try #require(await eventually { db.engine.withLock { $0.registrations.count } == 2 }, "both waits observe")
         single.cancel()
         sequence.cancel()
         await #expect(throws: CancellationError.self) { try await single.value }
         #expect(try await sequence.value, "a cancelled sequence ends")
-        try await Task.sleep(for: .milliseconds(20))
-        #expect(db.engine.withLock { $0.registrations.isEmpty })
+        #expect(await eventually { db.engine.withLock { $0.registrations.isEmpty } }, "their observers went away")
         try await db.close()
     }
 
@@ -64,7 +66,7 @@ import Testing
         let ref = try db.reference("never")
         let sequence = Task { for try await _ in ref.values() {}; return true }
         let single = Task { try await ref.observeSingleEvent() }
-        try await Task.sleep(for: .milliseconds(30))
+        try #require(await eventually { db.engine.withLock { $0.registrations.count } == 2 }, "both waits observe")
         ref.removeAllObservers()
         #expect(try await sequence.value, "the sequence ends")
         await #expect(throws: DatabaseError.self) { try await single.value }
