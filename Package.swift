@@ -45,7 +45,7 @@ let package = Package(
         .target(
             name: "Ferry",
             dependencies: [
-                "FerryLog", "CCRC32C",
+                "FerryLog",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -98,7 +98,7 @@ let package = Package(
         .executableTarget(
             name: "ferry-bench",
             dependencies: [
-                "Ferry", "FerryLog", "CLZ4", "CCRC32C", "CLevelDB", "CSQLite", "FerrySync", "FerryWire",
+                "Ferry", "FerryLog", "CLZ4", "CCRC32C", "CLevelDB", "CSQLite", "FerrySync",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Benchmarks/ferry-bench"

@@ -13,10 +13,7 @@ extension Database {
                      _ handler: @escaping @Sendable (DataEvent) -> Void) -> ObserverHandle {
         let db = self
         let query = observed.spec
-        let id = withEngine { e -> UInt64 in
-            defer { e.nextRegistrationID += 1 }
-            return e.nextRegistrationID
-        }
+        let id = withEngine { $0.registrations.newID() }
         let registration = EventRegistration(id: id, types: types, includeMetadataChanges: includeMetadataChanges) { event, metadata in
             handler(DataEvent(event, metadata: metadata, database: db))
         }
@@ -45,7 +42,7 @@ extension Database {
                 return []
             }
             if let watch = prepared?.1 { e.unwatch(watch) }
-            e.registrations[id] = RegistrationState(registration: registration, query: query, lastMetadata: nil, onEnd: onEnd)
+            e.registrations.add(RegistrationState(registration: registration, query: query, lastMetadata: nil, onEnd: onEnd))
             var view = prebuilt != nil && prepared?.1.changed == false && e.syncTree.canTakePrebuiltView(for: query) ? prebuilt : nil
             if view == nil, e.syncTree.canTakePrebuiltView(for: query), let window = e.window(of: query) {
                 view = View(storeBacked: query, window: window)
@@ -59,7 +56,7 @@ extension Database {
     /// Removes the observer `id`; a sequence or single-event wait built on it ends.
     func removeObserver(_ id: UInt64) {
         let end = withEngine { e -> (@Sendable (DatabaseError?) -> Void)? in
-            guard let state = e.registrations.removeValue(forKey: id) else { return nil }
+            guard let state = e.registrations.remove(id) else { return nil }
             e.syncTree.removeEventRegistration(state.registration, for: state.query)
             e.dropUnusedAutomaticIndexes()
             return state.onEnd
@@ -71,11 +68,10 @@ extension Database {
     /// it); sequences and single-event waits built on them end.
     func removeAllObservers(of query: QuerySpec) {
         let ends = withEngine { e -> [@Sendable (DatabaseError?) -> Void] in
-            let removed = e.registrations.filter { query.isDefault ? $0.value.query.path == query.path : $0.value.query == query }
-            for (id, _) in removed { e.registrations[id] = nil }
+            let removed = e.registrations.removeAll { query.isDefault ? $0.query.path == query.path : $0.query == query }
             e.syncTree.removeEventRegistration(nil, for: query)
             e.dropUnusedAutomaticIndexes()
-            return removed.values.compactMap(\.onEnd)
+            return removed.compactMap(\.onEnd)
         }
         for end in ends { end(nil) }
     }
@@ -204,7 +200,7 @@ extension Database {
             guard let frozen = e.freeze(onFailure: onFailure) else {
                 // (No read snapshot now, e.g. no file descriptors: not asked again until the
                 // listeners change or a query builds it.)
-                for index in ready { index.idleAt = e.registrationsVersion }
+                for index in ready { index.idleAt = e.registrations.version }
                 return nil
             }
             e.backgroundIndexRebuilds += ready.count

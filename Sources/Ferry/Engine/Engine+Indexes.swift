@@ -68,15 +68,15 @@ extension Engine {
     /// scheduled, so that it is asked once.
     ///
     /// Cheap when nothing is due: the listeners are looked for only for an index that needs a
-    /// rebuild, and not again until they change (``registrationsVersion``); an index reset
+    /// rebuild, and not again until they change (``Registrations/version``); an index reset
     /// because it could not order a value is left to the next query (``ChildValueIndex/resetForUnusable``).
     func takeIndexRebuildsDue() -> Bool {
         guard !childIndexes.isEmpty else { return false }
         var due = false
         for index in childIndexes where index.needsRebuild && !index.isRebuilding && !index.rebuildScheduled && !index.resetForUnusable {
-            if index.idleAt == registrationsVersion { continue }
-            guard registrations.values.contains(where: { childIndex(for: $0.query) === index }) else {
-                index.idleAt = registrationsVersion
+            if index.idleAt == registrations.version { continue }
+            guard registrations.all.contains(where: { childIndex(for: $0.query) === index }) else {
+                index.idleAt = registrations.version
                 continue
             }
             guard isComplete(index.location) else { continue }
@@ -106,7 +106,7 @@ extension Engine {
     /// Drops the automatic indexes no listener's query uses any more.
     func dropUnusedAutomaticIndexes() {
         let unused = childIndexes.filter { index in
-            index.automatic && index.arrivingListeners == 0 && !registrations.values.contains { childIndex(for: $0.query) === index }
+            index.automatic && index.arrivingListeners == 0 && !registrations.all.contains { childIndex(for: $0.query) === index }
         }
         guard !unused.isEmpty else { return }
         childIndexes.removeAll { index in unused.contains { $0 === index } }

@@ -1,17 +1,6 @@
 import FerryLog
 import Logging
 
-/// A registration and what it was last told.
-struct RegistrationState {
-    var registration: EventRegistration
-    var query: QuerySpec
-    var lastMetadata: SnapshotMetadata?
-    /// Called once, outside the lock, when the database closes or fails while the registration
-    /// is active, or (with nil) when the app removes it: ends the streams and single-event
-    /// waits built on it.
-    var onEnd: (@Sendable (DatabaseError?) -> Void)?
-}
-
 /// An event with the metadata of its snapshot, ready to deliver.
 struct DeliveredEvent: Sendable {
     var event: Event
@@ -39,10 +28,8 @@ final class Engine: StoredValues, ServerCacheSource {
     /// Records and payload bytes appended since ``pruneRecent()`` last looked at the log.
     private var appendedSincePrune = (records: 0, bytes: 0)
     private var nextMemoryID: Int64 = 1
-    var registrations: [UInt64: RegistrationState] = [:] { didSet { registrationsVersion &+= 1 } }
-    /// Bumped by every change of ``registrations`` (see ``ChildValueIndex/idleAt``).
-    private(set) var registrationsVersion: UInt64 = 0
-    var nextRegistrationID: UInt64 = 1
+    /// The active observers (listeners, sequences, single-event waits).
+    var registrations = Registrations()
     /// Locations a server listen has completed at (their data is not just from the cache).
     var livePaths: Set<Path> = []
     var liveQueries: Set<QuerySpec> = []
@@ -280,13 +267,7 @@ final class Engine: StoredValues, ServerCacheSource {
     func takeEndedRegistrations() -> (DatabaseError, [@Sendable (DatabaseError?) -> Void])? {
         guard let reason = stopReason else { return nil }
         observersToEnd = false
-        var ends: [@Sendable (DatabaseError?) -> Void] = []
-        for (id, state) in registrations {
-            if let end = state.onEnd {
-                ends.append(end)
-                registrations[id]?.onEnd = nil
-            }
-        }
+        let ends = registrations.takeEnds()
         return ends.isEmpty ? nil : (reason, ends)
     }
 
@@ -368,18 +349,18 @@ final class Engine: StoredValues, ServerCacheSource {
             let m = md(e.query)
             out.append(DeliveredEvent(event: e, metadata: m))
             if e.type == .value {
-                registrations[e.registration.id]?.lastMetadata = m
+                registrations.told(e.registration.id, m)
                 told.insert(e.registration.id)
             }
         }
-        for (id, state) in registrations where state.registration.includeMetadataChanges && !told.contains(id) {
+        for state in registrations.all where state.registration.includeMetadataChanges && !told.contains(state.registration.id) {
             let m = md(state.query)
             guard let last = state.lastMetadata, last != m, let view = syncTree.view(for: state.query),
                   view.eventCache.isFullyInitialized else { continue }
             let event = Event(registration: state.registration, query: state.query, change: .value(view.eventCache.node),
                               eventCache: view.eventCache.indexed)
             out.append(DeliveredEvent(event: event, metadata: m))
-            registrations[id]?.lastMetadata = m
+            registrations.told(state.registration.id, m)
         }
         return out
     }

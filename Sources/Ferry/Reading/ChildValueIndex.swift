@@ -169,7 +169,7 @@ final class ChildValueIndex: LayeredChangeObserver {
     /// A rebuild outside the lock is scheduled (see ``Engine/takeIndexRebuildsDue()``).
     var rebuildScheduled = false
     /// The engine's registrations as they were when no listener was found using this index
-    /// (``Engine/registrationsVersion``): not asked again until they change.
+    /// (``Registrations/version``): not asked again until they change.
     var idleAt: UInt64?
     /// The index was reset because it could not order a value and a child changed (the value
     /// may be gone): the next query rebuilds it, but no background rebuild is scheduled for
