@@ -106,7 +106,8 @@ struct CompareBench: AsyncParsableCommand {
         }
 
         var report = Report(json: common.json)
-        for workload in Self.workloads where wants(workload) {
+        // (bulk is reported with update, whose goal is a ratio to it)
+        for workload in Self.workloads where wants(workload) || (workload == "bulk" && wants("update")) {
             for engine in Self.engines + ["ferry-values", "ferry-replay", "ferry-indexed", "ferry-listener", "ferry-listener-plain"] {
                 guard let runs = results[workload]?[engine] else { continue }
                 report.add(measurement(workload, engine, runs))
@@ -310,7 +311,8 @@ struct Chart {
         for w in CompareBench.workloads {
             let ms = order.compactMap { e in report.all.first { $0.workload == w && $0.engine == e } }
             guard !ms.isEmpty else { continue }
-            let unit = w == "reopen" ? "values read/s" : w == "limited" ? "top-10 queries/s after a reopen" : "writes/s"
+            let unit = w == "reopen" ? "values read/s" : w == "limited" ? "top-10 queries/s after a reopen"
+                : w == "update" ? "posts/s in updates of 1,000" : "writes/s"
             group("\(w) — \(unit) (longer is better)", ms.map { ($0.engine, $0.opsPerSecond, human($0.opsPerSecond)) })
             if w == "overwrite" {
                 let after = ms.compactMap { m in m.bytesAfterCompaction.map { (m.engine, Double($0), humanBytes($0)) } }

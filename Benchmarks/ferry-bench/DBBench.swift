@@ -7,7 +7,7 @@ import Foundation
 struct DBBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "db",
-        abstract: "1,000,000 setValues beside LevelDB puts; reopen until reads are answered (with and without a checkpoint) beside LevelDB's open and full scan; peak memory of each open.")
+        abstract: "1,000,000 setValues beside LevelDB puts; reopen until reads are answered (with and without a checkpoint) beside LevelDB's open and full scan; peak memory of each open; a memory-only database's writes, reads and memory.")
 
     @OptionGroup var common: CommonOptions
     @Option(help: "Records (setValues at distinct paths).") var records = 1_000_000
@@ -113,6 +113,26 @@ struct DBBench: AsyncParsableCommand {
         remove(ferryDir)
         remove(levelDir)
 
+        // A memory-only database (Database.inMemory): the same posts written, read one by one,
+        // and walked whole, each run in a fresh process (for its peak memory).
+        var memory: [String: [Double]] = [:]
+        var memoryRSS: [Int] = []
+        for _ in 0..<common.runs {
+            let out = try runChild(["db-memory", "--records", String(records)])
+            guard let line = out.split(separator: "\n").last,
+                  let r = try? JSONDecoder().decode([String: Double].self, from: Data(line.utf8)) else { throw BenchError("bad child output: \(out)") }
+            for k in ["write", "read", "walk"] { memory[k, default: []].append(r[k] ?? 0) }
+            memoryRSS.append(Int(r["peakRSS"] ?? 0))
+        }
+        let reads = min(records, DBMemory.pointReads)
+        report.add(Measurement(area: "db", workload: "memory-only: setValueNow x\(records)", engine: "ferry-memory", operations: records,
+                               bytes: data.payloadBytes, runs: memory["write"]!, peakRSS: memoryRSS.sorted()[memoryRSS.count / 2],
+                               note: "setValueNow(jsonBytes:); peak RSS of the process \(humanBytes(memoryRSS.sorted()[memoryRSS.count / 2]))"))
+        report.add(Measurement(area: "db", workload: "memory-only: getData of one post x\(reads)", engine: "ferry-memory", operations: reads,
+                               bytes: 0, runs: memory["read"]!, note: "random posts"))
+        report.add(Measurement(area: "db", workload: "memory-only: walk of every post's value", engine: "ferry-memory", operations: records,
+                               bytes: data.payloadBytes, runs: memory["walk"]!, note: "getData() of /posts, then each child's value"))
+
         if !common.json {
             print("")
             if let r = report.ratio("setValue x\(records)", "ferry", "leveldb") { print("  setValue(jsonBytes:) / LevelDB put          \(String(format: "%.2f", r))×  (goal ≥ 2)") }
@@ -122,6 +142,45 @@ struct DBBench: AsyncParsableCommand {
             print("  reopen with checkpoint / LevelDB open+scan   \(String(format: "%.2f", f.median / l.median))× the time  (goal ≤ 1)")
             print("  peak memory of the open / payload            \(String(format: "%.2f", Double(f.peakRSS!) / Double(data.payloadBytes)))×  (goal ≤ 0.5)")
         }
+    }
+
+    func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+}
+
+/// The child process of `db` for a memory-only database: writes the posts, reads some at
+/// random one by one, walks them all; prints the seconds of each and the peak resident memory,
+/// as one JSON object.
+struct DBMemory: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "db-memory", shouldDisplay: false)
+    /// Posts read one by one.
+    static let pointReads = 100_000
+    @Option var records = 1_000_000
+
+    func run() async throws {
+        let data = Dataset(count: records)
+        let db = Database.inMemory(options: DatabaseOptions(durability: .none))
+        try await db.applyServerPut(at: "posts", [:])  // (as after a sync: /posts reads complete)
+        let texts = (0..<records).map { j in data.withRecord(j) { Array($0) } }
+        let refs = try (0..<records).map { try db.reference(String(Dataset.key($0).dropFirst())) }
+        var start = ContinuousClock.now
+        for k in 0..<records { try refs[k].setValueNow(jsonBytes: texts[k]) }
+        let write = seconds(start.duration(to: .now))
+        var g = SystemRandomNumberGenerator()
+        let picks = (0..<min(records, Self.pointReads)).map { _ in Int(g.next() % UInt64(records)) }
+        start = ContinuousClock.now
+        for i in picks {
+            guard try await refs[i].getData().exists else { throw BenchError("post \(i) missing") }
+        }
+        let read = seconds(start.duration(to: .now))
+        start = ContinuousClock.now
+        var n = 0
+        try await db.reference("posts").getData().forEachChild { child in
+            if case .object = child.value { n += 1 }
+        }
+        let walk = seconds(start.duration(to: .now))
+        guard n == records else { throw BenchError("walked \(n) of \(records) posts") }
+        print("{\"write\": \(write), \"read\": \(read), \"walk\": \(walk), \"peakRSS\": \(peakResidentBytes())}")
+        try await db.close()
     }
 
     func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
