@@ -11,15 +11,15 @@ struct RegistrationState {
 
 /// The database's active observers — listeners, sequences, single-event waits — by id.
 ///
-/// Invariants: ids are never reused (``newID()`` rises); ``version`` changes whenever an
-/// observer is added or removed, and only then (an index not used by any observer is not
-/// looked at again until it changes: ``ChildValueIndex/idleAt``); each end handler is given
-/// out once, by the removal that removes its observer or by ``takeEnds()`` when the database
-/// stops.
+/// Invariants: ids are never reused (``newID()`` rises); ``version`` changes with every
+/// change — an observer added or removed, or told new metadata (an index no observer used, or
+/// whose rebuild could not start, is looked at again once it changes: ``ChildValueIndex/idleAt``;
+/// a value event is what retries a rebuild that could not start); each end handler is given out
+/// once, by the removal that removes its observer or by ``takeEnds()`` when the database stops.
 struct Registrations {
     private var byID: [UInt64: RegistrationState] = [:]
     private var nextID: UInt64 = 1
-    /// Changes whenever an observer is added or removed.
+    /// Changes with every change of the observers or of what they were told.
     private(set) var version: UInt64 = 0
 
     /// A new observer's id.
@@ -51,7 +51,9 @@ struct Registrations {
 
     /// Records the metadata observer `id` was last told.
     mutating func told(_ id: UInt64, _ metadata: SnapshotMetadata) {
-        byID[id]?.lastMetadata = metadata
+        guard byID[id] != nil else { return }
+        byID[id]!.lastMetadata = metadata
+        version &+= 1
     }
 
     /// Takes every active observer's end handler (each is given once), for the database's
