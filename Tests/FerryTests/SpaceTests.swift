@@ -137,8 +137,8 @@ import Testing
     }
 
     /// While the oldest pending write blocks every segment, writes over the limit do not try to
-    /// evict again and again; once it is answered, eviction goes on in the same session.
-    @Test func evictionResumesOnceTheOldestPendingWriteIsAnsweredInTheSameSession() async throws {
+    /// evict again and again; once it is answered, eviction goes on while the database stays open.
+    @Test func evictionResumesOnceTheOldestPendingWriteIsAnsweredWhileOpen() async throws {
         let dir = try TemporaryDirectory()
         let o = Self.options()
         let db = try Database.open(at: dir.path, options: o)

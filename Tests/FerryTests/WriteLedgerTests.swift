@@ -19,7 +19,7 @@ import Testing
         let registered = AsyncStream<WriteLedger.Wait>.makeStream()
         let task = Task {
             try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
-                let wait = held.ledger.withLock { $0.wait(for: id, token: token, pending: pending, rejected: false, c) }
+                let wait = held.ledger.withLock { $0.wait(for: id, token: token, pending: pending, c) }
                 registered.continuation.yield(wait)
                 switch wait {
                 case .waiting: break
@@ -56,7 +56,7 @@ import Testing
         #expect(held.ledger.withLock { ($0.ackedThrough, $0.lastAnswerLSN) } == (7, 21))
     }
 
-    @Test func aReceiptOfAnAnsweredWriteIsAnsweredAtOnceWithTheDecidingRecord() async throws {
+    @Test func aReceiptOfAnAnsweredWriteIsAnsweredAtOnceWithTheNewestAnswersRecord() async throws {
         var ledger = WriteLedger()
         ledger.settle(3, recordLSN: 40, DatabaseError(.writeRejected, "refused by rules"))
         ledger.settle(4, recordLSN: 41, nil)
@@ -72,14 +72,14 @@ import Testing
         let wait = await withUnsafeContinuation { (outer: UnsafeContinuation<WriteLedger.Wait, Never>) in
             Task {
                 try? await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
-                    let w = fresh.ledger.withLock { $0.wait(for: 4, token: token, pending: false, rejected: false, c) }
+                    let w = fresh.ledger.withLock { $0.wait(for: 4, token: token, pending: false, c) }
                     outer.resume(returning: w)
                     c.resume()
                 }
             }
         }
         guard case .answered(let outcome, let lsn) = wait else { Issue.record("expected an answer, got \(wait)"); return }
-        #expect(outcome == nil && lsn == 41, "acknowledged, by the newest answer's record (to be durable first)")
+        #expect(outcome == nil && lsn == 41, "acknowledged; the newest answer's record (at or after the one that decided it) must be durable first")
     }
 
     @Test func theStopEndsEveryReceiptAndACancelledOneIsTakenBackOnce() async throws {

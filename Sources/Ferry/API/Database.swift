@@ -42,7 +42,8 @@ public struct DatabaseOptions: Sendable {
     /// data nothing listens to or pins is evicted (see ``Database/statistics``). Default 10 MB,
     /// the Realtime Database's; at least 1 MB; or ``CacheSize/unlimited``. With a limit,
     /// segments are at most an eighth of it. A memory-only store applies it to the server data
-    /// it receives: past that much since its last eviction, it drops what is not kept.
+    /// it receives: past that much since its last eviction, it drops what is not kept (and the
+    /// records that held it).
     public var cacheSizeBytes: CacheSize = .default
     /// When to write a checkpoint by itself (nil: only on close and when asked). Default:
     /// after 100,000 records or 64 MiB since the last one.
@@ -165,7 +166,9 @@ public final class Database: Sendable {
     }
 
     /// A database that keeps everything in memory and writes nothing to disk (for data that
-    /// must not be stored). It behaves like a stored one while the process lives.
+    /// must not be stored). It behaves like a stored one while the process lives: it writes
+    /// the same records, into memory, and reads its values from them; records nothing refers
+    /// to any more (overwritten server data, answered writes) are forgotten as they pile up.
     public static func inMemory(options: DatabaseOptions = DatabaseOptions()) -> Database {
         let engine = Engine(log: nil, logger: options.logger)
         do {

@@ -76,16 +76,10 @@ extension Engine {
     /// Removes the oldest pending write `id`, acknowledged: copies its values into the server
     /// cache if `applied`, takes it off the write tree and (live) raises the events of views on it.
     private func removeAcknowledged(_ id: Int64, applied: Bool, live: Bool) -> [Event] {
-        if !memoryUnresolved.isEmpty { memoryUnresolved[id] = nil }
         let isOverwrite = writeTree.pending.isOverwrite(at: 0)
-        let base: Path, values: [(Path, ValueHandle, Bool)]
-        if isPersistent {
-            // The record's path (the pending list's is not decoded again); none if the record
-            // could not be read (the database failed: nothing to copy).
-            (base, values) = storedWrite(id) ?? (writeTree.pending.path(at: 0), [])
-        } else {
-            (base, values) = (writeTree.pending.path(at: 0), writeTree.write(id).map(valueHandles(of:)) ?? [])
-        }
+        // The record's path (the pending list's is not decoded again); none if the record
+        // could not be read (the database failed: nothing to copy).
+        let (base, values) = storedWrite(id) ?? (writeTree.pending.path(at: 0), [])
         // Each location's index key, made once (the write's own path's is in the pending list).
         let baseKey = writeTree.pending.withKey(at: 0) { Array($0) }
         let keys = values.map { $0.0.count == base.count ? baseKey : PathKey.encode($0.0) }
@@ -124,20 +118,12 @@ extension Engine {
     /// record's LSN (0 when the write is not pending).
     private func reject(_ r: WriteRejection) throws -> ([Event], Int64) {
         guard writeTree.pending.index(of: r.writeID) != nil else { return ([], 0) }
-        if !memoryUnresolved.isEmpty { memoryUnresolved[r.writeID] = nil }
         let time = serverTime
-        let payload: [UInt8]
-        if isPersistent {
-            payload = try withPayload(UInt64(r.writeID)) { kind, p in
-                RecordCodec.rejection(writeID: r.writeID, status: r.status, message: r.message, time: time, kind: kind, payload: p)
-            }
-        } else {
-            guard let write = writeTree.write(r.writeID) else { return ([], 0) }
-            rejectedInMemory[r.writeID] = RejectedWrite(write, status: r.status, message: r.message, time: time)
-            payload = []
+        let payload = try withPayload(UInt64(r.writeID)) { kind, p in
+            RecordCodec.rejection(writeID: r.writeID, status: r.status, message: r.message, time: time, kind: kind, payload: p)
         }
         let lsn = try append(.rejection, payload)
-        if isPersistent { ledger.rejected[r.writeID] = UInt64(lsn) }
+        ledger.rejected[r.writeID] = UInt64(lsn)
         let events = syncTree.ackUserWrite(r.writeID, revert: true)
         settle(r.writeID, recordLSN: lsn, DatabaseError(.writeRejected,
             "the server refused write \(r.writeID) (\(r.status): \(r.message)); it was reverted locally and kept in the database's rejected writes"))
@@ -158,15 +144,13 @@ extension Engine {
     func registerAckWaiter(_ writeID: Int64, token: UInt64, _ c: UnsafeContinuation<Void, any Error>) -> WriteLedger.Wait {
         if let failure { return .failed(failure) }
         if closed { return .failed(DatabaseError(.closed, "the database is closed")) }
-        return ledger.wait(for: writeID, token: token, pending: writeTree.pending.index(of: writeID) != nil,
-                           rejected: rejectedInMemory[writeID] != nil, c)
+        return ledger.wait(for: writeID, token: token, pending: writeTree.pending.index(of: writeID) != nil, c)
     }
 
     // MARK: Rejected writes
 
     /// The rejected writes the app has not cleared, oldest first (read from their records).
     func rejectedWrites() throws -> [RejectedWrite] {
-        guard isPersistent else { return rejectedInMemory.keys.sorted().map { rejectedInMemory[$0]! } }
         return try ledger.rejected.sorted { $0.key < $1.key }.map { id, lsn in
             try withPayload(lsn) { kind, payload in
                 let s = try RecordCodec.summarize(kind: kind, payload)
@@ -187,14 +171,11 @@ extension Engine {
     /// Forgets rejected writes (`ids`, or all with nil). Returns the record's LSN (0 if none).
     func clearRejected(_ ids: [Int64]?) throws -> Int64 {
         try checkUsable()
-        let known = Set(ledger.rejected.keys).union(rejectedInMemory.keys)
+        let known = Set(ledger.rejected.keys)
         let cleared = (ids.map { Set($0).intersection(known) } ?? known).sorted()
         guard !cleared.isEmpty else { return 0 }
-        let lsn = try append(.clearRejected, isPersistent ? RecordCodec.clearRejected(cleared) : [])
-        for id in cleared {
-            ledger.rejected[id] = nil
-            rejectedInMemory[id] = nil
-        }
+        let lsn = try append(.clearRejected, RecordCodec.clearRejected(cleared))
+        for id in cleared { ledger.rejected[id] = nil }
         return lsn
     }
 }
@@ -234,18 +215,5 @@ public struct RejectedWrite: Sendable, Equatable {
         self.status = status
         self.message = message
         self.rejectedAt = rejectedAt
-    }
-
-    init(_ write: WriteRecord, status: Int, message: String, time: Int64) {
-        switch write.change {
-        case .overwrite(let n):
-            self.init(writeID: write.writeID, path: write.path, kind: .set, value: n.value(export: true),
-                      status: status, message: message, rejectedAt: time)
-        case .merge(let m):
-            var object: [String: Value] = [:]
-            m.forEachWrite { p, n in object[p.keys.joined(separator: "/")] = n.value(export: true) }
-            self.init(writeID: write.writeID, path: write.path, kind: .update, value: .object(object),
-                      status: status, message: message, rejectedAt: time)
-        }
     }
 }

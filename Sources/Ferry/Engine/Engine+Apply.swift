@@ -2,7 +2,7 @@
 /// (live) updates the views, returning their events. Replay applies the same records without views.
 extension Engine {
     private func handle(_ node: Node, _ lsn: Int64, _ range: Range<Int>?) -> ValueHandle {
-        guard isPersistent, let range else { return .inline(node) }
+        guard let range else { return .inline(node) }
         return .stored(ValueRef(lsn: UInt64(lsn), offset: UInt32(range.lowerBound), length: UInt32(range.count)))
     }
 
@@ -31,20 +31,15 @@ extension Engine {
         let resolved = ServerValueResolver.containsDeferred(node)
             ? try ServerValueResolver.resolve(node, existing: visibleNode(at: path) ?? .empty, time: time, at: path) : nil
         let shown = resolved ?? node
-        if isPersistent {
-            let (payload, range) = RecordCodec.localSet(path: path, value: node, resolved: resolved, time: time, hidden: hidden)
-            let lsn = try append(.localSet, payload)
-            return (lsn, syncTree.applyUserOverwrite(path, shown, writeID: lsn, visible: !hidden, ref: ref(lsn, range)))
-        }
-        let id = try append(.localSet, [])
-        if resolved != nil { memoryUnresolved[id] = [(.root, node)] }
-        return (id, syncTree.applyUserOverwrite(path, shown, writeID: id, visible: !hidden))
+        let (payload, range) = RecordCodec.localSet(path: path, value: node, resolved: resolved, time: time, hidden: hidden)
+        let lsn = try append(.localSet, payload)
+        return (lsn, syncTree.applyUserOverwrite(path, shown, writeID: lsn, visible: !hidden, ref: ref(lsn, range)))
     }
 
     /// A set of a value encoded as the user gave it. Its node is built only if a listener or a
     /// server value needs it.
     func localSet(_ path: Path, _ value: EncodedValue) throws -> (Int64, [Event]) {
-        guard isPersistent, !value.hasServerValues else { return try localSet(path, try value.node()) }
+        guard !value.hasServerValues else { return try localSet(path, try value.node()) }
         try checkUsable()
         try checkSize(bytes: value.bytes.count)
         let (payload, range) = RecordCodec.localSet(path: path, encoded: value.bytes, time: serverTime)
@@ -65,23 +60,18 @@ extension Engine {
             return (p, n, try ServerValueResolver.resolve(n, existing: visibleNode(at: path.child(p)) ?? .empty, time: time, at: path.child(p)))
         }
         let merge = CompoundWrite(resolved.map { ($0.0, $0.2 ?? $0.1) })
-        if isPersistent {
-            let (payload, ranges) = RecordCodec.localUpdate(path: path, children: resolved, time: time)
-            let lsn = try append(.localUpdate, payload)
-            let stored = ranges.map { range in
-                StoredChild(path: range.0, ref: ref(lsn, range.1), firstByte: payload[range.1.lowerBound])
-            }
-            return (lsn, syncTree.applyUserMerge(path, writeID: lsn, stored: stored) { merge })
+        let (payload, ranges) = RecordCodec.localUpdate(path: path, children: resolved, time: time)
+        let lsn = try append(.localUpdate, payload)
+        let stored = ranges.map { range in
+            StoredChild(path: range.0, ref: ref(lsn, range.1), firstByte: payload[range.1.lowerBound])
         }
-        let id = try append(.localUpdate, [])
-        if resolved.contains(where: { $0.2 != nil }) { memoryUnresolved[id] = resolved.map { ($0.0, $0.1) } }
-        return (id, syncTree.applyUserMerge(path, merge, writeID: id))
+        return (lsn, syncTree.applyUserMerge(path, writeID: lsn, stored: stored) { merge })
     }
 
     /// A multi-path update of values encoded as the user gave them. Their nodes are built only
     /// if a listener or a server value needs them.
     func localUpdate(_ path: Path, _ children: [(Path, EncodedValue)]) throws -> (Int64, [Event]) {
-        guard isPersistent, !children.contains(where: \.1.hasServerValues) else {
+        guard !children.contains(where: \.1.hasServerValues) else {
             return try localUpdate(path, children.map { ($0.0, try $0.1.node()) })
         }
         try checkUsable()
@@ -112,14 +102,9 @@ extension Engine {
             try storeServerMerge(path, children)
             return syncTree.applyTaggedOverwrite(path, node, tag: tag)
         }
-        if isPersistent {
-            let (payload, range) = RecordCodec.serverPut(path: path, value: node)
-            let lsn = try append(.serverPut, payload)
-            server.set(handle(node, lsn, range), empty: node.isEmpty, at: path)
-        } else {
-            _ = try append(.serverPut, [])
-            server.set(node: node, at: path)
-        }
+        let (payload, range) = RecordCodec.serverPut(path: path, value: node)
+        let lsn = try append(.serverPut, payload)
+        server.set(handle(node, lsn, range), empty: node.isEmpty, at: path)
         if let tag { return syncTree.applyTaggedOverwrite(path, node, tag: tag) }
         return syncTree.applyServerOverwrite(path, node)
     }
@@ -135,15 +120,10 @@ extension Engine {
     }
 
     private func storeServerMerge(_ path: Path, _ children: [(Path, Node)]) throws {
-        if isPersistent {
-            let (payload, ranges) = RecordCodec.serverMerge(path: path, children: children)
-            let lsn = try append(.serverMerge, payload)
-            for ((p, n), (_, r)) in zip(children, ranges) {
-                server.set(handle(n, lsn, r), empty: n.isEmpty, at: path.child(p))
-            }
-        } else {
-            _ = try append(.serverMerge, [])
-            for (p, n) in children { server.set(node: n, at: path.child(p)) }
+        let (payload, ranges) = RecordCodec.serverMerge(path: path, children: children)
+        let lsn = try append(.serverMerge, payload)
+        for ((p, n), (_, r)) in zip(children, ranges) {
+            server.set(handle(n, lsn, r), empty: n.isEmpty, at: path.child(p))
         }
     }
 
@@ -157,25 +137,13 @@ extension Engine {
         // Where a listen keeps the data up to date, the server's own update is the truth;
         // elsewhere the acknowledged value is the best knowledge of the server's data.
         let applied = !revert && write.visible && !syncTree.hasCompleteView(covering: write.path)
-        let values = applied ? valueHandles(of: write) : []
+        let values = applied ? writeValues(write.writeID) : []
         let lsn = try append(.ack, RecordCodec.ack(writeID: writeID, revert: revert, applied: applied))
         for (p, h, empty) in values { server.set(h, empty: empty, at: p) }
         let events = showAcknowledgedValues(values.map(\.0)) + syncTree.ackUserWrite(writeID, revert: revert)
         settle(writeID, recordLSN: lsn,
                revert ? DatabaseError(.writeRejected, "the server rejected write \(writeID); it was reverted locally") : nil)
         return (events, lsn)
-    }
-
-    /// The absolute paths and values a write wrote, and whether each is empty.
-    func valueHandles(of write: WriteRecord) -> [(Path, ValueHandle, Bool)] {
-        if isPersistent { return writeValues(write.writeID) }
-        switch write.change {
-        case .overwrite(let n): return [(write.path, .inline(n), n.isEmpty)]
-        case .merge(let m):
-            var out: [(Path, ValueHandle, Bool)] = []
-            m.forEachWrite { p, n in out.append((write.path.child(p), .inline(n), n.isEmpty)) }
-            return out
-        }
     }
 
     /// A server listen completed: its data is no longer just from the cache.
@@ -226,7 +194,7 @@ extension Engine {
                 for (p, h, empty) in writeValues(s.ackedWrite) { server.set(h, empty: empty, at: p) }
             }
             _ = writeTree.removeWrite(s.ackedWrite)
-            if s.revert { ledger.noteRejection(s.ackedWrite, DatabaseError(.writeRejected, "the server rejected write \(s.ackedWrite); it was reverted locally")) }
+            if s.revert { ledger.noteRejection(s.ackedWrite, DatabaseError(.writeRejected, "the server rejected write \(s.ackedWrite); it was reverted locally"), bounded: false) }
         case .ackCursor:
             replayCursor(through: s.ackedWrite, notApplied: s.ids)
         case .rejection:

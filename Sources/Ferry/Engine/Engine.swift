@@ -12,7 +12,8 @@ struct DeliveredEvent: Sendable {
 ///
 /// Every change is a record: it is enqueued in the log (getting its LSN) and applied here
 /// under the same lock, so the state is always the replay of the log in LSN order. Replay
-/// runs the same apply functions without views.
+/// (``replay(kind:lsn:payload:)``) applies each record to the same stores — write tree,
+/// server cache, ledger, pins — without views.
 final class Engine: StoredValues, ServerCacheSource {
     let log: WriteAheadLog?
     let logger: Logger
@@ -21,13 +22,18 @@ final class Engine: StoredValues, ServerCacheSource {
     /// Complete server data by path: from server puts and merges, and acknowledged writes.
     let server = LayeredIndex()
     /// Payloads of records not yet written to the log, oldest first (reads of them cannot
-    /// go to the log's files yet).
+    /// go to the log's files yet); without a log, every record kept (a memory-only store, or
+    /// a tool replaying a log: see ``keep(lsn:kind:payload:)``).
     private var recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])] = []
     /// The batch ``append(_:_:)`` fills, kept to reuse its buffer.
     private var batch = LogBatch(capacity: 1024)
     /// Records and payload bytes appended since ``pruneRecent()`` last looked at the log.
     private var appendedSincePrune = (records: 0, bytes: 0)
+    /// Without a log: the next record's LSN, and the payload bytes kept in ``recent``, then
+    /// and at the last sweep (see ``sweepMemoryIfDue()``).
     private var nextMemoryID: Int64 = 1
+    private var memoryBytes = 0
+    private var memoryBytesAfterSweep = 0
     /// The active observers (listeners, sequences, single-event waits).
     var registrations = Registrations()
     /// Locations a server listen has completed at (their data is not just from the cache).
@@ -43,8 +49,6 @@ final class Engine: StoredValues, ServerCacheSource {
     private(set) var observersToEnd = false
     /// The sync cursor, the receipts waiting for answers, the rejected writes.
     var ledger = WriteLedger()
-    /// A memory-only store's rejected writes (a stored one reads them from their records).
-    var rejectedInMemory: [Int64: RejectedWrite] = [:]
     /// The LSN the last checkpoint covers up to (records below it are in it).
     var checkpointLSN: UInt64 = 0
     /// How often a child-value index answered a limited query's window, or the child after it.
@@ -53,9 +57,6 @@ final class Engine: StoredValues, ServerCacheSource {
     var backgroundIndexRebuilds = 0
     /// Paths pinned with `keepSynced(true)` (records of kind 11; see Engine+Space.swift).
     var pins: Set<Path> = []
-    /// A memory-only database's pending writes that hold server values, as the user wrote them
-    /// (its write tree holds them resolved): what the sync layer must send.
-    var memoryUnresolved: [Int64: [(Path, Node)]] = [:]
     /// The listens the views need, for the sync layer (see Database+Sync.swift).
     let listens = ListenRegistry()
     /// The child-value indexes the options declare (see Engine+Indexes.swift).
@@ -63,14 +64,12 @@ final class Engine: StoredValues, ServerCacheSource {
     /// Records and payload bytes appended since the last checkpoint (the checkpoint policy).
     var sinceCheckpoint: (records: Int, bytes: Int) = (0, 0)
 
-    /// Records are kept in memory and values referenced in them, as a stored database does
-    /// with its log (for tools replaying a log: see ``StateReplayer``).
-    let keepsRecords: Bool
-
-    init(log: WriteAheadLog?, logger: Logger, keepsRecords: Bool = false) {
+    /// The engine's records live in `log`, or without one in memory: a memory-only database
+    /// writes the same records as a stored one, and its values are read from them the same
+    /// way; what no entry refers to any more is swept away (``sweepMemoryIfDue()``).
+    init(log: WriteAheadLog?, logger: Logger) {
         self.log = log
         self.logger = logger
-        self.keepsRecords = keepsRecords
         syncTree = SyncTree(writeTree: WriteTree())
         server.reader = self
         writeTree.stored = self
@@ -78,10 +77,8 @@ final class Engine: StoredValues, ServerCacheSource {
         syncTree.listenProvider = listens
     }
 
-    /// Values live in records (the log's, or kept ones), not in inline nodes.
-    var isPersistent: Bool { log != nil || keepsRecords }
-
-    /// Keeps a record read elsewhere so that values can refer to it (``keepsRecords``).
+    /// Keeps a record read elsewhere so that values can refer to it (a tool replaying a log
+    /// into an engine without one: see ``StateReplayer``).
     func keep(lsn: UInt64, kind: UInt8, payload: [UInt8]) {
         recent.append((lsn, kind, payload))
     }
@@ -114,13 +111,16 @@ final class Engine: StoredValues, ServerCacheSource {
 
     // MARK: Records
 
-    /// Puts a record in the log (or, in memory, just numbers it); returns its LSN / write id.
+    /// Puts a record in the log (or, without one, in memory); returns its LSN / write id.
     func append(_ kind: RecordKind, _ payload: [UInt8]) throws -> Int64 {
         // (The sync layer reads the writes under this lock, so after this one is in the tree.)
         if kind == .localSet || kind == .localUpdate { listens.signal?.yield(.writes) }
         guard let log else {
-            defer { nextMemoryID += 1 }
-            return nextMemoryID
+            let lsn = nextMemoryID
+            nextMemoryID += 1
+            recent.append((UInt64(lsn), kind.rawValue, payload))
+            memoryBytes += payload.count + 32
+            return lsn
         }
         // One batch reused under the lock (the log copies it), filled without a generic call.
         batch.removeAll(keepingCapacity: true)
@@ -158,6 +158,7 @@ final class Engine: StoredValues, ServerCacheSource {
     }
 
     func pruneRecent() {
+        if log == nil { return sweepMemoryIfDue() }
         guard appendedSincePrune.records >= 64 || appendedSincePrune.bytes >= 1 << 20 else { return }
         appendedSincePrune = (0, 0)
         guard let log, let first = recent.first, first.lsn < log.writtenLSN.rawValue else { return }
@@ -165,6 +166,45 @@ final class Engine: StoredValues, ServerCacheSource {
         let n = recent.firstIndex { $0.lsn >= written } ?? recent.count
         recent.removeFirst(n)
     }
+
+    /// Without a log: once the records kept in memory have doubled since the last sweep (and
+    /// hold at least 1 MiB), forgets those nothing refers to any more — what a stored
+    /// database's compaction and eviction do for its segments. A record is live while an entry
+    /// of the server cache or of the pending writes' overlay names a value in it, while its
+    /// write is pending, or while it records a rejected write the app has not cleared.
+    /// Amortized, a sweep costs O(1) per byte appended. (Snapshots read outside the lock hold
+    /// their own copy of the records: ``freeze(onFailure:)``.)
+    private func sweepMemoryIfDue() {
+        guard memoryBytes >= max(1 << 20, 2 * memoryBytesAfterSweep) else { return }
+        sweepMemory()
+    }
+
+    /// Forgets the records kept in memory that nothing refers to any more (see
+    /// ``sweepMemoryIfDue()``): after a memory-only store's eviction, at once.
+    func sweepMemory() {
+        guard log == nil else { return }
+        let live = liveRecords()
+        recent.removeAll { !live.contains($0.lsn) }
+        memoryBytes = recent.reduce(0) { $0 + $1.payload.count + 32 }
+        memoryBytesAfterSweep = memoryBytes
+    }
+
+    /// The LSNs of the records a memory-only store must keep (see ``sweepMemoryIfDue()``).
+    func liveRecords() -> Set<UInt64> {
+        var live = Set<UInt64>()
+        live.reserveCapacity(writeTree.pending.count + server.count / 4)
+        let note: (UnsafeRawBufferPointer, LayeredEntry) -> Void = { _, e in
+            if !e.isInline && !e.isMarker { live.insert(e.ref.lsn) }
+        }
+        server.forEach(note)
+        writeTree.overlay.forEach(note)
+        for id in writeTree.pending.ids { live.insert(UInt64(id)) }
+        for lsn in ledger.rejected.values { live.insert(lsn) }
+        return live
+    }
+
+    /// Records kept in memory (without a log), and their payload bytes (for tests).
+    var memoryRecords: (count: Int, bytes: Int) { log == nil ? (recent.count, recent.reduce(0) { $0 + $1.payload.count }) : (0, 0) }
 
     /// The record being replayed (its payload is valid during the replay of it only).
     var replaying: (lsn: UInt64, kind: UInt8, payload: UnsafeRawBufferPointer)?

@@ -86,9 +86,9 @@ public struct StoreStatistics: Sendable, Equatable, Codable {
     public var pins: [String] = []
     /// Paths under active listeners (kept by eviction, like pins).
     public var listenedPaths = 0
-    /// The last compaction of this session (nil: none yet).
+    /// The last compaction since the database was opened (nil: none yet).
     public var lastCompaction: MaintenanceRun?
-    /// The last eviction of this session (nil: none yet).
+    /// The last eviction since the database was opened (nil: none yet).
     public var lastEviction: MaintenanceRun?
 
     /// Empty statistics.
@@ -158,6 +158,7 @@ extension Database {
 
     /// A local write was made and waited for (`facts`: the engine's, read by the write in its
     /// own hold of the lock): see ``keepWithinLimit(memoryBytes:facts:)``.
+    @inline(__always)
     func notedWrite(_ facts: SpaceFacts) async {
         await keepWithinLimit(facts: facts)
     }
@@ -171,10 +172,10 @@ extension Database {
         scheduleEviction(log)
     }
 
-    /// Server data arrived: `bytes` of it (counted for a memory-only store, whose limit
-    /// applies to the server data it receives).
+    /// Server data arrived: `bytes` of it, for a memory-only store, whose limit applies to the
+    /// server data it receives (a stored one passes 0: its files are what count).
     func notedServerData(bytes: Int) async {
-        await keepWithinLimit(memoryBytes: log == nil ? bytes : 0)
+        await keepWithinLimit(memoryBytes: bytes)
     }
 
     /// The server answered writes: the segments it has acknowledged may be compacted, and
@@ -261,7 +262,11 @@ extension Database {
         }
         guard due else { return }
         let started = ContinuousClock.now
-        let (dropped, rebuild) = withEngine { e in (e.dropUnkeptInlineEntries(), e.takeIndexRebuildsDue()) }
+        let (dropped, rebuild) = withEngine { e in
+            let dropped = e.dropUnkeptEntries()
+            e.sweepMemory()
+            return (dropped, e.takeIndexRebuildsDue())
+        }
         if rebuild { scheduleIndexRebuilds() }
         maintenance.accounting.withLock {
             $0.lastEviction = MaintenanceRun(bytesFreed: 0, duration: ContinuousClock.now - started, segmentsDeleted: 0,
@@ -468,7 +473,7 @@ extension Engine {
         }
         s.pendingWriteBytes = bytes
         if let oldest, pending.count > 0 { s.oldestPendingWriteAge = max(0, Double(wallClockMillis() - oldest) / 1000) }
-        s.rejectedWrites = isPersistent ? ledger.rejected.count : rejectedInMemory.count
+        s.rejectedWrites = ledger.rejected.count
         s.cachedPaths = server.count
         s.pins = pins.map(\.description).sorted()
         s.listenedPaths = 0

@@ -50,13 +50,14 @@ extension Engine {
         return n + dropMarkers(above: keys)
     }
 
-    /// A memory-only store's eviction: drops the server data not under a kept path.
+    /// A memory-only store's eviction: drops the server data not under a kept path (the
+    /// records no entry refers to any more are then swept: ``sweepMemory()``).
     @discardableResult
-    func dropUnkeptInlineEntries() -> Int {
+    func dropUnkeptEntries() -> Int {
         let kept = keptPaths
         var keys: [[UInt8]] = []
         let n = server.removeEntries { k, e in
-            let drop = e.isInline && !e.isMarker && !Engine.isKept(PathKey.decode(k), by: kept)
+            let drop = !e.isMarker && !Engine.isKept(PathKey.decode(k), by: kept)
             if drop { keys.append(Array(k)) }
             return drop
         }
@@ -95,7 +96,7 @@ extension Engine {
     func setPin(_ path: Path, _ pinned: Bool) throws -> Int64? {
         try checkUsable()
         guard pins.contains(path) != pinned else { return nil }
-        let lsn = try append(.pin, isPersistent ? RecordCodec.pin(path, pinned: pinned) : [])
+        let lsn = try append(.pin, RecordCodec.pin(path, pinned: pinned))
         if pinned { pins.insert(path) } else { pins.remove(path) }
         listens.signal?.yield(.listens)
         return log == nil ? nil : lsn

@@ -20,7 +20,7 @@
             if let complete { events += e.listenComplete(complete, tag: tag) }
             return (nil, events)
         }
-        await notedServerData(bytes: ValueCodec.sizeBound(node))
+        await notedServerData(bytes: log == nil ? ValueCodec.sizeBound(node) : 0)
     }
 
     /// Throws the error ``applyServerPut(at:_:tag:completingListenAt:)`` would throw for `value` at `path`
@@ -40,7 +40,7 @@
             return (rel, try Node(children[k]!, path: p.child(rel)))
         }
         _ = try await perform { e in (nil, try e.serverMerge(p, list, tag: tag)) }
-        await notedServerData(bytes: list.reduce(0) { $0 + ValueCodec.sizeBound($1.1) })
+        await notedServerData(bytes: log == nil ? list.reduce(0) { $0 + ValueCodec.sizeBound($1.1) } : 0)
     }
 
     /// The server acknowledged (or rejected) one local write, in any order: a record per call,

@@ -160,35 +160,20 @@ extension Engine {
     /// One pending write with its values as the user wrote them (server values unresolved),
     /// and about how many bytes it is (as stored: close to its JSON, without writing that).
     private func outgoingWrite(_ id: Int64) throws -> (OutgoingWrite, size: Int) {
-        if let log {
-            do {
-                return try log.withRecord(at: LSN(UInt64(id))) { r in
-                    guard let kind = RecordKind(rawValue: r.kind), kind == .localSet || kind == .localUpdate else {
-                        throw ByteReader.damaged("write \(id) is a record of kind \(r.kind)")
-                    }
-                    let path = try RecordCodec.summarize(kind: r.kind, r.payload).path
-                    let values = try RecordCodec.unresolvedValues(kind: kind, r.payload)
-                    return (OutgoingWrite(id: id, path: path, isSet: kind == .localSet, values: values), r.payload.count)
+        do {
+            return try withPayload(UInt64(id)) { rawKind, payload in
+                guard let kind = RecordKind(rawValue: rawKind), kind == .localSet || kind == .localUpdate else {
+                    throw ByteReader.damaged("write \(id) is a record of kind \(rawKind)")
                 }
-            } catch {
-                let place = log.location(of: LSN(UInt64(id)))
-                throw DatabaseError(.storage, "reading pending write \(id) failed: \(error)", underlying: error,
-                                    lsn: UInt64(id), file: place?.file, offset: place?.frameOffset, store: log.path)
+                let path = try RecordCodec.summarize(kind: rawKind, payload).path
+                let values = try RecordCodec.unresolvedValues(kind: kind, payload)
+                return (OutgoingWrite(id: id, path: path, isSet: kind == .localSet, values: values), payload.count)
             }
+        } catch {
+            let place = log?.location(of: LSN(UInt64(id)))
+            throw DatabaseError(.storage, "reading pending write \(id) failed: \(error)", underlying: error,
+                                lsn: UInt64(id), file: place?.file, offset: place?.frameOffset, store: log?.path)
         }
-        guard let record = writeTree.write(id) else { throw DatabaseError(.storage, "pending write \(id) is missing") }
-        // A memory-only database keeps the values as shown; those with server values also as written.
-        var values: [(Path, Node)] = []
-        if let raw = memoryUnresolved[id] {
-            values = raw
-        } else {
-            switch record.change {
-            case .overwrite(let node): values = [(.root, node)]
-            case .merge(let m): m.forEachWrite { p, n in values.append((p, n)) }
-            }
-        }
-        let size = values.reduce(0) { $0 + ValueCodec.sizeBound($1.1) }
-        return (OutgoingWrite(id: id, path: record.path, isSet: record.isOverwrite, values: values), size)
     }
 }
 

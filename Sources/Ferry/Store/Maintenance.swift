@@ -5,7 +5,8 @@ import FerryLog
 /// It holds the three things they share, and nothing else holds them:
 /// - **the lock** they run under (``run(_:)``): one job at a time, in the order asked, so that
 ///   a checkpoint taken before a compaction is never written after it, and ``Database/close()``
-///   waits for the job under way and starts none after it;
+///   waits for the job under way (a job that runs after the close finds the database closed
+///   and does nothing);
 /// - **the schedule** (``schedule(_:_:)``): at most one background job of each kind waiting
 ///   or running; a fact that finds its job already scheduled adds nothing;
 /// - **the accounting** (``accounting``): the checkpoint's size, the last compaction and

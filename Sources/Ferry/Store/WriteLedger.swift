@@ -66,11 +66,11 @@ struct WriteLedger {
         for w in ws { settled.append((w, outcome)) }
     }
 
-    /// Keeps a rejection's error for receipts awaited after the fact (replay keeps those of
-    /// the records it reads), forgetting the oldest past the limit.
-    mutating func noteRejection(_ writeID: Int64, _ error: DatabaseError) {
+    /// Keeps a rejection's error for receipts awaited after the fact, forgetting the oldest
+    /// past the limit (`bounded`: a live answer; replay keeps every one it reads, each once).
+    mutating func noteRejection(_ writeID: Int64, _ error: DatabaseError, bounded: Bool = true) {
         recentRejections[writeID] = error
-        if recentRejections.count > Self.recentRejectionLimit, let oldest = recentRejections.keys.min() {
+        if bounded, recentRejections.count > Self.recentRejectionLimit, let oldest = recentRejections.keys.min() {
             recentRejections[oldest] = nil
         }
     }
@@ -98,15 +98,13 @@ struct WriteLedger {
         case cancelled
     }
 
-    /// Registers a receipt of `writeID` (`pending`: the write still waits for its answer;
-    /// `rejected`: it is among the rejected writes kept for the app).
-    mutating func wait(for writeID: Int64, token: UInt64, pending: Bool, rejected isRejected: Bool,
-                       _ c: UnsafeContinuation<Void, any Error>) -> Wait {
+    /// Registers a receipt of `writeID` (`pending`: the write still waits for its answer).
+    mutating func wait(for writeID: Int64, token: UInt64, pending: Bool, _ c: UnsafeContinuation<Void, any Error>) -> Wait {
         if pending {
             waiters[writeID, default: []].append(AckWaiter(token: token, continuation: c))
             return .waiting
         }
-        let outcome = recentRejections[writeID] ?? (isRejected || rejected[writeID] != nil
+        let outcome = recentRejections[writeID] ?? (rejected[writeID] != nil
             ? DatabaseError(.writeRejected, "the server refused write \(writeID); it was reverted locally and kept in the database's rejected writes") : nil)
         return .answered(outcome, answerLSN: lastAnswerLSN)
     }

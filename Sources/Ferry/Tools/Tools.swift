@@ -60,7 +60,7 @@ extension RecordDescription {
 /// Rebuilds the database's state by replaying records — with the database's own replay, the
 /// records kept in memory.
 @_spi(Tools) public final class StateReplayer {
-    private let engine = Engine(log: nil, logger: .init(label: "ferry.tools"), keepsRecords: true)
+    private let engine = Engine(log: nil, logger: .init(label: "ferry.tools"))
 
     /// An empty state, as before the first record.
     public init() {}
