@@ -15,25 +15,15 @@ struct DeliveredEvent: Sendable {
 /// (``replay(kind:lsn:payload:)``) applies each record to the same stores — write tree,
 /// server cache, ledger, pins — without views.
 final class Engine: StoredValues, ServerCacheSource {
-    let log: WriteAheadLog?
+    /// The log, or nil for a memory-only engine (see ``records``).
+    var log: WriteAheadLog? { records.log }
+    /// Where the records live: the log, or memory.
+    var records: RecordStore
     let logger: Logger
     let syncTree: SyncTree
     var writeTree: WriteTree { syncTree.writeTree }
     /// Complete server data by path: from server puts and merges, and acknowledged writes.
     let server = LayeredIndex()
-    /// Payloads of records not yet written to the log, oldest first (reads of them cannot
-    /// go to the log's files yet); without a log, every record kept (a memory-only store, or
-    /// a tool replaying a log: see ``keep(lsn:kind:payload:)``).
-    private var recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])] = []
-    /// The batch ``append(_:_:)`` fills, kept to reuse its buffer.
-    private var batch = LogBatch(capacity: 1024)
-    /// Records and payload bytes appended since ``pruneRecent()`` last looked at the log.
-    private var appendedSincePrune = (records: 0, bytes: 0)
-    /// Without a log: the next record's LSN, and the payload bytes kept in ``recent``, then
-    /// and at the last sweep (see ``sweepMemoryIfDue()``).
-    private var nextMemoryID: Int64 = 1
-    private var memoryBytes = 0
-    private var memoryBytesAfterSweep = 0
     /// The active observers (listeners, sequences, single-event waits).
     var registrations = Registrations()
     /// Locations a server listen has completed at (their data is not just from the cache).
@@ -62,13 +52,16 @@ final class Engine: StoredValues, ServerCacheSource {
     /// The child-value indexes the options declare (see Engine+Indexes.swift).
     var childIndexes: [ChildValueIndex] = []
     /// Records and payload bytes appended since the last checkpoint (the checkpoint policy).
-    var sinceCheckpoint: (records: Int, bytes: Int) = (0, 0)
+    var sinceCheckpoint: (records: Int, bytes: Int) {
+        get { records.sinceCheckpoint }
+        set { records.sinceCheckpoint = newValue }
+    }
 
     /// The engine's records live in `log`, or without one in memory: a memory-only database
     /// writes the same records as a stored one, and its values are read from them the same
     /// way; what no entry refers to any more is swept away (``sweepMemoryIfDue()``).
     init(log: WriteAheadLog?, logger: Logger) {
-        self.log = log
+        records = RecordStore(log: log)
         self.logger = logger
         syncTree = SyncTree(writeTree: WriteTree())
         server.reader = self
@@ -80,7 +73,7 @@ final class Engine: StoredValues, ServerCacheSource {
     /// Keeps a record read elsewhere so that values can refer to it (a tool replaying a log
     /// into an engine without one: see ``StateReplayer``).
     func keep(lsn: UInt64, kind: UInt8, payload: [UInt8]) {
-        recent.append((lsn, kind, payload))
+        records.keep(lsn: lsn, kind: kind, payload: payload)
     }
 
     // MARK: Life cycle
@@ -115,28 +108,11 @@ final class Engine: StoredValues, ServerCacheSource {
     func append(_ kind: RecordKind, _ payload: [UInt8]) throws -> Int64 {
         // (The sync layer reads the writes under this lock, so after this one is in the tree.)
         if kind == .localSet || kind == .localUpdate { listens.signal?.yield(.writes) }
-        guard let log else {
-            let lsn = nextMemoryID
-            nextMemoryID += 1
-            recent.append((UInt64(lsn), kind.rawValue, payload))
-            memoryBytes += payload.count + 32
-            return lsn
-        }
-        // One batch reused under the lock (the log copies it), filled without a generic call.
-        batch.removeAll(keepingCapacity: true)
-        payload.withUnsafeBytes { batch.append(kind: kind.rawValue, payload: $0) }
-        let range: ClosedRange<LSN>
         do {
-            range = try log.enqueue(batch)
+            return Int64(try records.append(kind: kind.rawValue, payload))
         } catch {
             throw storageError(error)
         }
-        recent.append((range.lowerBound.rawValue, kind.rawValue, payload))
-        appendedSincePrune.records += 1
-        appendedSincePrune.bytes += payload.count
-        sinceCheckpoint.records += 1
-        sinceCheckpoint.bytes += payload.count
-        return Int64(range.lowerBound.rawValue)
     }
 
     func storageError(_ error: any Error) -> DatabaseError {
@@ -146,50 +122,34 @@ final class Engine: StoredValues, ServerCacheSource {
         return e
     }
 
-    /// Forgets payloads the log has written. It looks (the log's position is behind the log's
-    /// lock) once per 64 records or 1 MiB appended: a written payload kept a little longer is
-    /// read from here instead of from the log, the same bytes.
-    /// ``pruneRecent()`` at once, whatever was appended since the last (for tests), and how
-    /// many copies are then kept.
+    /// Forgets the payloads the log has written (see ``RecordStore/pruneWritten(now:)``) at
+    /// once, whatever was appended since the last look (for tests); returns how many copies
+    /// are then kept.
     func pruneRecentNow() -> Int {
-        appendedSincePrune = (Int.max / 2, 0)
-        pruneRecent()
-        return recent.count
+        records.pruneWritten(now: true)
+        return records.kept.count
     }
 
+    /// After each operation: with a log, forgets the payloads it has written (now and then);
+    /// in memory, once the records kept have doubled since the last sweep, forgets those
+    /// nothing refers to any more (see ``liveRecords()``) — what a stored database's
+    /// compaction and eviction do for its segments. (Snapshots read outside the lock hold their
+    /// own copy of the records: ``freeze(onFailure:)``.)
     func pruneRecent() {
-        if log == nil { return sweepMemoryIfDue() }
-        guard appendedSincePrune.records >= 64 || appendedSincePrune.bytes >= 1 << 20 else { return }
-        appendedSincePrune = (0, 0)
-        guard let log, let first = recent.first, first.lsn < log.writtenLSN.rawValue else { return }
-        let written = log.writtenLSN.rawValue
-        let n = recent.firstIndex { $0.lsn >= written } ?? recent.count
-        recent.removeFirst(n)
+        if records.sweepIsDue { return sweepMemory() }
+        records.pruneWritten()
     }
 
-    /// Without a log: once the records kept in memory have doubled since the last sweep (and
-    /// hold at least 1 MiB), forgets those nothing refers to any more — what a stored
-    /// database's compaction and eviction do for its segments. A record is live while an entry
-    /// of the server cache or of the pending writes' overlay names a value in it, while its
-    /// write is pending, or while it records a rejected write the app has not cleared.
-    /// Amortized, a sweep costs O(1) per byte appended. (Snapshots read outside the lock hold
-    /// their own copy of the records: ``freeze(onFailure:)``.)
-    private func sweepMemoryIfDue() {
-        guard memoryBytes >= max(1 << 20, 2 * memoryBytesAfterSweep) else { return }
-        sweepMemory()
-    }
-
-    /// Forgets the records kept in memory that nothing refers to any more (see
-    /// ``sweepMemoryIfDue()``): after a memory-only store's eviction, at once.
+    /// In memory: forgets the records nothing refers to any more, now (after a memory-only
+    /// store's eviction).
     func sweepMemory() {
         guard log == nil else { return }
-        let live = liveRecords()
-        recent.removeAll { !live.contains($0.lsn) }
-        memoryBytes = recent.reduce(0) { $0 + $1.payload.count + 32 }
-        memoryBytesAfterSweep = memoryBytes
+        records.sweep(keeping: liveRecords())
     }
 
-    /// The LSNs of the records a memory-only store must keep (see ``sweepMemoryIfDue()``).
+    /// The LSNs of the records a memory-only store must keep: those an entry of the server
+    /// cache or of the pending writes' overlay names a value in, the pending writes' own, and
+    /// those of the rejected writes the app has not cleared.
     func liveRecords() -> Set<UInt64> {
         var live = Set<UInt64>()
         live.reserveCapacity(writeTree.pending.count + server.count / 4)
@@ -204,23 +164,14 @@ final class Engine: StoredValues, ServerCacheSource {
     }
 
     /// Records kept in memory (without a log), and their payload bytes (for tests).
-    var memoryRecords: (count: Int, bytes: Int) { log == nil ? (recent.count, recent.reduce(0) { $0 + $1.payload.count }) : (0, 0) }
+    var memoryRecords: (count: Int, bytes: Int) { records.memoryRecords }
 
     /// The record being replayed (its payload is valid during the replay of it only).
     var replaying: (lsn: UInt64, kind: UInt8, payload: UnsafeRawBufferPointer)?
 
     func withPayload<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) throws -> R {
         if let r = replaying, r.lsn == lsn { return try body(r.kind, r.payload) }
-        var lo = 0, hi = recent.count
-        while lo < hi {
-            let mid = (lo + hi) / 2
-            if recent[mid].lsn < lsn { lo = mid + 1 } else { hi = mid }
-        }
-        if lo < recent.count, recent[lo].lsn == lsn {
-            return try recent[lo].payload.withUnsafeBytes { try body(recent[lo].kind, $0) }
-        }
-        guard let log else { throw DatabaseError(.storage, "record \(lsn) is not available") }
-        return try log.withRecord(at: LSN(lsn)) { try body($0.kind, $0.payload) }
+        return try records.withRecord(lsn, body)
     }
 
     // MARK: StoredValues
@@ -336,7 +287,7 @@ final class Engine: StoredValues, ServerCacheSource {
     /// The data as it is now, for reading outside the lock (see ``FrozenData``); nil when the
     /// log cannot give a read snapshot (its files cannot be opened: then read under the lock).
     func freeze(onFailure: @escaping @Sendable (DatabaseError) -> Void) -> FrozenData? {
-        let kept = recent
+        let kept = records.kept
         var files: LogReadSnapshot?
         if let log {
             do {
@@ -354,7 +305,7 @@ final class Engine: StoredValues, ServerCacheSource {
     /// from the live log (no read snapshot is opened), and the caller reads again under the
     /// lock if the reader turns out ``FrozenReader/stale``.
     func freezeForOneRead(onFailure: @escaping @Sendable (DatabaseError) -> Void) -> FrozenData {
-        let reader = FrozenReader(recent: recent, log: nil, live: log, store: log?.path, onFailure: onFailure)
+        let reader = FrozenReader(recent: records.kept, log: nil, live: log, store: log?.path, onFailure: onFailure)
         return FrozenData(overlay: writeTree.overlay, server: server, reader: reader)
     }
 
