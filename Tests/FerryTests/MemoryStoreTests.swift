@@ -24,22 +24,47 @@ import Testing
         }
     }
 
-    @Test func pendingWritesAndRejectedWritesKeepTheirRecords() async throws {
-        let db = Database.inMemory(options: quietOptions())
+    @Test func pendingAcknowledgedAndRejectedWritesKeepTheirRecordsThroughSweeps() async throws {
+        var options = quietOptions()
+        options.cacheSizeBytes = .unlimited  // (no eviction: only sweeps free memory here)
+        let db = Database.inMemory(options: options)
         let payload = String(repeating: "y", count: 1_000)
+        func churn() async throws {
+            // ~6 MB of server data over one location: several sweeps.
+            for i in 0..<6_000 { try await db.applyServerPut(at: "feed", ["text": .string(payload), "n": .int(Int64(i))]) }
+        }
         let first = try await db.reference("drafts/a").setValue(["text": .string(payload), "v": ServerValue.increment(1)])
         let second = try await db.reference("drafts/b").setValue(.string("kept"))
-        // Enough server data over the same place to sweep several times.
-        for i in 0..<6_000 { try await db.applyServerPut(at: "feed", ["text": .string(payload), "n": .int(Int64(i))]) }
         try await db.acknowledgeWrites(through: second.writeID!, rejecting: [WriteRejection(writeID: first.writeID!, status: 401, message: "no")])
+        // A pending write whose place in the overlay a later write took: only its being pending keeps its record.
+        let shadowed = try await db.reference("drafts/c").setValue(.int(7))
+        let shadowing = try await db.reference("drafts/c").setValue(.int(8))
+        try await churn()
         let rejected = try db.rejectedWrites()
         #expect(rejected.map(\.writeID) == [first.writeID!])
         // The rejected write comes back as the app wrote it, its server value unresolved.
         #expect(rejected.first?.value == .object(["text": .string(payload), "v": ServerValue.increment(1)]))
         #expect(try await db.reference("drafts/b").getData().value == .string("kept"), "the acknowledged write stays as server data")
-        let pending = try await db.reference("drafts/c").setValue(.int(7))
-        for i in 0..<6_000 { try await db.applyServerPut(at: "feed", ["text": .string(payload), "n": .int(Int64(i))]) }
-        #expect(try db.outgoingWrites(after: 0, limit: 10).map(\.id) == [pending.writeID!], "a pending write's record stays, to be sent")
-        #expect(memoryRecords(db).bytes < 2_000_000)
+        let outgoing = try db.outgoingWrites(after: 0, limit: 10)
+        #expect(outgoing.map(\.id) == [shadowed.writeID!, shadowing.writeID!], "both pending writes are still sent, in order")
+        #expect(outgoing.map(\.data) == [.int(7), .int(8)])
+        #expect(memoryRecords(db).bytes < 2_500_000, "the overwritten server data was swept")
+    }
+
+    @Test func aRecordListSharesItsChunksAndFindsEveryRecord() {
+        var list = RecordList()
+        let n = RecordList.chunkCapacity * 3 + 5
+        for i in 1...n { list.append((UInt64(i * 2), 1, [UInt8(truncatingIfNeeded: i)])) }
+        let copy = list  // (a snapshot's)
+        #expect(list.count == n && list.first?.lsn == 2)
+        for i in [1, RecordList.chunkCapacity, RecordList.chunkCapacity + 1, n] {
+            #expect(list.withRecord(UInt64(i * 2)) { _, p in p.first } == UInt8(truncatingIfNeeded: i))
+            #expect(list.withRecord(UInt64(i * 2 + 1)) { _, _ in 0 } == nil, "an LSN between two records is not found")
+        }
+        list.removeAll(below: UInt64(RecordList.chunkCapacity * 2 + 10))
+        #expect(list.first?.lsn == UInt64(RecordList.chunkCapacity * 2 + 10) && list.count == n - RecordList.chunkCapacity - 4)
+        list.removeAll(keeping: { $0 % 4 == 0 })
+        #expect(list.withRecord(UInt64(n * 2)) { _, _ in 1 } == (n % 2 == 0 ? 1 : nil))
+        #expect(copy.count == n && copy.withRecord(2) { _, p in p.first } == 1, "the copy kept every record")
     }
 }

@@ -167,8 +167,10 @@ public final class Database: Sendable {
 
     /// A database that keeps everything in memory and writes nothing to disk (for data that
     /// must not be stored). It behaves like a stored one while the process lives: it writes
-    /// the same records, into memory, and reads its values from them; records nothing refers
-    /// to any more (overwritten server data, answered writes) are forgotten as they pile up.
+    /// the same records, into memory, and reads its values from them. Records nothing refers
+    /// to any more (overwritten server data, answered writes) are forgotten once the records
+    /// kept have doubled since the last time (and hold 1 MiB), and after an eviction; a record
+    /// stays whole while any of its values is still read.
     public static func inMemory(options: DatabaseOptions = DatabaseOptions()) -> Database {
         let engine = Engine(log: nil, logger: options.logger)
         do {

@@ -194,7 +194,8 @@ final class WriteTree {
     /// returns. Falls back to re-layering the remaining writes (O(n)) only where a newer write
     /// sits below one of those locations or a marker stands in for one of its leaves, while
     /// some write's entry may lie above its own path (``LayeredIndex/hasFoldedWrites``), and for
-    /// memory-only stores, whose values are not named by write id in the overlay.
+    /// writes given as nodes (the sync tree used on its own, as the conformance cases do), whose
+    /// values are not named by write id in the overlay.
     func removeOldest(_ writeID: Int64, writtenKeys: [[UInt8]]) -> Bool {
         precondition(pending.firstID == writeID, "removeOldest takes the oldest pending write")
         if pending.inlineRecord(writeID) != nil { return removeWrite(writeID) }

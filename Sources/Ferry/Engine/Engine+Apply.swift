@@ -1,9 +1,8 @@
 /// The changes the engine applies: each writes one record, updates the stored state, and
 /// (live) updates the views, returning their events. Replay applies the same records without views.
 extension Engine {
-    private func handle(_ node: Node, _ lsn: Int64, _ range: Range<Int>?) -> ValueHandle {
-        guard let range else { return .inline(node) }
-        return .stored(ValueRef(lsn: UInt64(lsn), offset: UInt32(range.lowerBound), length: UInt32(range.count)))
+    private func handle(_ lsn: Int64, _ range: Range<Int>) -> ValueHandle {
+        .stored(ValueRef(lsn: UInt64(lsn), offset: UInt32(range.lowerBound), length: UInt32(range.count)))
     }
 
     private func ref(_ lsn: Int64, _ range: Range<Int>) -> ValueRef {
@@ -104,7 +103,7 @@ extension Engine {
         }
         let (payload, range) = RecordCodec.serverPut(path: path, value: node)
         let lsn = try append(.serverPut, payload)
-        server.set(handle(node, lsn, range), empty: node.isEmpty, at: path)
+        server.set(handle(lsn, range), empty: node.isEmpty, at: path)
         if let tag { return syncTree.applyTaggedOverwrite(path, node, tag: tag) }
         return syncTree.applyServerOverwrite(path, node)
     }
@@ -123,7 +122,7 @@ extension Engine {
         let (payload, ranges) = RecordCodec.serverMerge(path: path, children: children)
         let lsn = try append(.serverMerge, payload)
         for ((p, n), (_, r)) in zip(children, ranges) {
-            server.set(handle(n, lsn, r), empty: n.isEmpty, at: path.child(p))
+            server.set(handle(lsn, r), empty: n.isEmpty, at: path.child(p))
         }
     }
 

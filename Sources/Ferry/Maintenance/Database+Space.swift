@@ -264,7 +264,7 @@ extension Database {
         let started = ContinuousClock.now
         let (dropped, rebuild) = withEngine { e in
             let dropped = e.dropUnkeptEntries()
-            e.sweepMemory()
+            if dropped > 0 { e.sweepMemory() }
             return (dropped, e.takeIndexRebuildsDue())
         }
         if rebuild { scheduleIndexRebuilds() }

@@ -14,7 +14,7 @@ import Darwin
 /// eviction deleted meanwhile then makes the reader ``stale`` (the read is done again under
 /// the lock), which is no failure of the database.
 final class FrozenReader: ValueReader, @unchecked Sendable {
-    private let recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])]
+    private let recent: RecordList
     private let log: LogReadSnapshot?
     private let live: WriteAheadLog?
     private let staleFlag = FerryMutex(false)
@@ -27,7 +27,7 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
     private let failure = FerryMutex<DatabaseError?>(nil)
     private let failedFlag = Atomic(false)
 
-    init(recent: [(lsn: UInt64, kind: UInt8, payload: [UInt8])], log: LogReadSnapshot?, live: WriteAheadLog? = nil, store: String?,
+    init(recent: RecordList, log: LogReadSnapshot?, live: WriteAheadLog? = nil, store: String?,
          onFailure: @escaping @Sendable (DatabaseError) -> Void) {
         self.recent = recent
         self.log = log
@@ -55,12 +55,7 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
             guard end <= payload.count else { throw ByteReader.damaged("a value reference past the record's end") }
             return try body(UnsafeRawBufferPointer(rebasing: payload[start..<end]), ValueNote.isEmpty(note, offset: ref.offset, length: ref.length))
         }
-        var lo = 0, hi = recent.count
-        while lo < hi {
-            let mid = (lo + hi) / 2
-            if recent[mid].lsn < ref.lsn { lo = mid + 1 } else { hi = mid }
-        }
-        if lo < recent.count, recent[lo].lsn == ref.lsn { return try recent[lo].payload.withUnsafeBytes { try slice($0, 0) } }
+        if let r = try recent.withRecord(ref.lsn, { _, payload in try slice(payload, 0) }) { return r }
         if let log { return try log.withRecord(at: LSN(ref.lsn)) { try slice($0.payload, $0.note) } }
         guard let live else { throw DatabaseError(.storage, "record \(ref.lsn) is not available") }
         do {

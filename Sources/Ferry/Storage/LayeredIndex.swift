@@ -4,8 +4,8 @@ enum ValueHandle: Sendable {
     case stored(ValueRef)
 }
 
-/// An index entry, 16 bytes: where the value sits in a log record (or, for a memory-only
-/// store, which in-memory node it is), whether it is empty (null) and whether it carries a
+/// An index entry, 16 bytes: where the value sits in a record (or, for a value given as a
+/// node, which in-memory node it is), whether it is empty (null) and whether it carries a
 /// priority — both known when the entry is made, so that stored values need not be read to
 /// know them — and the depth of its path.
 struct LayeredEntry: Sendable, Equatable {
@@ -141,7 +141,7 @@ final class LayeredIndex {
     weak var reader: (any ValueReader)?
     /// Told before entries change (the child-value indexes; a frozen copy has none).
     var observers: [any LayeredChangeObserver] = []
-    /// Nodes of inline entries (a memory-only store's values), by slot.
+    /// Nodes of inline entries (values given as nodes, not records), by slot.
     private var inline: [UInt64: Node] = [:]
     private var nextSlot: UInt64 = 1
     /// How many entries sit at each depth: ancestors are looked up only at depths that have any.

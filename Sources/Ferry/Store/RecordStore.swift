@@ -18,7 +18,7 @@ struct RecordStore {
     let log: WriteAheadLog?
     /// Payloads of records the log has not written yet (in memory: every record kept), in LSN
     /// order.
-    private(set) var kept: [(lsn: UInt64, kind: UInt8, payload: [UInt8])] = []
+    private(set) var kept = RecordList()
     /// The batch ``append(kind:_:)`` fills, kept to reuse its buffer.
     private var batch = LogBatch(capacity: 1024)
     /// Records and payload bytes appended since ``pruneWritten()`` last looked at the log.
@@ -60,14 +60,7 @@ struct RecordStore {
 
     /// Calls `body` with record `lsn`'s kind and payload (valid during the call only).
     func withRecord<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) throws -> R {
-        var lo = 0, hi = kept.count
-        while lo < hi {
-            let mid = (lo + hi) / 2
-            if kept[mid].lsn < lsn { lo = mid + 1 } else { hi = mid }
-        }
-        if lo < kept.count, kept[lo].lsn == lsn {
-            return try kept[lo].payload.withUnsafeBytes { try body(kept[lo].kind, $0) }
-        }
+        if let r = try kept.withRecord(lsn, body) { return r }
         guard let log else { throw DatabaseError(.storage, "record \(lsn) is not available") }
         return try log.withRecord(at: LSN(lsn)) { try body($0.kind, $0.payload) }
     }
@@ -79,9 +72,7 @@ struct RecordStore {
         guard now || appendedSincePrune.records >= 64 || appendedSincePrune.bytes >= 1 << 20 else { return }
         appendedSincePrune = (0, 0)
         guard let log, let first = kept.first, first.lsn < log.writtenLSN.rawValue else { return }
-        let written = log.writtenLSN.rawValue
-        let n = kept.firstIndex { $0.lsn >= written } ?? kept.count
-        kept.removeFirst(n)
+        kept.removeAll(below: log.writtenLSN.rawValue)
     }
 
     /// In memory: whether the records kept have doubled since the last sweep (and hold at
@@ -91,11 +82,11 @@ struct RecordStore {
     /// In memory: forgets every record not in `live` (what the model still refers to).
     mutating func sweep(keeping live: Set<UInt64>) {
         guard log == nil else { return }
-        kept.removeAll { !live.contains($0.lsn) }
-        memoryBytes = kept.reduce(0) { $0 + $1.payload.count + 32 }
+        kept.removeAll(keeping: { live.contains($0) })
+        memoryBytes = kept.payloadBytes + 32 * kept.count
         memoryBytesAfterSweep = memoryBytes
     }
 
     /// In memory: the records kept and their payload bytes.
-    var memoryRecords: (count: Int, bytes: Int) { log == nil ? (kept.count, kept.reduce(0) { $0 + $1.payload.count }) : (0, 0) }
+    var memoryRecords: (count: Int, bytes: Int) { log == nil ? (kept.count, kept.payloadBytes) : (0, 0) }
 }
