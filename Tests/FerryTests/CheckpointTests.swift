@@ -179,12 +179,15 @@ import Testing
         block.u8(1); block.varint(5); block.varint(3); block.varint(1)  // a: a null of one byte
         block.u8(0); block.varint(6); block.varint(3); block.varint(4)  // b: a value
         let engine = Engine(log: nil, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
-        var loader = CheckpointLoader(engine: engine, storeID: StoreID(high: 0x0707070707070707, low: 0x0707070707070707),
+        let state = CheckpointState(indexing: [])
+        var loader = CheckpointLoader(into: state, storeID: StoreID(high: 0x0707070707070707, low: 0x0707070707070707),
                                       expectedLSN: 10, firstLSN: 1, nextLSN: 10)
         _ = try loader.load { body in
             for b in [header.bytes, block.bytes] { try b.withUnsafeBytes { try body($0) } }
             return true
         }
+        #expect(engine.server.isEmpty, "the loader fills its own state; the engine takes it only when installed")
+        engine.install(state)
         let a = try #require(engine.server.entry(at: Path("a")))
         let b = try #require(engine.server.entry(at: Path("b")))
         #expect(a.isEmpty && a.ref.lsn == 5)

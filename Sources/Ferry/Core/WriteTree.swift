@@ -264,6 +264,14 @@ final class WriteTree {
         lastWriteID = -1
     }
 
+    /// Takes the pending writes and overlay `other` restored (a loaded checkpoint's) as its own.
+    func install(_ other: WriteTree) {
+        pending = other.pending
+        hidden = other.hidden
+        lastWriteID = other.lastWriteID
+        overlay.install(other.overlay)
+    }
+
     func reservePending(_ count: Int, keyBytes: Int) { pending.reserveCapacity(adding: count, keyBytes: keyBytes) }
 
     /// Puts back a pending write as a checkpoint kept it (its overlay entries are restored

@@ -255,17 +255,16 @@ extension Engine {
         let names = (try log.sideFiles(withPrefix: Checkpoint.prefix)).compactMap { n in Checkpoint.lsn(of: n).map { (n, $0) } }
         for (name, lsn) in names.sorted(by: { $0.1 > $1.1 }) {
             do {
-                var loader = CheckpointLoader(engine: self, storeID: log.storeID, expectedLSN: lsn,
+                let state = CheckpointState(indexing: childIndexes)
+                var loader = CheckpointLoader(into: state, storeID: log.storeID, expectedLSN: lsn,
                                               firstLSN: log.firstLSN.rawValue, nextLSN: log.nextLSN.rawValue)
                 guard try loader.load({ try log.readSideFile(named: name, blocks: $0) }) else { continue }
+                install(state)
                 checkpointLSN = lsn
                 return lsn
             } catch {
+                // (Nothing of it was installed: the engine is as it was.)
                 logger.warning("ignoring checkpoint \(name): \(error); replaying the log instead")
-                server.removeAll()
-                writeTree.beginRestore()
-                ledger.restore(ackedThrough: 0, rejected: [:])
-                pins = []
             }
         }
         return log.firstLSN.rawValue
@@ -290,9 +289,43 @@ private final class SideLoader: @unchecked Sendable {
     func fail(_ error: any Error) { failure.withLock { if $0 == nil { $0 = error } } }
 }
 
-/// Puts a checkpoint's blocks back into the engine as they are read.
+/// What a checkpoint restores — the server cache, the pending writes and their overlay, the
+/// sync cursor and rejected writes, the pins, the declared child-value indexes — loaded apart
+/// from the engine, which installs it whole once it has checked out (``Engine/install(_:)``):
+/// a damaged checkpoint leaves the engine untouched. (A class: the load's two threads fill
+/// different parts of it, as ``CheckpointLoader/load(_:)`` says.)
+final class CheckpointState: @unchecked Sendable {
+    let server = LayeredIndex()
+    let writeTree = WriteTree()
+    var pins: Set<Path> = []
+    var rejected: [Int64: UInt64] = [:]
+    var ackedThrough: Int64 = 0
+    /// One per declared index (same location and child), to receive its sort keys.
+    let childIndexes: [ChildValueIndex]
+
+    init(indexing declared: [ChildValueIndex]) {
+        childIndexes = declared.filter { !$0.automatic }.map { ChildValueIndex(location: $0.location, child: $0.child) }
+    }
+}
+
+extension Engine {
+    /// Takes a loaded checkpoint's state as the engine's (see ``CheckpointState``).
+    func install(_ state: CheckpointState) {
+        server.install(state.server)
+        writeTree.install(state.writeTree)
+        pins = state.pins
+        ledger.restore(ackedThrough: state.ackedThrough, rejected: state.rejected)
+        for restored in state.childIndexes {
+            guard let index = childIndexes.first(where: { $0.location == restored.location && $0.child == restored.child && !$0.automatic })
+            else { continue }
+            index.installRestored(restored)
+        }
+    }
+}
+
+/// Puts a checkpoint's blocks into a ``CheckpointState`` as they are read.
 struct CheckpointLoader {
-    let engine: Engine
+    let state: CheckpointState
     let storeID: StoreID
     let expectedLSN: UInt64
     let firstLSN: UInt64
@@ -314,8 +347,8 @@ struct CheckpointLoader {
     /// The checkpoint's format version (from its header).
     var version: UInt16 = 0
 
-    init(engine: Engine, storeID: StoreID, expectedLSN: UInt64, firstLSN: UInt64, nextLSN: UInt64) {
-        self.engine = engine
+    init(into state: CheckpointState, storeID: StoreID, expectedLSN: UInt64, firstLSN: UInt64, nextLSN: UInt64) {
+        self.state = state
         self.storeID = storeID
         self.expectedLSN = expectedLSN
         self.firstLSN = firstLSN
@@ -347,7 +380,7 @@ struct CheckpointLoader {
                 var entries: [LayeredEntry] = []
                 entries.reserveCapacity(depths.count)
                 for depth in depths { entries.append(try entry(&r, depth: depth)) }
-                let index = section == .server ? engine.server : engine.writeTree.overlay
+                let index = section == .server ? state.server : state.writeTree.overlay
                 index.restoreChunk(prefix: chunk.prefix, suffixes: chunk.suffixes, ends: chunk.ends, entries: entries)
                 if section == .server { counts.server += UInt64(entries.count) } else { counts.overlay += UInt64(entries.count) }
             case .server, .overlay:
@@ -362,13 +395,13 @@ struct CheckpointLoader {
                 }
                 guard let depth = keys.previous.withUnsafeBytes({ PathKey.depth($0) }) else { throw Checkpoint.damaged("a key is not a path") }
                 let entry = try entry(&r, depth: depth)
-                let index = section == .server ? engine.server : engine.writeTree.overlay
+                let index = section == .server ? state.server : state.writeTree.overlay
                 keys.previous.withUnsafeBytes { index.restore(entry, key: $0) }
                 if section == .server { counts.server += 1 } else { counts.overlay += 1 }
             case .pins:
                 _ = try keys.read(&r)
                 guard keys.previous.withUnsafeBytes({ PathKey.depth($0) }) != nil else { throw Checkpoint.damaged("a pin is not a path") }
-                engine.pins.insert(PathKey.decode(keys.previous))
+                state.pins.insert(PathKey.decode(keys.previous))
                 counts.pins += 1
             case .childIndexes:
                 let kind = try r.u8()
@@ -384,7 +417,7 @@ struct CheckpointLoader {
                     let location = try pathKey(), child = try pathKey()
                     indexKeys = (try r.varint(), 0)
                     keys.previous.removeAll(keepingCapacity: true)
-                    currentIndex = engine.childIndexes.first { $0.locationKey == location && PathKey.encode($0.child) == child && $0.sorted.isEmpty }
+                    currentIndex = state.childIndexes.first { $0.locationKey == location && PathKey.encode($0.child) == child && $0.sorted.isEmpty }
                     hasLastKey = false
                 } else if version >= 6 {
                     guard kind == 2 else { throw Checkpoint.damaged("an index record of an unknown kind") }
@@ -407,7 +440,7 @@ struct CheckpointLoader {
                 guard id > lastRejectedID else { throw Checkpoint.damaged("rejected writes out of order") }
                 lastRejectedID = id
                 guard lsn >= firstLSN && lsn < expectedLSN else { throw Checkpoint.damaged("it names rejection record \(lsn), outside the log") }
-                engine.ledger.rejected[id] = lsn
+                state.rejected[id] = lsn
                 counts.rejected += 1
             case .pending where version >= 6:
                 let n = try r.varintCount()
@@ -437,7 +470,7 @@ struct CheckpointLoader {
                 guard end <= r.bytes.count - r.offset else { throw Checkpoint.damaged("a batch of pending writes does not fit its block") }
                 let keyBytes = UnsafeRawBufferPointer(rebasing: r.bytes[r.offset..<(r.offset + end)])
                 r.offset += end
-                guard engine.writeTree.restorePending(ids: ids, flags: flags, keys: keyBytes, keyEnds: ends) else {
+                guard state.writeTree.restorePending(ids: ids, flags: flags, keys: keyBytes, keyEnds: ends) else {
                     throw Checkpoint.damaged("pending writes out of order, unknown flags, or a path that is not a path")
                 }
                 counts.pending += UInt64(n)
@@ -451,7 +484,7 @@ struct CheckpointLoader {
                 lastID = id
                 let flags = try r.u8()
                 _ = try keys.read(&r)
-                guard keys.previous.withUnsafeBytes({ engine.writeTree.restorePending(id, flags: flags, key: $0) }) else {
+                guard keys.previous.withUnsafeBytes({ state.writeTree.restorePending(id, flags: flags, key: $0) }) else {
                     throw Checkpoint.damaged("a pending write's path is not a path")
                 }
                 counts.pending += 1
@@ -550,17 +583,14 @@ struct CheckpointLoader {
         self.version = version
         expected = (server, pending, overlay, rejected, pins, indexes)
         guard r.atEnd else { throw Checkpoint.damaged("trailing bytes in its header") }
-        engine.server.removeAll()
-        engine.writeTree.beginRestore()
-        engine.ledger.restore(ackedThrough: ackedThrough, rejected: [:])
-        engine.pins = []
+        state.ackedThrough = ackedThrough
         // Before format 5 an entry does not say whether its value carries a priority.
-        engine.server.knowsPriorities = version >= 5
-        engine.writeTree.overlay.knowsPriorities = version >= 5
+        state.server.knowsPriorities = version >= 5
+        state.writeTree.overlay.knowsPriorities = version >= 5
         // Room for what the header announces, within reason: it is not trusted further, and a
         // damaged count must not reserve gigabytes (beyond this, the list grows as it loads).
         let room = Int(min(expected!.pending, 1 << 20)), bytes = Int(min(pendingKeyBytes, 64 << 20))
-        engine.writeTree.reservePending(room, keyBytes: bytes)
+        state.writeTree.reservePending(room, keyBytes: bytes)
     }
 
     fileprivate mutating func closeIndex() {

@@ -380,6 +380,13 @@ final class ChildValueIndex: LayeredChangeObserver {
 
     func finishRestore() { needsRebuild = false }
 
+    /// Takes the sort keys `other` restored from a checkpoint (whole: ``finishRestore()`` was
+    /// called on it), as current.
+    func installRestored(_ other: ChildValueIndex) {
+        sorted = other.sorted
+        needsRebuild = other.needsRebuild
+    }
+
     /// The keys of the first (or last) `n` children in the index's order.
     func keys(first n: Int, fromEnd: Bool) -> [String] {
         sorted.keys(n, fromEnd: fromEnd).compactMap { SortKey.key(of: $0) }

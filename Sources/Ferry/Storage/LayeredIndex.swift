@@ -169,6 +169,18 @@ final class LayeredIndex {
         return copy
     }
 
+    /// Takes `other`'s entries as its own (a loaded checkpoint's), keeping its reader and
+    /// observers. Cheap: the chunks are shared until either changes.
+    func install(_ other: LayeredIndex) {
+        index = other.index
+        inline = other.inline
+        nextSlot = other.nextSlot
+        depthCounts = other.depthCounts
+        markerCount = other.markerCount
+        knowsPriorities = other.knowsPriorities
+        hasFoldedWrites = other.hasFoldedWrites
+    }
+
     var isEmpty: Bool { index.isEmpty }
     var count: Int { index.count }
 

@@ -108,7 +108,6 @@ import Logging
             blocks.append(Array(input[(i + 2)..<end]))
             i = end
         }
-        let engine = Engine(log: nil, logger: Logger(label: "ferry.fuzz", factory: { _ in SwiftLogNoOpLogHandler() }))
         var storeID = StoreID(high: 0, low: 0), lsn: UInt64 = 1
         if let head = blocks.first, head.count >= 34 {
             head.withUnsafeBytes { h in
@@ -117,7 +116,7 @@ import Logging
                 lsn = UInt64(littleEndian: h.loadUnaligned(fromByteOffset: 26, as: UInt64.self))
             }
         }
-        var loader = CheckpointLoader(engine: engine, storeID: storeID, expectedLSN: lsn, firstLSN: 1, nextLSN: lsn)
+        var loader = CheckpointLoader(into: CheckpointState(indexing: []), storeID: storeID, expectedLSN: lsn, firstLSN: 1, nextLSN: lsn)
         _ = try loader.load { body in
             for block in blocks { try block.withUnsafeBytes { try body($0) } }
             return true
