@@ -18,6 +18,9 @@ import Testing
         }
         let kept = memoryRecords(db)
         #expect(kept.bytes < 2_200_000, "the records of overwritten values are swept (\(kept.bytes) bytes kept)")
+        let statistics = db.statistics
+        #expect(statistics.memoryRecords == kept.count && statistics.memoryRecordBytes == Int64(kept.bytes), "statistics say what memory holds")
+        #expect(statistics.memoryRecordBytes > 10 * 1_000 && statistics.bytesOnDisk == 0)
         for r in 0..<10 {
             let snapshot = try await db.reference("rooms/r\(r)/n").getData()
             #expect(snapshot.value == .int(Int64(3_990 + r)), "each location reads its last value")

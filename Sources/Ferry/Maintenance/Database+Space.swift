@@ -90,13 +90,18 @@ public struct StoreStatistics: Sendable, Equatable, Codable {
     public var lastCompaction: MaintenanceRun?
     /// The last eviction since the database was opened (nil: none yet).
     public var lastEviction: MaintenanceRun?
+    /// A memory-only database: the records it keeps in memory, and their bytes (0 for a
+    /// stored one, whose records are in its files).
+    public var memoryRecords = 0
+    public var memoryRecordBytes: Int64 = 0
 
     /// Empty statistics.
     public init() {}
 
     enum CodingKeys: String, CodingKey {
         case segmentBytes, checkpointBytes, segments, cacheLimit, overLimitBytes, pendingWrites, pendingWriteBytes,
-             oldestPendingWriteAge, rejectedWrites, cachedPaths, pins, listenedPaths, lastCompaction, lastEviction
+             oldestPendingWriteAge, rejectedWrites, cachedPaths, pins, listenedPaths, lastCompaction, lastEviction,
+             memoryRecords, memoryRecordBytes
     }
 }
 
@@ -262,14 +267,15 @@ extension Database {
         }
         guard due else { return }
         let started = ContinuousClock.now
-        let (dropped, rebuild) = withEngine { e in
+        let (dropped, freed, rebuild) = withEngine { e in
+            let before = e.memoryRecords.bytes
             let dropped = e.dropUnkeptEntries()
             if dropped > 0 { e.sweepMemory() }
-            return (dropped, e.takeIndexRebuildsDue())
+            return (dropped, before - e.memoryRecords.bytes, e.takeIndexRebuildsDue())
         }
         if rebuild { scheduleIndexRebuilds() }
         maintenance.accounting.withLock {
-            $0.lastEviction = MaintenanceRun(bytesFreed: 0, duration: ContinuousClock.now - started, segmentsDeleted: 0,
+            $0.lastEviction = MaintenanceRun(bytesFreed: Int64(freed), duration: ContinuousClock.now - started, segmentsDeleted: 0,
                                              entriesKept: 0, entriesEvicted: dropped)
         }
     }
@@ -478,6 +484,9 @@ extension Engine {
         s.pins = pins.map(\.description).sorted()
         s.listenedPaths = 0
         syncTree.syncPoints.forEach { _, _ in s.listenedPaths += 1 }
+        let memory = memoryRecords
+        s.memoryRecords = memory.count
+        s.memoryRecordBytes = Int64(memory.bytes)
     }
 }
 

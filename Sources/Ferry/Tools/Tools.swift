@@ -93,6 +93,9 @@ extension RecordDescription {
         s.segmentBytes = segmentBytes
         s.checkpointBytes = checkpointBytes
         engine.fillStatistics(&s)
+        // (The replayer keeps the store's records in memory to read them; the store's are on disk.)
+        s.memoryRecords = 0
+        s.memoryRecordBytes = 0
         return s
     }
 }
