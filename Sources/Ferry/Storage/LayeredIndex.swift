@@ -158,13 +158,7 @@ final class LayeredIndex {
     /// caller keeps alive). Cheap: the chunks are shared until either copy changes.
     func frozen(reader: any ValueReader) -> LayeredIndex {
         let copy = LayeredIndex()
-        copy.index = index
-        copy.inline = inline
-        copy.nextSlot = nextSlot
-        copy.depthCounts = depthCounts
-        copy.markerCount = markerCount
-        copy.knowsPriorities = knowsPriorities
-        copy.hasFoldedWrites = hasFoldedWrites
+        copy.install(self)
         copy.reader = reader
         return copy
     }
