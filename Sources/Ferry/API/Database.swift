@@ -232,7 +232,7 @@ public final class Database: Sendable {
     public func sync() async throws {
         guard let log else { return }
         try withEngine { try $0.checkUsable() }
-        do { try await log.sync() } catch { throw withEngine { $0.storageError(error) } }
+        do { try await log.sync() } catch { throw storageError(error) }
     }
 
     /// Writes a checkpoint; the caller holds the maintenance lock.

@@ -19,12 +19,6 @@ extension Database {
         }
     }
 
-    /// The error to throw for a failure of the log (which stops the database when the log
-    /// failed for good).
-    func storageError(_ error: any Error) -> DatabaseError {
-        withEngine { $0.storageError(error) }
-    }
-
     /// Returns when the server has answered write `id` (see ``WriteReceipt/serverAcknowledgement()``),
     /// once that answer is durable; throws its rejection, the database's stop, or
     /// `CancellationError`.

@@ -45,6 +45,12 @@ extension Database {
         return id
     }
 
+    /// The error to throw for a failure of the log (which stops the database when the log
+    /// failed for good).
+    func storageError(_ error: any Error) -> DatabaseError {
+        withEngine { $0.storageError(error) }
+    }
+
     /// Runs `body` on the engine under the lock (in the log's order), delivers the events it
     /// raised, waits for the record's durability per the durability mode, and returns its id.
     func perform(_ body: (Engine) throws -> (Int64?, [Event])) async throws -> Int64? {
@@ -60,7 +66,7 @@ extension Database {
                     throw failure
                 }
             } catch {
-                throw withEngine { $0.storageError(error) }
+                throw storageError(error)
             }
         }
         if !delivery.isDelivered(seq) { await delivery.waitDelivered(seq) }

@@ -56,7 +56,7 @@ extension Engine {
         ledger.advanceCursor(through: through, recordLSN: lsn)
         for (id, applied) in acked {
             events += removeAcknowledged(id, applied: applied, live: true)
-            settle(id, recordLSN: lsn, nil)
+            ledger.settle(id, recordLSN: lsn, nil)
         }
         return (events, lsn)
     }
@@ -125,21 +125,14 @@ extension Engine {
         let lsn = try append(.rejection, payload)
         ledger.rejected[r.writeID] = UInt64(lsn)
         let events = syncTree.ackUserWrite(r.writeID, revert: true)
-        settle(r.writeID, recordLSN: lsn, DatabaseError(.writeRejected,
+        ledger.settle(r.writeID, recordLSN: lsn, DatabaseError(.writeRejected,
             "the server refused write \(r.writeID) (\(r.status): \(r.message)); it was reverted locally and kept in the database's rejected writes"))
         return (events, lsn)
     }
 
     // MARK: Receipts
 
-    /// The server's answer to `writeID` is decided by the record at `recordLSN`: the receipts
-    /// waiting for it are settled in the ledger, and the caller that wrote the record resumes
-    /// them once it is durable (see `Database.answer(_:)`).
-    func settle(_ writeID: Int64, recordLSN: Int64, _ outcome: DatabaseError?) {
-        ledger.settle(writeID, recordLSN: recordLSN, outcome)
-    }
-
-    /// Registers a receipt of `writeID` (see ``WriteLedger/wait(for:token:pending:rejected:_:)``);
+    /// Registers a receipt of `writeID` (see ``WriteLedger/wait(for:token:pending:_:)``);
     /// a stopped database answers with why.
     func registerAckWaiter(_ writeID: Int64, token: UInt64, _ c: UnsafeContinuation<Void, any Error>) -> WriteLedger.Wait {
         if let failure { return .failed(failure) }

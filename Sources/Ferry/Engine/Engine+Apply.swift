@@ -1,11 +1,8 @@
 /// The changes the engine applies: each writes one record, updates the stored state, and
 /// (live) updates the views, returning their events. Replay applies the same records without views.
 extension Engine {
-    private func handle(_ lsn: Int64, _ range: Range<Int>) -> ValueHandle {
-        .stored(ValueRef(lsn: UInt64(lsn), offset: UInt32(range.lowerBound), length: UInt32(range.count)))
-    }
-
-    private func ref(_ lsn: Int64, _ range: Range<Int>) -> ValueRef {
+    /// Where the value at `range` of record `lsn`'s payload sits.
+    func ref(_ lsn: Int64, _ range: Range<Int>) -> ValueRef {
         ValueRef(lsn: UInt64(lsn), offset: UInt32(range.lowerBound), length: UInt32(range.count))
     }
 
@@ -103,7 +100,7 @@ extension Engine {
         }
         let (payload, range) = RecordCodec.serverPut(path: path, value: node)
         let lsn = try append(.serverPut, payload)
-        server.set(handle(lsn, range), empty: node.isEmpty, at: path)
+        server.set(.stored(ref(lsn, range)), empty: node.isEmpty, at: path)
         if let tag { return syncTree.applyTaggedOverwrite(path, node, tag: tag) }
         return syncTree.applyServerOverwrite(path, node)
     }
@@ -122,7 +119,7 @@ extension Engine {
         let (payload, ranges) = RecordCodec.serverMerge(path: path, children: children)
         let lsn = try append(.serverMerge, payload)
         for ((p, n), (_, r)) in zip(children, ranges) {
-            server.set(handle(lsn, r), empty: n.isEmpty, at: path.child(p))
+            server.set(.stored(ref(lsn, r)), empty: n.isEmpty, at: path.child(p))
         }
     }
 
@@ -140,7 +137,7 @@ extension Engine {
         let lsn = try append(.ack, RecordCodec.ack(writeID: writeID, revert: revert, applied: applied))
         for (p, h, empty) in values { server.set(h, empty: empty, at: p) }
         let events = showAcknowledgedValues(values.map(\.0)) + syncTree.ackUserWrite(writeID, revert: revert)
-        settle(writeID, recordLSN: lsn,
+        ledger.settle(writeID, recordLSN: lsn,
                revert ? DatabaseError(.writeRejected, "the server rejected write \(writeID); it was reverted locally") : nil)
         return (events, lsn)
     }

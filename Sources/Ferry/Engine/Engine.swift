@@ -59,7 +59,7 @@ final class Engine: StoredValues, ServerCacheSource {
 
     /// The engine's records live in `log`, or without one in memory: a memory-only database
     /// writes the same records as a stored one, and its values are read from them the same
-    /// way; what no entry refers to any more is swept away (``sweepMemoryIfDue()``).
+    /// way; what no entry refers to any more is swept away (``pruneRecent()``).
     init(log: WriteAheadLog?, logger: Logger) {
         records = RecordStore(log: log)
         self.logger = logger
@@ -217,7 +217,7 @@ final class Engine: StoredValues, ServerCacheSource {
                 let s = try RecordCodec.summarize(kind: kind, payload)
                 return (s.path, s.values.map {
                     (s.path.child($0.path),
-                     .stored(ValueRef(lsn: UInt64(id), offset: UInt32($0.range.lowerBound), length: UInt32($0.range.count))),
+                     .stored(ref(id, $0.range)),
                      Engine.isEmptyValue(payload, $0.range))
                 })
             }

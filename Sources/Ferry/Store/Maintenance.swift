@@ -73,9 +73,6 @@ final class Maintenance: Sendable {
             then?()
         }
     }
-
-    /// Whether a job of that kind is scheduled (waiting or running).
-    func isScheduled(_ job: Job) -> Bool { scheduled.withLock { $0.contains(job) } }
 }
 
 /// One compaction or eviction, as ``StoreStatistics`` reports it.
