@@ -41,19 +41,31 @@ public enum ValueTree {
     /// Replaces the location `keys` in `value` (normal) by `new` (normalized; parents emptied
     /// by a delete are removed), in place: where `value`'s objects are not shared, no object on
     /// the path is copied — O(size of `new` + the path's depth), not the siblings' count.
+    ///
+    /// The Realtime Database's tree rules, as a Ferry client's cache applies them
+    /// (`Node.updatingChild`): writing a value below a leaf replaces the leaf (keeping its
+    /// priority); writing null below a leaf changes nothing; a node whose last child goes is
+    /// gone, priority and all.
     public static func set(_ value: inout Value, _ keys: ArraySlice<String>, to new: Value) {
         guard let first = keys.first else {
             value = normalized(new)
             return
         }
         var o: [String: Value] = [:]
-        if case .object(let dict) = value {
-            if dict[".value"] != nil {
-                // A leaf with a priority: writing below it replaces it.
-                if let p = dict[".priority"] { o[".priority"] = p }
-            } else {
-                o = dict
-            }
+        switch value {
+        case .null:
+            break
+        case .object(let dict) where dict[".value"] == nil:
+            o = dict
+        default:
+            // A leaf (with a priority: `{".value": v, ".priority": p}`).
+            var child = Value.null
+            set(&child, keys.dropFirst(), to: new)
+            if case .null = child { return }  // nothing written below a leaf: it stays
+            o[first] = child
+            if case .object(let dict) = value, let p = dict[".priority"] { o[".priority"] = p }
+            value = .object(o)
+            return
         }
         value = .null  // (o is now the only reference to the object: it changes in place)
         var child = o.removeValue(forKey: first) ?? .null

@@ -1,4 +1,5 @@
-@_spi(Server) import Ferry
+@testable @_spi(Server) import Ferry
+import FerryTestSupport
 import FerryWire
 import Testing
 
@@ -122,6 +123,44 @@ import Testing
         #expect(throws: WireError.self) { try ValueTree.resolvingServerValues([".sv": "later"], at: [], in: current, now: now) }
     }
 
+    /// The server's tree follows the client's rules (`Node.updatingChild`): null below a leaf
+    /// changes nothing, a value below a leaf replaces it keeping its priority, a node whose
+    /// last child goes is gone with its priority. Random trees and writes, both ways compared.
+    @Test func theServersTreeChangesAsAClientsCacheDoesForEveryWrite() throws {
+        var rng = SplitMix(seed: 0x5EED)
+        let keys = ["a", "b", "c"]
+        func leaf() -> Value { [Value.string("x"), .int(Int64(rng.next() % 5)), .bool(true)][Int(rng.next() % 3)] }
+        func priority() -> Value? { rng.next() % 4 == 0 ? .int(Int64(rng.next() % 3)) : nil }
+        func tree(_ depth: Int) -> Value {
+            let r = rng.next() % 10
+            if depth == 0 || r < 3 { return r == 0 ? .null : (priority().map { [".value": leaf(), ".priority": $0] } ?? leaf()) }
+            var o: [String: Value] = [:]
+            for k in keys where rng.next() % 2 == 0 { o[k] = tree(depth - 1) }
+            if let p = priority() { o[".priority"] = p }
+            return .object(o)
+        }
+        for round in 0..<3_000 {
+            let start = ValueTree.normalized(tree(3))
+            let path = (0..<Int(rng.next() % 4)).map { _ in keys[Int(rng.next() % 3)] }
+            let written = rng.next() % 3 == 0 ? Value.null : tree(2)
+            var server = start
+            ValueTree.set(&server, path[...], to: written)
+            let client = try Node(start).updatingChild(Path(keys: path), try Node(written))
+            #expect(server == ValueTree.normalized(client.value(export: true)),
+                    "round \(round): \(start.json) with \(written.json) at /\(path.joined(separator: "/"))")
+        }
+        // The three cases by name.
+        var leafTree: Value = ["k": "x"]
+        ValueTree.set(&leafTree, ["k", "a"], to: .null)
+        #expect(leafTree == ["k": "x"])
+        var prioritized: Value = ["k": [".value": "x", ".priority": 1]]
+        ValueTree.set(&prioritized, ["k", "a"], to: 2)
+        #expect(prioritized == ["k": ["a": 2, ".priority": 1]])
+        var lastChild: Value = ["k": ["a": 1, ".priority": 1], "z": true]
+        ValueTree.set(&lastChild, ["k", "a"], to: .null)
+        #expect(lastChild == ["z": true])
+    }
+
     @Test func aBatchWithWritesOutOfOrderIsRefusedWhole() throws {
         let good = try Value(json: #"{"client": "0123456789abcdef0123456789abcdef", "acked": 3, "writes": [{"id": 4, "op": "set", "path": "/a", "data": 1}]}"#)
         #expect(try BatchRequest(good).writes == [BatchWrite(id: 4, op: .set, path: "/a", data: 1)])
@@ -135,3 +174,4 @@ import Testing
 extension String {
     fileprivate func leftPad() -> String { count == 1 ? "0" + self : self }
 }
+

@@ -158,6 +158,29 @@ import Testing
         }
     }
 
+    /// A write below a location that another client then set to a leaf: once the write is
+    /// acknowledged, a listener shows the leaf (the server's data), not the location removed —
+    /// the acknowledgement re-applies the server's data at the write's path, where below a
+    /// leaf there is none, and folding that into the listener's old value emptied it.
+    @Test func aListenerShowsTheServersLeafOnceAWriteBelowItIsAcknowledged() async throws {
+        for stored in [false, true] {
+            let dir = try TemporaryDirectory()
+            let db = try Self.fresh(stored: stored, dir)
+            let shown = FerryMutex<[Value]>([])
+            let handle = try db.reference("r").observe(.value) { s in shown.withLock { $0.append(s.value) } }
+            try await db.applyServerPut(at: "r", ["b": ["a": 0], "z": 1], completingListenAt: "r")
+            let write = try await db.reference("r/b/a").setValue(1)
+            try await db.applyServerPut(at: "r/b/a", 1)  // the write, applied by the server
+            try await db.applyServerPut(at: "r/b", false)  // then another client's
+            #expect(shown.withLock { $0.last } == ["b": ["a": 1], "z": 1], "the pending write over the leaf")
+            try await db.acknowledgeWrites(through: write.writeID!)
+            #expect(shown.withLock { $0.last } == ["b": false, "z": 1], "\(stored ? "stored" : "in memory"): \(shown.withLock { $0 })")
+            #expect(try await db.reference("r").getData().value == ["b": false, "z": 1])
+            try db.reference("r").removeObserver(withHandle: handle)
+            try await db.close()
+        }
+    }
+
     /// The other ways a write's effect can lie outside its own entry: a removal moved up and
     /// then shadowed by a newer write at its own path, reverted; a priority left out because
     /// the node was empty, which stands on its own once the write below it is acknowledged.

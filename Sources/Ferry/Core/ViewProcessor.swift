@@ -74,7 +74,14 @@ struct ViewProcessor {
             } else {
                 let childChangePath = changePath.popFront
                 let newChild: Node?
-                if oldEvent.isComplete(forChild: childKey) {
+                if oldEvent.isComplete(forChild: childKey), Self.leafAbove(changePath, in: viewCache.serverCache.node),
+                   let whole = writes.calcCompleteChild(childKey, serverCache: viewCache.serverCache) {
+                    // The server's data above the change is a leaf, so nothing below it shows
+                    // (a write below it, just acknowledged, had hidden it): the whole child
+                    // again, not the old one with the change folded in — which took the
+                    // removal below for a removal of the child when its last key went.
+                    newChild = whole
+                } else if oldEvent.isComplete(forChild: childKey) {
                     if let update = writes.calcEventCacheAfterServerOverwrite(changePath, existingEventSnap: oldEvent.node, existingServerSnap: viewCache.serverCache.node) {
                         newChild = oldEvent.node.getImmediateChild(childKey).updatingChild(childChangePath, update)
                     } else {
@@ -91,6 +98,17 @@ struct ViewProcessor {
             }
         }
         return viewCache.updatingEventSnap(newEvent, complete: oldEvent.isFullyInitialized || changePath.isEmpty, filtered: filter.filtersNodes)
+    }
+
+    /// Whether `node` holds a leaf at a location strictly above `path` (below the root).
+    static func leafAbove(_ path: Path, in node: Node) -> Bool {
+        var n = node
+        for key in path.keys.dropLast() {
+            n = n.getImmediateChild(key)
+            if n.isLeaf { return true }
+            if n.isEmpty { return false }
+        }
+        return false
     }
 
     private func applyServerOverwrite(_ old: ViewCache, _ changePath: Path, _ changedSnap: Node, _ writes: WriteTreeRef,
