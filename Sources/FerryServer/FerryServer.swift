@@ -306,7 +306,12 @@ public final class FerryServer: Sendable {
             return .error(400, errorMessage(error) ?? "invalid query")
         }
         guard ns.read({ Namespace.mayRead(caller, keys, $0.rules) }) else { return .error(401, "Permission denied") }
-        let sink = StreamSink(keys: keys, query: query, caller: caller, token: caller.authenticated ? token : nil, output: output)
+        var client: String?
+        if let c = r.headers[WireHeader.client] {
+            guard WriteIdentity.isStoreID(c) else { return .error(400, "X-Ferry-Client must be a store id (32 lowercase hex digits)") }
+            client = c
+        }
+        let sink = StreamSink(keys: keys, query: query, caller: caller, token: caller.authenticated ? token : nil, client: client, output: output)
         guard let id = ns.addStream(sink) else { return .error(503, "the namespace is closing") }
         output.onClose { ns.removeStream(id) }
         return nil
@@ -399,6 +404,7 @@ public final class FerryServer: Sendable {
         var headers: [(String, String)] = []
         if let etag = outcome.etag { headers.append(("ETag", etag)) }
         if outcome.duplicate { headers.append(("X-Ferry-Duplicate", "true")) }
+        if let commit = outcome.commit { headers.append(("X-Ferry-Commit", String(commit))) }
         if outcome.status == 200 {
             if r.query["print"] == "silent" { return HTTPResponse(status: 204, headers: headers) }
             return .json(200, (r.method == "DELETE" ? Value.null : outcome.body).json, headers: headers)
@@ -449,7 +455,7 @@ public final class FerryServer: Sendable {
             return outcome.status == 200 ? .json(200, #"{"status":"ok"}"#) : .error(outcome.status, outcome.error ?? "failed")
         case ("GET", [".ferry", "info"]):
             return .json(200, Value.object([
-                "server": "ferry-server", "protocol": 1, "idempotent": true, "batch": true,
+                "server": "ferry-server", "protocol": 1, "idempotent": true, "batch": true, "commits": true,
                 "maxBatchWrites": .int(Int64(configuration.maxBatchWrites)), "maxBatchBytes": .int(Int64(configuration.maxBody)),
             ]).json)
         case ("POST", [".ferry", "batch"]):
@@ -514,7 +520,7 @@ public final class FerryServer: Sendable {
         }
         let outcomes = await run(jobs, ns)
         let results = zip(request.writes, outcomes).map { w, o in
-            BatchResult(id: w.id, status: o.status, error: o.status == 200 ? nil : o.error, duplicate: o.duplicate).value
+            BatchResult(id: w.id, status: o.status, error: o.status == 200 ? nil : o.error, duplicate: o.duplicate, commit: o.commit).value
         }
         return .json(200, Value.object(["results": .array(results)]).json)
     }

@@ -24,6 +24,8 @@ struct WriteOutcome: Sendable {
     var error: String?
     var etag: String?
     var duplicate = false
+    /// The commit a success is visible at (see ``Namespace``).
+    var commit: Int64?
 
     static func rejected(_ status: Int, _ message: String) -> WriteOutcome {
         WriteOutcome(status: status, error: message)
@@ -66,6 +68,8 @@ struct Change: Sendable {
     var parts: [Part]
     /// An update (its parts are a patch); false for a set.
     var isUpdate: Bool
+    /// Its commit number.
+    var commit: Int64
 }
 
 /// One listening client: events go to its connection as they come (see ``StreamOutput``).
@@ -75,16 +79,19 @@ final class StreamSink: Sendable {
     let caller: Caller
     /// The user token the stream was opened with (nil for the owner and anonymous streams).
     let token: String?
+    /// The client store the stream belongs to (`X-Ferry-Client`), when it said.
+    let client: String?
     private let output: StreamOutput
 
     /// A query stream's last result sent (it is sent again only when it changes).
     let lastView = FerryMutex<Value?>(nil)
 
-    init(keys: [String], query: WireQuery?, caller: Caller, token: String?, output: StreamOutput) {
+    init(keys: [String], query: WireQuery?, caller: Caller, token: String?, client: String? = nil, output: StreamOutput) {
         self.keys = keys
         self.query = query
         self.caller = caller
         self.token = token
+        self.client = client
         self.output = output
     }
 
@@ -92,6 +99,7 @@ final class StreamSink: Sendable {
     private let held = FerryMutex<[StreamEvent]?>(nil)
 
     func send(_ e: StreamEvent) {
+        if let id = e.id { lastID.withLock { $0 = id } }
         let queued = held.withLock { h -> Bool in
             guard h != nil else { return false }
             h!.append(e)
@@ -113,6 +121,15 @@ final class StreamSink: Sendable {
         if !events.isEmpty { output.send(events) }
     }
 
+    /// The last `id:` sent.
+    private let lastID = FerryMutex<String?>(nil)
+
+    /// Says that the stream is current through commit `commit`, unless its last event did.
+    func progress(_ commit: Int64) {
+        let id = String(commit)
+        if lastID.withLock({ $0 }) != id { send(.progress(id)) }
+    }
+
     /// Ends the stream; the connection closes once what was sent before is written.
     func close() {
         release()
@@ -128,9 +145,18 @@ final class StreamSink: Sendable {
 }
 
 /// One namespace: its Ferry store (data under `/data`, per-client marks under
-/// `/meta/clients/STORE`, rules under `/meta/rules`), the committed tree reads see, and one
-/// writer that applies writes in arrival order and makes them durable in groups: every write
-/// queued while the previous group was syncing shares the next `fdatasync`.
+/// `/meta/clients/STORE`, rules under `/meta/rules`, the last commit number at `/meta/commit`),
+/// the committed tree reads see, and one writer that applies writes in arrival order and makes
+/// them durable in groups: every write queued while the previous group was syncing shares the
+/// next `fdatasync`.
+///
+/// Every write that changes the data is a *commit*, numbered 1, 2, 3… in the order applied;
+/// the number is stored with the write's data (one record), so it survives restarts and never
+/// goes back. A write's answer names its commit; every stream event carries the commit its
+/// stream reflects once the event is applied (SSE `id:`), and after each group the streams of
+/// each client whose writes it answered (`X-Ferry-Client`) learn the group's last number (a
+/// progress mark where no event said it). A client that waits until its streams reach an
+/// answer's number never shows the data from before the write again.
 final class Namespace: Sendable {
     let name: String
     let db: Database
@@ -141,6 +167,10 @@ final class Namespace: Sendable {
     struct State {
         /// What reads and new streams see: only durable writes.
         var committed: Value
+        /// The number of the last commit in `committed`.
+        var commit: Int64
+        /// The number of the last commit in `working`.
+        var workingCommit: Int64
         /// The writer's tree: committed plus the writes of the group being synced.
         var working: Value
         var clients: [String: Value]
@@ -182,7 +212,9 @@ final class Namespace: Sendable {
         if case .string(let text) = ValueTree.child(tree, ["meta", "rules"]), let v = try? Value(json: text), let r = try? Rules(body: v) {
             rules = r
         }
-        state = FerryMutex(State(committed: data, working: data, clients: clients, rules: rules))
+        var commit: Int64 = 0
+        if case .int(let n) = ValueTree.child(tree, ["meta", "commit"]) { commit = n }
+        state = FerryMutex(State(committed: data, commit: commit, workingCommit: commit, working: data, clients: clients, rules: rules))
         (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         Task { [self] in await runWriter() }
     }
@@ -250,6 +282,8 @@ final class Namespace: Sendable {
             return
         }
         state.withLock { s in
+            let last = s.workingCommit
+            s.commit = last
             // The same changes, in place, on the committed tree (assigning the working tree
             // would share its objects, and the next group's first write would copy them all).
             for change in changes {
@@ -263,8 +297,18 @@ final class Namespace: Sendable {
                     Namespace.events(for: change, to: sink)
                 }
             }
-            Namespace.queryEvents(touched.values, changes: changes, tree: s.committed)
+            Namespace.queryEvents(touched.values, changes: changes, tree: s.committed, commit: last)
             for (_, sink) in touched { sink.release() }
+            // A duplicate is visible at the commit that applied it, or since: at the last. The
+            // streams of the clients answered learn that they are current through it.
+            var answered = Set<String>()
+            for i in done.indices where done[i].1.status == 200 {
+                if done[i].1.commit == nil { done[i].1.commit = last }
+                if let client = done[i].0.identity?.store { answered.insert(client) }
+            }
+            for client in answered {
+                for sink in s.streams.of(client: client) { sink.progress(last) }
+            }
             if rulesChanged {
                 for (id, sink) in s.streams where !Namespace.mayRead(sink.caller, sink.keys, s.rules) {
                     sink.send(.cancel)
@@ -350,7 +394,9 @@ final class Namespace: Sendable {
                 Namespace.addData(&merge, job.keys, s.working)
                 outcome = WriteOutcome(status: 200, body: job.pushName.map { ["name": .string($0)] } ?? ValueTree.exported(written))
                 if job.ifMatch != nil { outcome.etag = ETag.of(written) }
-                change = Change(keys: job.keys, parts: [.init(keys: [], old: current, new: written)], isUpdate: false)
+                let commit = Namespace.nextCommit(&s, &merge)
+                outcome.commit = commit
+                change = Change(keys: job.keys, parts: [.init(keys: [], old: current, new: written)], isUpdate: false, commit: commit)
             case .update(let children):
                 for c in children where !Namespace.mayWrite(job.caller, job.keys + c.keys, s.rules) {
                     outcome = .rejected(401, "Permission denied")
@@ -383,7 +429,9 @@ final class Namespace: Sendable {
                 }
                 for c in children { Namespace.addData(&merge, job.keys + c.keys, s.working) }
                 outcome = WriteOutcome(status: 200, body: .object(shown))
-                change = Change(keys: job.keys, parts: parts, isUpdate: true)
+                let commit = Namespace.nextCommit(&s, &merge)
+                outcome.commit = commit
+                change = Change(keys: job.keys, parts: parts, isUpdate: true, commit: commit)
             }
         }
 
@@ -411,6 +459,13 @@ final class Namespace: Sendable {
         return (outcome, merge.isEmpty ? nil : merge, change)
     }
 
+    /// Numbers a commit: the next number, stored in the commit's record.
+    private static func nextCommit(_ s: inout State, _ merge: inout [String: Value]) -> Int64 {
+        s.workingCommit += 1
+        merge["meta/commit"] = .int(s.workingCommit)
+        return s.workingCommit
+    }
+
     /// Adds the stored form of the data at `keys` (from `tree`) to a record. The store's paths
     /// are one key deeper (`data/…`), so a write at the deepest level stores its parent instead.
     private static func addData(_ merge: inout [String: Value], _ keys: [String], _ tree: Value) {
@@ -423,6 +478,7 @@ final class Namespace: Sendable {
     /// written data), or of the stream's view where it is at or below a written location.
     static func events(for change: Change, to sink: StreamSink) {
         guard sink.query == nil else { return }
+        let id = String(change.commit)
         let w = change.keys, l = sink.keys
         guard w.starts(with: l) || l.starts(with: w) else { return }
         if w.starts(with: l) && (change.isUpdate || w.count > l.count) {
@@ -431,9 +487,9 @@ final class Namespace: Sendable {
             if change.isUpdate {
                 var data: [String: Value] = [:]
                 for p in change.parts { data[p.keys.joined(separator: "/")] = ValueTree.exported(p.new) }
-                sink.send(.patch(rel, data))
+                sink.send(.patch(rel, data, id: id))
             } else {
-                sink.send(.put(rel, ValueTree.exported(change.parts[0].new)))
+                sink.send(.put(rel, ValueTree.exported(change.parts[0].new), id: id))
             }
             return
         }
@@ -443,16 +499,16 @@ final class Namespace: Sendable {
             if l.starts(with: abs) {
                 let below = l.dropFirst(abs.count)
                 let before = ValueTree.child(p.old, below), after = ValueTree.child(p.new, below)
-                if before != after { sink.send(.put("/", ValueTree.exported(after))) }
+                if before != after { sink.send(.put("/", ValueTree.exported(after), id: id)) }
             } else if abs.starts(with: l) {
-                sink.send(.put("/" + abs.dropFirst(l.count).joined(separator: "/"), ValueTree.exported(p.new)))
+                sink.send(.put("/" + abs.dropFirst(l.count).joined(separator: "/"), ValueTree.exported(p.new), id: id))
             }
         }
     }
 
     /// Query streams related to a group's changes get the query's whole new result, when it
     /// differs from the last one they were sent.
-    static func queryEvents(_ sinks: some Sequence<StreamSink>, changes: [Change], tree: Value) {
+    static func queryEvents(_ sinks: some Sequence<StreamSink>, changes: [Change], tree: Value, commit: Int64) {
         for sink in sinks where sink.query != nil {
             let l = sink.keys
             guard changes.contains(where: { $0.keys.starts(with: l) || l.starts(with: $0.keys) }) else { continue }
@@ -461,7 +517,7 @@ final class Namespace: Sendable {
                 defer { last = view }
                 return last != view
             }
-            if changed { sink.send(.put("/", view)) }
+            if changed { sink.send(.put("/", view, id: String(commit))) }
         }
     }
 
@@ -479,7 +535,7 @@ final class Namespace: Sendable {
             s.streams[id] = sink
             let view = sink.view(s.committed)
             if sink.query != nil { sink.lastView.withLock { $0 = view } }
-            sink.send(.put("/", view))
+            sink.send(.put("/", view, id: String(s.commit)))
             return id
         }
     }

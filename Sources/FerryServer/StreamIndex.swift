@@ -3,6 +3,8 @@
 struct StreamIndex: Sequence {
     private var byID: [Int: StreamSink] = [:]
     private var root = Node()
+    /// The streams of each client that said which it is.
+    private var byClient: [String: Set<Int>] = [:]
 
     private struct Node {
         var here: Set<Int> = []
@@ -13,9 +15,18 @@ struct StreamIndex: Sequence {
     subscript(id: Int) -> StreamSink? {
         get { byID[id] }
         set {
-            if let old = byID[id] { Self.remove(id, old.keys[...], from: &root) }
+            if let old = byID[id] {
+                Self.remove(id, old.keys[...], from: &root)
+                if let c = old.client {
+                    byClient[c]?.remove(id)
+                    if byClient[c]?.isEmpty == true { byClient[c] = nil }
+                }
+            }
             byID[id] = newValue
-            if let sink = newValue { Self.insert(id, sink.keys[...], into: &root) }
+            if let sink = newValue {
+                Self.insert(id, sink.keys[...], into: &root)
+                if let c = sink.client { byClient[c, default: []].insert(id) }
+            }
         }
     }
 
@@ -29,6 +40,11 @@ struct StreamIndex: Sequence {
     mutating func removeAll() { self = StreamIndex() }
 
     func makeIterator() -> Dictionary<Int, StreamSink>.Iterator { byID.makeIterator() }
+
+    /// The streams of `client`.
+    func of(client: String) -> [StreamSink] {
+        (byClient[client] ?? []).compactMap { byID[$0] }
+    }
 
     /// The streams at, above or below `keys`.
     func related(to keys: [String]) -> [StreamSink] {

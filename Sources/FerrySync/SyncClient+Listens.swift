@@ -16,6 +16,8 @@ extension SyncClient {
         for (request, task) in listens where !wanted.contains(request) {
             task.cancel()
             listens[request] = nil
+            streamCommits[request] = nil
+            noteProgress()
         }
         for request in refusedListens.keys where !wanted.contains(request) { refusedListens[request] = nil }
         for request in wanted where listens[request] == nil && refusedListens[request] == nil {
@@ -34,6 +36,7 @@ extension SyncClient {
             do {
                 outcome = try await stream(request, generation)
             } catch {
+                endStream(request, generation)
                 await endLive(request, generation)
                 if error is CancellationError || Task.isCancelled { return }
                 if let e = error as? DatabaseError {
@@ -46,6 +49,7 @@ extension SyncClient {
                 do { try await Self.backoff(failures, options) } catch { return }
                 continue
             }
+            endStream(request, generation)
             await endLive(request, generation)
             switch outcome {
             case .refused(let message):
@@ -53,6 +57,7 @@ extension SyncClient {
                 logger.warning("\(address) refused the listen at \(request): \(message); asked again after a new token or goOnline()")
                 refusedListens[request] = message
                 listens[request] = nil
+                noteProgress()
                 return
             case .ended:
                 failures = 1  // the server closed the stream: reconnect soon
@@ -62,6 +67,26 @@ extension SyncClient {
             }
             do { try await Self.backoff(max(failures, 1), options) } catch { return }
         }
+    }
+
+    /// The listen's stream ended: the next one starts from its own first put.
+    private func endStream(_ request: ListenRequest, _ generation: Int) {
+        guard streamCommits[request]?.generation == generation else { return }
+        streamCommits[request] = nil
+    }
+
+    /// A listen's stream applied everything through `id` (a commit number).
+    private func noteCommit(_ id: String?, _ request: ListenRequest, _ generation: Int) {
+        guard let id, let commit = Int64(id), !Task.isCancelled, listens[request] != nil else { return }
+        streamCommits[request] = (generation, commit)
+        noteProgress()
+    }
+
+    /// Wakes the answers waiting for streams.
+    func noteProgress() {
+        let waiters = progressWaiters
+        progressWaiters = []
+        for w in waiters { w.resume() }
     }
 
     /// The listen's stream ended: if it was live, its snapshots say `fromCache` again.
@@ -77,7 +102,7 @@ extension SyncClient {
     private func stream(_ listen: ListenRequest, _ generation: Int) async throws -> StreamOutcome {
         let t = try await currentToken()
         let request = transport.request(.GET, listen.path, parameters: listen.parameters,
-                                        headers: [("Accept", "text/event-stream")], token: t)
+                                        headers: [("Accept", "text/event-stream"), (WireHeader.client, database.storeIdentifier)], token: t)
         let requestedAt = ContinuousClock.now
         let response: HTTPClientResponse
         do {
@@ -122,6 +147,10 @@ extension SyncClient {
                 silence.reset()
                 if Task.isCancelled { throw CancellationError() }
                 for event in try parser.feed(buffer.readableBytesView) {
+                    if event.isProgress {
+                        if complete { noteCommit(event.id, listen, generation) }
+                        continue
+                    }
                     switch event.name {
                     case "put", "patch":
                         guard case .object(let o) = event.data, case .string(let rel)? = o["path"] else {
@@ -141,6 +170,7 @@ extension SyncClient {
                             try await database.applyServerMerge(at: at, children, tag: listen.tag)
                         }
                         noteTouch(at, snapshotRequestedAt: first ? requestedAt : nil)
+                        noteCommit(event.id, listen, generation)
                     case "keep-alive":
                         break
                     case "cancel":
@@ -211,6 +241,40 @@ extension SyncClient {
             waiting = waiting.filter { p in listened(p) && !touchedOrAbove.contains(p) && !prefixes(p).contains(where: touched.contains) }
             if waiting.isEmpty || ContinuousClock.now >= deadline || Task.isCancelled { return }
             try? await Task.sleep(for: .milliseconds(2))
+        }
+    }
+
+    /// The server answered writes at `paths` as visible at commit `commit` (a server that
+    /// numbers its commits): waits until every listen at, above or below one of them has
+    /// applied its stream's events through that commit — a stream whose first put came from
+    /// before the write, the write's own event, another client's write in between: each is
+    /// in the stream's order, and only past `commit` does the stream show the write (or
+    /// later). Listens that end, or are refused, are not waited for. `limit` only keeps an
+    /// answer from waiting for ever on a stream that cannot connect.
+    func awaitCommit(_ commit: Int64, at paths: [String], limit: Duration = .seconds(15)) async {
+        func related(_ a: String, _ b: String) -> Bool {
+            let x = a.split(separator: "/"), y = b.split(separator: "/")
+            return x.starts(with: y) || y.starts(with: x)
+        }
+        let deadline = ContinuousClock.now + limit
+        var timer: Task<Void, Never>?
+        defer { timer?.cancel() }
+        while !Task.isCancelled {
+            let behind = listens.keys.filter { l in
+                (streamCommits[l]?.commit ?? -1) < commit && paths.contains { related(l.path, $0) }
+            }
+            if behind.isEmpty { return }
+            if ContinuousClock.now >= deadline {
+                logger.warning("the streams at \(behind.map(\.description)) did not reach commit \(commit) in \(limit); acknowledging without them")
+                return
+            }
+            if timer == nil {
+                timer = Task { [weak self] in
+                    try? await Task.sleep(until: deadline)
+                    await self?.noteProgress()
+                }
+            }
+            await withCheckedContinuation { progressWaiters.append($0) }
         }
     }
 

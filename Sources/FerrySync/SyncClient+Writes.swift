@@ -105,6 +105,8 @@ extension SyncClient {
         var rejections: [WriteRejection]
         var paths: [String]
         var sentSerial: Int
+        /// The commit the writes are visible at, from a server that numbers its commits.
+        var commit: Int64?
         /// When the answer came (made as it is read).
         var answeredAt = ContinuousClock.now
     }
@@ -112,7 +114,11 @@ extension SyncClient {
     /// Records an answer: after the stream events it caused (see ``awaitStreamEvents``), the
     /// rejections and the cursor, durably.
     private func record(_ a: Answered) async throws {
-        await awaitStreamEvents(for: a.paths, sentAfter: a.sentSerial, answeredAt: a.answeredAt)
+        if let commit = a.commit, capabilities?.commits == true {
+            await awaitCommit(commit, at: a.paths)
+        } else {
+            await awaitStreamEvents(for: a.paths, sentAfter: a.sentSerial, answeredAt: a.answeredAt)
+        }
         try await database.acknowledgeWrites(through: a.through, rejecting: a.rejections)
     }
 
@@ -146,7 +152,8 @@ extension SyncClient {
             return Answered(through: w.id, rejections: [WriteRejection(writeID: w.id, status: answer.status, message: answer.errorMessage)],
                             paths: [], sentSerial: sentSerial)
         }
-        return Answered(through: w.id, rejections: [], paths: Self.writtenPaths(w), sentSerial: sentSerial)
+        return Answered(through: w.id, rejections: [], paths: Self.writtenPaths(w), sentSerial: sentSerial,
+                        commit: answer.headers.first(name: WireHeader.commit).flatMap { Int64($0) })
     }
 
     /// Many writes in one request (`POST /.ferry/batch.json`), answered per write.
@@ -166,6 +173,7 @@ extension SyncClient {
             throw SyncError(.badAnswer, "the batch was answered \(answer.status): \(answer.errorMessage)", status: answer.status)
         }
         var through: Int64?
+        var commit: Int64?
         var rejections: [WriteRejection] = []
         var expected = writes.makeIterator()
         for r in results {
@@ -177,6 +185,8 @@ extension SyncClient {
                 let message: String = if case .string(let m)? = ro["error"] { m } else { "HTTP \(status)" }
                 logger.warning("\(address) refused write \(id) at \(w.path): \(status) \(message)")
                 rejections.append(WriteRejection(writeID: id, status: Int(status), message: message))
+            } else if case .int(let c)? = ro["commit"] {
+                commit = max(commit ?? c, c)
             }
             through = id
         }
@@ -184,7 +194,7 @@ extension SyncClient {
         let rejected = Set(rejections.map(\.writeID))
         return Answered(through: through, rejections: rejections,
                         paths: writes.filter { $0.id <= through && !rejected.contains($0.id) }.flatMap(Self.writtenPaths),
-                        sentSerial: sentSerial)
+                        sentSerial: sentSerial, commit: commit)
     }
 
     /// The cursor the server may rely on (`X-Ferry-Acked`): answers recorded durably — not

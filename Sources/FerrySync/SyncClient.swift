@@ -65,6 +65,8 @@ public actor SyncClient {
         var batch: Bool
         var maxWrites: Int
         var maxBytes: Int
+        /// The server numbers its commits (answers and stream events say them).
+        var commits = false
         static let plain = Capabilities(batch: false, maxWrites: 1, maxBytes: .max)
     }
     var capabilities: Capabilities?
@@ -91,6 +93,11 @@ public actor SyncClient {
     var recentTouches: [(serial: Int, path: String, snapshotRequestedAt: ContinuousClock.Instant?)] = []
     /// Listens whose stream is open and complete (their views follow the server).
     var liveListens: [ListenRequest: Int] = [:]
+    /// With a server that numbers its commits: the commit each listen's stream has applied
+    /// through (its task's generation, the number).
+    var streamCommits: [ListenRequest: (generation: Int, commit: Int64)] = [:]
+    /// Answers waiting for streams to reach their commit, woken when one moves.
+    var progressWaiters: [CheckedContinuation<Void, Never>] = []
     /// Numbers the listen tasks (a listen's live mark belongs to the task that set it).
     var nextGeneration = 0
     /// The previous answer, being recorded while the next request is built and sent (one
@@ -167,6 +174,8 @@ public actor SyncClient {
         writerWake?.finish()
         writerWake = nil
         listens = [:]
+        streamCommits = [:]
+        noteProgress()
         setConnected(false)
         return stopped
     }
@@ -318,7 +327,8 @@ public actor SyncClient {
             if answer.status == 200, case .object(let o)? = answer.value, o["server"] == "ferry-server" {
                 func int(_ k: String, _ d: Int) -> Int { if case .int(let n)? = o[k] { Int(n) } else { d } }
                 c = Capabilities(batch: o["batch"] == true && options.usesBatches,
-                                 maxWrites: int("maxBatchWrites", 1), maxBytes: int("maxBatchBytes", 1 << 20))
+                                 maxWrites: int("maxBatchWrites", 1), maxBytes: int("maxBatchBytes", 1 << 20),
+                                 commits: o["commits"] == true)
             } else {
                 logger.info("\(address) offers no extensions: one request per write, without de-duplication")
                 c = .plain

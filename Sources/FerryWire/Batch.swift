@@ -79,13 +79,18 @@ public struct BatchResult: Sendable, Equatable {
     public var error: String?
     /// The server had processed this write before; this is the outcome it recorded.
     public var duplicate: Bool
+    /// The commit a success is visible at (`ferry-server` numbers its commits): a stream
+    /// shows the write once it has reached this number. For a duplicate, a commit at or
+    /// after the write's.
+    public var commit: Int64?
 
     /// Creates a result.
-    public init(id: Int64, status: Int, error: String? = nil, duplicate: Bool = false) {
+    public init(id: Int64, status: Int, error: String? = nil, duplicate: Bool = false, commit: Int64? = nil) {
         self.id = id
         self.status = status
         self.error = error
         self.duplicate = duplicate
+        self.commit = commit
     }
 
     /// The result as JSON.
@@ -93,6 +98,7 @@ public struct BatchResult: Sendable, Equatable {
         var o: [String: Value] = ["id": .int(id), "status": .int(Int64(status))]
         if let error { o["error"] = .string(error) }
         if duplicate { o["duplicate"] = true }
+        if let commit { o["commit"] = .int(commit) }
         return .object(o)
     }
 }

@@ -8,6 +8,16 @@ public enum WireHeader {
     public static let duplicate = "x-ferry-duplicate"
     /// The server's clock in milliseconds since 1970, on every response.
     public static let serverTime = "x-ferry-server-time"
+    /// On a stream's request: the client store it belongs to. After a group of writes, the
+    /// streams of each client whose writes it answered get a progress mark (`id:` alone).
+    public static let client = "x-ferry-client"
+    /// On a write's success: the commit it is visible at (see ``BatchResult/commit``).
+    public static let commit = "x-ferry-commit"
+    /// On a stream's answer: the stream resumes after the `Last-Event-ID` it was asked with,
+    /// and its first events bring it to the commit this header names.
+    public static let resumedThrough = "x-ferry-resumed-through"
+    /// The standard header of a reconnecting event stream: the last `id:` it applied.
+    public static let lastEventID = "last-event-id"
     /// `true` asks a read for its ETag.
     public static let firebaseETag = "x-firebase-etag"
 }

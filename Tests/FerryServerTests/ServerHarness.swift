@@ -208,8 +208,8 @@ final class ScriptedServer: @unchecked Sendable {
 
     /// An HTTP/1.1 answer with a JSON body.
     /// A `put` event of a stream: `data` (JSON text) at `path`, relative to the listen.
-    static func put(_ path: String, _ data: String) -> [UInt8] {
-        Array("event: put\ndata: {\"path\": \"\(path)\", \"data\": \(data)}\n\n".utf8)
+    static func put(_ path: String, _ data: String, id: Int? = nil) -> [UInt8] {
+        Array("\(id.map { "id: \($0)\n" } ?? "")event: put\ndata: {\"path\": \"\(path)\", \"data\": \(data)}\n\n".utf8)
     }
 
     /// The answer opening a stream (to hold open), with its first `put` at `/` when given.

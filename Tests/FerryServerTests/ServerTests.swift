@@ -138,7 +138,7 @@ import Glibc
         let info = try TestHTTP.request(server.port, "GET", "/.ferry/info.json?ns=t")
         #expect(info.status == 200)
         guard case .object(let caps)? = info.json else { Issue.record("no info"); return }
-        #expect(caps["idempotent"] == true && caps["batch"] == true && caps["server"] == "ferry-server")
+        #expect(caps["idempotent"] == true && caps["batch"] == true && caps["server"] == "ferry-server" && caps["commits"] == true)
 
         let batch = """
         {"client": "\(store)", "acked": 0, "writes": [
@@ -155,15 +155,17 @@ import Glibc
             return nil
         })
         #expect(results.count == 4)
-        #expect(results[0] == ["id": 17, "status": 200])
-        #expect(results[1] == ["id": 18, "status": 200])
-        if case .object(let third) = results[2] { #expect(third["status"] == 400) } else { Issue.record("no third result") }
-        #expect(results[3] == ["id": 20, "status": 200])
+        // Each applied write is a commit, numbered in order; a rejected one is none.
+        #expect(results[0] == ["id": 17, "status": 200, "commit": 1])
+        #expect(results[1] == ["id": 18, "status": 200, "commit": 2])
+        if case .object(let third) = results[2] { #expect(third["status"] == 400 && third["commit"] == nil) } else { Issue.record("no third result") }
+        #expect(results[3] == ["id": 20, "status": 200, "commit": 3])
 
         // Sent again (the answer was lost): nothing is applied twice, the rejection is repeated.
         let again = try TestHTTP.request(server.port, "POST", "/.ferry/batch.json?ns=t", json: batch)
         guard case .object(let o)? = again.json, case .array(let second)? = o["results"] else { Issue.record("no results"); return }
-        #expect(second[1] == ["id": 18, "status": 200, "duplicate": true])
+        // (A duplicate is visible at the last commit: at or after its own.)
+        #expect(second[1] == ["id": 18, "status": 200, "duplicate": true, "commit": 3])
         if case .object(let third) = second[2] { #expect(third["status"] == 400 && third["duplicate"] == true) }
         #expect(try TestHTTP.request(server.port, "GET", "/.json?ns=t").json == ["posts": ["p1": ["title": "Hello"]], "stats": ["count": 1]])
 
@@ -312,6 +314,48 @@ import Glibc
 }
 
 extension ServerTests {
+    /// Every write that changes the data is a commit, numbered in order and kept across a
+    /// restart; its answer says the number, a stream's events carry it, a stream's first put
+    /// says which commit it shows, and a client's streams learn each number its writes were
+    /// answered at even where nothing they show changed.
+    @Test func commitsAreNumberedDurablyAndStreamsSayWhichTheyReflect() throws {
+        let dir = try TemporaryDirectory("server-commits")
+        var server = try ServerProcess(data: dir.path)
+        func put(_ path: String, _ json: String, write: Int? = nil) throws -> String? {
+            var headers: [String: String] = [:]
+            if let write { headers[WireHeader.write] = "\(store)/\(write)" }
+            let r = try TestHTTP.request(server.port, "PUT", "\(path).json?ns=t", headers: headers, json: json)
+            #expect(r.status == 200)
+            return r.headers[WireHeader.commit]
+        }
+        #expect(try put("/a", "1") == "1")
+        let mine = try StreamReader(port: server.port, path: "/b.json?ns=t", headers: [WireHeader.client: store])
+        let other = try StreamReader(port: server.port, path: "/b.json?ns=t")
+        let root = try StreamReader(port: server.port, path: "/.json?ns=t")
+        #expect(try mine.next(keepingIDs: true) == .put("/", .null, id: "1"))
+        #expect(try other.next(keepingIDs: true) == .put("/", .null, id: "1"))
+        #expect(try root.next(keepingIDs: true) == .put("/", ["a": 1], id: "1"))
+        // A write of this client elsewhere: its stream at /b learns commit 2 all the same.
+        #expect(try put("/a", "2", write: 1) == "2")
+        #expect(try root.next(keepingIDs: true) == .put("/a", 2, id: "2"))
+        #expect(try mine.next(skippingKeepAlive: true, keepingIDs: true) == .progress("2"))
+        #expect(try put("/b", "3") == "3")
+        #expect(try other.next(skippingKeepAlive: true, keepingIDs: true) == .put("/", 3, id: "3"), "the other stream learns of commit 2 only by commit 3")
+        #expect(try mine.next(skippingKeepAlive: true, keepingIDs: true) == .put("/", 3, id: "3"))
+        // Sent again, the write is answered at the last commit (at or after its own), and
+        // changes nothing.
+        #expect(try put("/a", "2", write: 1) == "3")
+        #expect(try mine.next(keepingIDs: true) == .keepAlive, "no event for a duplicate whose commit the stream has")
+        // The numbers go on after a restart.
+        #expect(server.terminate() == 0)
+        server = try ServerProcess(data: dir.path)
+        let again = try StreamReader(port: server.port, path: "/.json?ns=t")
+        #expect(try again.next(keepingIDs: true) == .put("/", ["a": 2, "b": 3], id: "3"))
+        #expect(try put("/c", "4") == "4")
+        #expect(try again.next(skippingKeepAlive: true, keepingIDs: true) == .put("/c", 4, id: "4"))
+        #expect(server.terminate() == 0)
+    }
+
     @Test func aStreamBelowAWriteGetsItsOwnValueAndNothingWhenItDidNotChange() throws {
         let dir = try TemporaryDirectory("server-stream-below")
         let server = try ServerProcess(data: dir.path)
@@ -370,12 +414,21 @@ final class StreamReader {
 
     deinit { close(fd) }
 
+    /// The last `id:` read (an event's or a progress mark's).
+    var lastID: String?
+
     /// The next event (skipping keep-alives when asked); throws when the stream ends first.
-    func next(skippingKeepAlive: Bool = false) throws -> StreamEvent {
+    /// Unless `keepingIDs`, progress marks are skipped and events come without their ids.
+    func next(skippingKeepAlive: Bool = false, keepingIDs: Bool = false) throws -> StreamEvent {
         var skipped = 0
         while true {
             while !pending.isEmpty {
-                let e = pending.removeFirst()
+                var e = pending.removeFirst()
+                if let id = e.id { lastID = id }
+                if !keepingIDs {
+                    if e.isProgress { continue }
+                    e.id = nil
+                }
                 if skippingKeepAlive && e.name == "keep-alive" {
                     skipped += 1
                     if skipped > 20 { throw HTTPTestError(message: "only keep-alives") }

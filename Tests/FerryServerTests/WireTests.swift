@@ -21,6 +21,17 @@ import Testing
         #expect(throws: WireError.self) { _ = try parser.feed(Array("event: put\ndata: {nope\n\n".utf8)) }
     }
 
+    /// An event carries the `id:` of its block; an `id:` alone is a progress mark; the id does
+    /// not carry over to the next event.
+    @Test func idsAndProgressMarksAreParsed() throws {
+        var parser = StreamEventParser()
+        let text = StreamEvent.put("/a", 1, id: "7").encoded + StreamEvent.progress("8").encoded + StreamEvent.keepAlive.encoded
+        #expect(text.hasPrefix("id: 7\nevent: put\n") && text.contains("\nid: 8\n\nevent: keep-alive"))
+        let events = try parser.feed(Array(text.utf8))
+        #expect(events == [.put("/a", 1, id: "7"), .progress("8"), .keepAlive])
+        #expect(events.map(\.isProgress) == [false, true, false])
+    }
+
     /// A long event fed in small pieces and many events fed at once, with either line end,
     /// parse as each event was sent (the parser looks at each byte once).
     @Test func aLongEventInSmallPiecesAndManyEventsAtOnceParseWhole() throws {
