@@ -37,6 +37,11 @@ public struct ServerConfiguration: Sendable {
     /// The most bytes a stream may have waiting to be sent to a client that does not read them;
     /// past it the stream is closed (and logged), so a slow client cannot grow the server's memory.
     public var maxStreamBufferBytes = 16 * 1024 * 1024
+    /// The most recent commits each namespace keeps for streams that resume after one of them
+    /// (`Last-Event-ID`); a stream resuming from an older one gets the whole value.
+    public var historyCommits = 100_000
+    /// About the most bytes of data those commits may hold (the oldest go first).
+    public var historyBytes = 64 * 1024 * 1024
     /// The event loop threads serving connections (0: one per core).
     public var eventLoopThreads = 0
     /// Where the server logs; it never bootstraps logging itself.
@@ -265,7 +270,8 @@ public final class FerryServer: Sendable {
             var log = logger
             log[metadataKey: "ns"] = "\(name)"
             let directory = configuration.dataDirectory + "/ns/" + name
-            let t = Task { [log] in try await Namespace(name: name, directory: directory, logger: log) }
+            let limits = (changes: configuration.historyCommits, bytes: configuration.historyBytes)
+            let t = Task { [log] in try await Namespace(name: name, directory: directory, logger: log, historyLimits: limits) }
             all[name] = t
             return t
         }
@@ -312,7 +318,10 @@ public final class FerryServer: Sendable {
             client = c
         }
         let sink = StreamSink(keys: keys, query: query, caller: caller, token: caller.authenticated ? token : nil, client: client, output: output)
-        guard let id = ns.addStream(sink) else { return .error(503, "the namespace is closing") }
+        // A stream reconnecting after commit N (`Last-Event-ID`, as an `EventSource` sends it)
+        // gets what changed since, when the namespace still holds it.
+        let resumeAfter = r.headers[WireHeader.lastEventID].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }.flatMap { $0 >= 0 ? $0 : nil }
+        guard let id = ns.addStream(sink, resumeAfter: resumeAfter) else { return .error(503, "the namespace is closing") }
         output.onClose { ns.removeStream(id) }
         return nil
     }

@@ -138,6 +138,12 @@ struct StreamOutput: Sendable {
         h.eventLoop.execute { h.value.streamSend(events) }
     }
 
+    /// Adds headers to the stream's answer (called before its first event).
+    func addHeaders(_ headers: [(String, String)]) {
+        let h = handler
+        h.eventLoop.execute { h.value.streamHeaders += headers }
+    }
+
     /// Ends the stream (the terminating chunk) and closes the connection.
     func end() {
         let h = handler
@@ -187,6 +193,8 @@ final class HTTPServerHandler: ChannelDuplexHandler {
     private var timeout = Timer()
     // Streams
     private var streamHeadWritten = false
+    /// Headers the stream's answer adds (see ``StreamOutput/addHeaders(_:)``).
+    var streamHeaders: [(String, String)] = []
     private var streamBytesUnsent = 0
     private var keepAlive = Timer()
     private var streamCleanup: (@Sendable () -> Void)?
@@ -454,6 +462,7 @@ final class HTTPServerHandler: ChannelDuplexHandler {
         headers.add(name: "Cache-Control", value: "no-cache")
         headers.add(name: "X-Ferry-Server-Time", value: String(server.now()))
         headers.add(name: "Transfer-Encoding", value: "chunked")
+        for (k, v) in streamHeaders { headers.add(name: k, value: v) }
         context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers))), promise: nil)
         // A stream does not read further requests, but it must see its client go away.
         if readPending {

@@ -60,7 +60,8 @@ struct Change: Sendable {
     /// One written location, relative to the write's (empty for a set).
     struct Part: Sendable {
         var keys: [String]
-        var old: Value
+        /// The value before (nil once the change is kept in the history: not known).
+        var old: Value?
         var new: Value
     }
     var keys: [String]
@@ -70,6 +71,68 @@ struct Change: Sendable {
     var isUpdate: Bool
     /// Its commit number.
     var commit: Int64
+
+    /// The change as the history keeps it: without the values before (which would keep
+    /// replaced trees alive), with about how many bytes its values hold.
+    var forHistory: (change: Change, bytes: Int) {
+        var c = self
+        var bytes = 64
+        for i in c.parts.indices {
+            c.parts[i].old = nil
+            bytes += ValueTree.approximateBytes(c.parts[i].new)
+        }
+        return (c, bytes)
+    }
+}
+
+/// The latest commits of a namespace, for streams that resume after one of them
+/// (`Last-Event-ID`): bounded by count and about by bytes; the oldest go first.
+struct CommitHistory {
+    private var changes: [Change] = []
+    private var bytes: [Int] = []
+    private var start = 0
+    private var totalBytes = 0
+    /// Every commit after this one is held.
+    private(set) var floor: Int64
+    let maxChanges: Int
+    let maxBytes: Int
+
+    init(after commit: Int64, maxChanges: Int, maxBytes: Int) {
+        floor = commit
+        self.maxChanges = maxChanges
+        self.maxBytes = maxBytes
+    }
+
+    var count: Int { changes.count - start }
+
+    mutating func append(_ change: Change) {
+        let (kept, size) = change.forHistory
+        changes.append(kept)
+        bytes.append(size)
+        totalBytes += size
+        while count > 0 && (count > maxChanges || totalBytes > maxBytes) {
+            totalBytes -= bytes[start]
+            floor = changes[start].commit
+            start += 1
+        }
+        // Drop what went, now and then (not on every append: that would move the rest each time).
+        if start > 1024 && start * 2 > changes.count {
+            changes.removeFirst(start)
+            bytes.removeFirst(start)
+            start = 0
+        }
+    }
+
+    /// The changes after commit `after`, oldest first; nil when some of them are no longer held.
+    func changes(after: Int64) -> ArraySlice<Change>? {
+        guard after >= floor else { return nil }
+        var lo = start, hi = changes.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if changes[mid].commit <= after { lo = mid + 1 } else { hi = mid }
+        }
+        return changes[lo...]
+    }
 }
 
 /// One listening client: events go to its connection as they come (see ``StreamOutput``).
@@ -130,6 +193,9 @@ final class StreamSink: Sendable {
         if lastID.withLock({ $0 }) != id { send(.progress(id)) }
     }
 
+    /// Headers for the stream's answer (before its first event).
+    func announce(_ headers: [(String, String)]) { output.addHeaders(headers) }
+
     /// Ends the stream; the connection closes once what was sent before is written.
     func close() {
         release()
@@ -178,14 +244,17 @@ final class Namespace: Sendable {
         var queue: [WriteJob] = []
         var streams = StreamIndex()
         var nextStream = 0
+        /// The latest commits, for streams that resume.
+        var history: CommitHistory
         var failure: String?
         var closing = false
         var writerIdle = true
     }
     let state: FerryMutex<State>
 
-    /// Opens (creating) the namespace's store under `directory`.
-    init(name: String, directory: String, logger: Logger) async throws {
+    /// Opens (creating) the namespace's store under `directory`; `historyLimits` bound the
+    /// commits kept for streams that resume.
+    init(name: String, directory: String, logger: Logger, historyLimits: (changes: Int, bytes: Int) = (100_000, 64 << 20)) async throws {
         self.name = name
         self.logger = logger
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -214,7 +283,8 @@ final class Namespace: Sendable {
         }
         var commit: Int64 = 0
         if case .int(let n) = ValueTree.child(tree, ["meta", "commit"]) { commit = n }
-        state = FerryMutex(State(committed: data, commit: commit, workingCommit: commit, working: data, clients: clients, rules: rules))
+        state = FerryMutex(State(committed: data, commit: commit, workingCommit: commit, working: data, clients: clients, rules: rules,
+                                 history: CommitHistory(after: commit, maxChanges: historyLimits.changes, maxBytes: historyLimits.bytes)))
         (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         Task { [self] in await runWriter() }
     }
@@ -288,6 +358,7 @@ final class Namespace: Sendable {
             // would share its objects, and the next group's first write would copy them all).
             for change in changes {
                 for part in change.parts { ValueTree.set(&s.committed, (change.keys + part.keys)[...], to: part.new) }
+                s.history.append(change)
             }
             // Only the streams at, above or below a written location.
             var touched: [ObjectIdentifier: StreamSink] = [:]
@@ -498,8 +569,8 @@ final class Namespace: Sendable {
             let abs = w + p.keys
             if l.starts(with: abs) {
                 let below = l.dropFirst(abs.count)
-                let before = ValueTree.child(p.old, below), after = ValueTree.child(p.new, below)
-                if before != after { sink.send(.put("/", ValueTree.exported(after), id: id)) }
+                let after = ValueTree.child(p.new, below)
+                if p.old.map({ ValueTree.child($0, below) }) != after { sink.send(.put("/", ValueTree.exported(after), id: id)) }
             } else if abs.starts(with: l) {
                 sink.send(.put("/" + abs.dropFirst(l.count).joined(separator: "/"), ValueTree.exported(p.new), id: id))
             }
@@ -525,14 +596,27 @@ final class Namespace: Sendable {
 
     func read<T>(_ body: (State) -> T) -> T { state.withLock { body($0) } }
 
-    /// Registers a stream; its first event (the whole view) is queued under the same lock, so
-    /// no committed write falls between it and the events that follow.
-    func addStream(_ sink: StreamSink) -> Int? {
+    /// Registers a stream; its first events are queued under the same lock, so no committed
+    /// write falls between them and the events that follow: the whole view, or — resuming
+    /// after commit `resumeAfter`, for a stream without a query, while the history holds every
+    /// commit since — the changes since that concern it, then (for a stream that said its
+    /// client) a progress mark at the last commit, with the header
+    /// ``WireHeader/resumedThrough`` naming it.
+    func addStream(_ sink: StreamSink, resumeAfter: Int64? = nil) -> Int? {
         state.withLock { s in
             if s.failure != nil || s.closing { return nil }
             let id = s.nextStream
             s.nextStream += 1
             s.streams[id] = sink
+            if let after = resumeAfter, sink.query == nil, after <= s.commit, let missed = s.history.changes(after: after) {
+                sink.announce([(WireHeader.resumedThrough, String(s.commit))])
+                for change in missed where change.keys.starts(with: sink.keys) || sink.keys.starts(with: change.keys) {
+                    Namespace.events(for: change, to: sink)
+                }
+                // (A mark for Ferry's clients only: an `id:` alone is not every client's idea of an event.)
+                if sink.client != nil { sink.progress(s.commit) }
+                return id
+            }
             let view = sink.view(s.committed)
             if sink.query != nil { sink.lastView.withLock { $0 = view } }
             sink.send(.put("/", view, id: String(s.commit)))

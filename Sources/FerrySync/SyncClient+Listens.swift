@@ -20,6 +20,7 @@ extension SyncClient {
             noteProgress()
         }
         for request in refusedListens.keys where !wanted.contains(request) { refusedListens[request] = nil }
+        for request in resumePoints.keys where !wanted.contains(request) { resumePoints[request] = nil }
         for request in wanted where listens[request] == nil && refusedListens[request] == nil {
             listens[request] = Task { await self.runListen(request) }
         }
@@ -69,6 +70,32 @@ extension SyncClient {
         }
     }
 
+    /// A resumed stream applied everything through `id`: once that reaches the commit it
+    /// resumes through, the listen is complete (live) again. Returns what is still awaited.
+    private func caughtUp(_ id: String?, _ resuming: Int64?, _ listen: ListenRequest, _ generation: Int) async throws -> Int64? {
+        guard let through = resuming, let n = id.flatMap({ Int64($0) }), n >= through, !Task.isCancelled else { return resuming }
+        try await database.applyListenComplete(at: listen.path, tag: listen.tag)
+        liveListens[listen] = generation
+        return nil
+    }
+
+    /// Where the next stream of `listen` may resume (nil: from a whole first put): the commit
+    /// its last stream applied through, with a server that numbers its commits, for a listen
+    /// without a query whose cached data is still whole, and which no other listen overlaps
+    /// (two streams resuming from different commits would apply one's older changes over the
+    /// other's newer ones).
+    private func resumePoint(_ listen: ListenRequest) -> Int64? {
+        guard capabilities?.commits == true, listen.parameters.isEmpty, let after = resumePoints[listen] else { return nil }
+        let keys = listen.path.split(separator: "/")
+        let overlapped = listens.keys.contains { other in
+            guard other != listen else { return false }
+            let o = other.path.split(separator: "/")
+            return o.starts(with: keys) || keys.starts(with: o)
+        }
+        guard !overlapped, database.hasCompleteServerData(at: listen.path) else { return nil }
+        return after
+    }
+
     /// The listen's stream ended: the next one starts from its own first put.
     private func endStream(_ request: ListenRequest, _ generation: Int) {
         guard streamCommits[request]?.generation == generation else { return }
@@ -79,6 +106,7 @@ extension SyncClient {
     private func noteCommit(_ id: String?, _ request: ListenRequest, _ generation: Int) {
         guard let id, let commit = Int64(id), !Task.isCancelled, listens[request] != nil else { return }
         streamCommits[request] = (generation, commit)
+        if request.parameters.isEmpty { resumePoints[request] = commit }
         noteProgress()
     }
 
@@ -101,8 +129,10 @@ extension SyncClient {
     /// One streaming request: applies its events until it ends.
     private func stream(_ listen: ListenRequest, _ generation: Int) async throws -> StreamOutcome {
         let t = try await currentToken()
-        let request = transport.request(.GET, listen.path, parameters: listen.parameters,
-                                        headers: [("Accept", "text/event-stream"), (WireHeader.client, database.storeIdentifier)], token: t)
+        var headers = [("Accept", "text/event-stream"), (WireHeader.client, database.storeIdentifier)]
+        let resumeAfter = resumePoint(listen)
+        if let resumeAfter { headers.append(("Last-Event-ID", String(resumeAfter))) }
+        let request = transport.request(.GET, listen.path, parameters: listen.parameters, headers: headers, token: t)
         let requestedAt = ContinuousClock.now
         let response: HTTPClientResponse
         do {
@@ -121,10 +151,15 @@ extension SyncClient {
             return .refused("\(answer.status) \(answer.errorMessage)")
         }
         setConnected(true)
+        // Resumed: no first put comes; the listen is complete once the stream reaches this.
+        let resumedThrough: Int64? = resumeAfter == nil ? nil : response.headers.first(name: WireHeader.resumedThrough).flatMap { Int64($0) }
+        if let resumeAfter, let resumedThrough {
+            logger.debug("the listen at \(listen) resumes after commit \(resumeAfter) through \(resumedThrough)")
+        }
         let silence = Silence()
         let limit = options.streamSilenceLimit
         return try await withThrowingTaskGroup(of: StreamOutcome.self) { group in
-            group.addTask { try await self.consume(response.body, listen, generation, silence, requestedAt: requestedAt) }
+            group.addTask { try await self.consume(response.body, listen, generation, silence, requestedAt: requestedAt, resumedThrough: resumedThrough) }
             // A server that stops sending (not even its keep-alives) is a lost connection.
             group.addTask {
                 while true {
@@ -139,9 +174,12 @@ extension SyncClient {
 
     /// Applies a stream's events until it ends.
     private func consume(_ body: HTTPClientResponse.Body, _ listen: ListenRequest, _ generation: Int, _ silence: Silence,
-                         requestedAt: ContinuousClock.Instant) async throws -> StreamOutcome {
+                         requestedAt: ContinuousClock.Instant, resumedThrough: Int64?) async throws -> StreamOutcome {
         var parser = StreamEventParser()
-        var complete = false
+        // A resumed stream's events apply to the data cached (as a live stream's); it is
+        // complete again once they reach the commit the server named.
+        var complete = resumedThrough != nil
+        var resuming = resumedThrough
         do {
             for try await buffer in body {
                 silence.reset()
@@ -149,6 +187,7 @@ extension SyncClient {
                 for event in try parser.feed(buffer.readableBytesView) {
                     if event.isProgress {
                         if complete { noteCommit(event.id, listen, generation) }
+                        resuming = try await caughtUp(event.id, resuming, listen, generation)
                         continue
                     }
                     switch event.name {
@@ -171,6 +210,7 @@ extension SyncClient {
                         }
                         noteTouch(at, snapshotRequestedAt: first ? requestedAt : nil)
                         noteCommit(event.id, listen, generation)
+                        resuming = try await caughtUp(event.id, resuming, listen, generation)
                     case "keep-alive":
                         break
                     case "cancel":

@@ -96,6 +96,10 @@ public actor SyncClient {
     /// With a server that numbers its commits: the commit each listen's stream has applied
     /// through (its task's generation, the number).
     var streamCommits: [ListenRequest: (generation: Int, commit: Int64)] = [:]
+    /// The commit each listen without a query has applied through, kept while the database
+    /// wants the listen: its next stream resumes from there (`Last-Event-ID`) instead of
+    /// loading the whole location again.
+    var resumePoints: [ListenRequest: Int64] = [:]
     /// Answers waiting for streams to reach their commit, woken when one moves.
     var progressWaiters: [CheckedContinuation<Void, Never>] = []
     /// Numbers the listen tasks (a listen's live mark belongs to the task that set it).

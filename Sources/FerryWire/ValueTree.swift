@@ -76,6 +76,17 @@ public enum ValueTree {
         value = .object(o)
     }
 
+    /// About how many bytes `value` takes as JSON (keys and strings by their UTF-8, numbers
+    /// and punctuation by a few each).
+    public static func approximateBytes(_ value: Value) -> Int {
+        switch value {
+        case .object(let o): return o.reduce(2) { $0 + $1.key.utf8.count + 4 + approximateBytes($1.value) }
+        case .array(let a): return a.reduce(2) { $0 + 1 + approximateBytes($1) }
+        case .string(let t): return t.utf8.count + 2
+        default: return 8
+        }
+    }
+
     /// How many keys deep the deepest leaf of `value` is (0 for a leaf).
     public static func depth(_ value: Value) -> Int {
         switch value {

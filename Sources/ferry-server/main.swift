@@ -46,6 +46,12 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "The most bytes a stream may have waiting for a client that does not read; past it the stream is closed.")
     var maxStreamBuffer: Int = 16 * 1024 * 1024
 
+    @Option(help: "The most recent commits each namespace keeps for streams that resume (Last-Event-ID); older ones get the whole value.")
+    var historyCommits: Int = 100_000
+
+    @Option(help: "About the most bytes of data those commits may hold.")
+    var historyBytes: Int = 64 * 1024 * 1024
+
     func run() throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
         signal(SIGPIPE, SIG_IGN)
@@ -59,6 +65,8 @@ struct FerryServerCommand: ParsableCommand {
         config.requestTimeoutSeconds = max(1, requestTimeout)
         config.maxConnections = max(1, maxConnections)
         config.maxStreamBufferBytes = max(1, maxStreamBuffer)
+        config.historyCommits = max(0, historyCommits)
+        config.historyBytes = max(0, historyBytes)
         let server = FerryServer(configuration: config)
         // The signal handlers are in place before "listening on" is printed: a SIGTERM sent as
         // soon as the line is seen is never lost (one sent between SIG_IGN and a handler was).

@@ -223,3 +223,118 @@ final class ScriptedServer: @unchecked Sendable {
         return Array((head + "\r\n" + body).utf8)
     }
 }
+
+/// A TCP proxy on loopback in front of a server, whose connections a test can cut (a network
+/// that drops a connection while both ends live on). Notes every request's head and its
+/// answer's head (lowercase, up to the blank line), in order per connection.
+final class CuttingProxy: @unchecked Sendable {
+    let port: Int
+    private let fd: Int32
+    private struct Connection { var client: Int32; var upstream: Int32; var requests: [String] = []; var answers: [String] = [] }
+    private let connections = FerryMutex<[Int: Connection]>([:])
+    private let cutIDs = FerryMutex<Set<Int>>([])
+    private let nextID = FerryMutex(0)
+
+    /// Every request so far with its answer's head ("" while none came), by connection.
+    var exchanges: [(request: String, answer: String)] {
+        connections.withLock { all in
+            all.keys.sorted().flatMap { k in
+                all[k]!.requests.enumerated().map { i, r in (r, i < all[k]!.answers.count ? all[k]!.answers[i] : "") }
+            }
+        }
+    }
+
+    init(to upstreamPort: Int) throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.fd = fd
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+        }
+        guard bound, listen(fd, 64) == 0 else { throw HTTPTestError(message: "cannot listen") }
+        port = Int(UInt16(bigEndian: addr.sin_port))
+        Thread { [self] in
+            while true {
+                let c = accept(fd, nil, nil)
+                if c < 0 { return }
+                guard let u = try? TestHTTP.connect(upstreamPort) else { close(c); continue }
+                var none = timeval(tv_sec: 0, tv_usec: 0)
+                setsockopt(u, SOL_SOCKET, SO_RCVTIMEO, &none, socklen_t(MemoryLayout<timeval>.size))
+                let id = nextID.withLock { n in defer { n += 1 }; return n }
+                connections.withLock { $0[id] = Connection(client: c, upstream: u) }
+                Thread {
+                    self.pump(from: c, to: u) { h in self.connections.withLock { $0[id]?.requests.append(h) } }
+                    self.cutIDs.withLock { _ = $0.insert(id) }  // (ended: nothing to cut)
+                }.start()
+                Thread { self.pump(from: u, to: c) { h in self.connections.withLock { $0[id]?.answers.append(h) } } }.start()
+            }
+        }.start()
+    }
+
+    /// Forwards bytes, noting each message's head: after a head, a body of its
+    /// `content-length` is skipped; a chunked body (an event stream) ends the noting.
+    private func pump(from a: Int32, to b: Int32, head: @escaping (String) -> Void) {
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        var pending: [UInt8] = []
+        var skip = 0
+        var noting = true
+        while true {
+            let n = chunk.withUnsafeMutableBytes { recv(a, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            TestHTTP.send(b, Array(chunk[0..<n]))
+            guard noting else { continue }
+            pending += chunk[0..<n]
+            while noting {
+                if skip > 0 {
+                    let k = min(skip, pending.count)
+                    pending.removeFirst(k)
+                    skip -= k
+                    if skip > 0 { break }
+                }
+                guard let end = pending.indices.dropLast(3).first(where: { pending[$0] == 13 && pending[$0 + 1] == 10 && pending[$0 + 2] == 13 && pending[$0 + 3] == 10 }) else { break }
+                let text = String(decoding: pending[..<end], as: UTF8.self).lowercased()
+                pending.removeFirst(end + 4)
+                head(text)
+                let lines = text.components(separatedBy: "\r\n")
+                if lines.contains(where: { $0.hasPrefix("transfer-encoding:") && $0.contains("chunked") }) { noting = false }
+                skip = lines.first { $0.hasPrefix("content-length:") }.flatMap { Int($0.dropFirst(15).trimmingCharacters(in: .whitespaces)) } ?? 0
+            }
+        }
+        shutdown(b, Int32(SHUT_RDWR))
+        shutdown(a, Int32(SHUT_RDWR))
+    }
+
+    /// Cuts every open connection whose last request satisfies `matching`; returns how many
+    /// it cut.
+    @discardableResult
+    func cut(_ matching: (String) -> Bool) -> Int {
+        let picked = connections.withLock { all in
+            all.filter { k, c in !cutIDs.withLock { $0.contains(k) } && c.requests.last.map(matching) == true }
+        }
+        cutIDs.withLock { $0.formUnion(picked.keys) }
+        for (_, c) in picked {
+            shutdown(c.client, Int32(SHUT_RDWR))
+            shutdown(c.upstream, Int32(SHUT_RDWR))
+        }
+        return picked.count
+    }
+
+    private let stopped = FerryMutex(false)
+
+    /// Stops accepting and cuts every connection. (The connections' descriptors are shut, not
+    /// closed: a number closed here could be reused by another test's socket by the time a
+    /// late cut shuts it.)
+    func stop() {
+        guard !stopped.withLock({ let was = $0; $0 = true; return was }) else { return }
+        shutdown(fd, Int32(SHUT_RDWR))
+        close(fd)
+        _ = cut { _ in true }
+    }
+
+    deinit { stop() }
+}

@@ -356,6 +356,44 @@ extension ServerTests {
         #expect(server.terminate() == 0)
     }
 
+    /// A stream reconnecting with `Last-Event-ID: N` gets the changes after commit N that
+    /// concern it — from the namespace's history of recent commits — instead of the whole
+    /// value; from a commit older than the history holds (or after a restart), the whole value.
+    @Test func aStreamResumingAfterACommitGetsOnlyWhatChangedSinceWhileTheHistoryHoldsIt() throws {
+        let dir = try TemporaryDirectory("server-resume")
+        var server = try ServerProcess(data: dir.path, ["--history-commits", "5"])
+        for i in 1...10 {
+            #expect(try TestHTTP.request(server.port, "PUT", "/room/k\(i % 3).json?ns=t", json: "\(i)").headers[WireHeader.commit] == "\(i)")
+        }
+        #expect(try TestHTTP.request(server.port, "PUT", "/elsewhere.json?ns=t", json: "true").status == 200)  // commit 11
+        // After 7: commits 8…11, of which 8, 9 and 10 concern /room; then a mark at 11.
+        let resumed = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "7", WireHeader.client: store])
+        #expect(try resumed.next(keepingIDs: true) == .put("/k2", 8, id: "8"))
+        #expect(try resumed.next(keepingIDs: true) == .put("/k0", 9, id: "9"))
+        #expect(try resumed.next(keepingIDs: true) == .put("/k1", 10, id: "10"))
+        #expect(try resumed.next(keepingIDs: true) == .progress("11"))
+        #expect(resumed.head.contains("\(WireHeader.resumedThrough): 11"))
+        // Nothing missed: only the mark.
+        let current = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "11", WireHeader.client: store])
+        #expect(try current.next(keepingIDs: true) == .progress("11"))
+        // The history holds the last 5 (7…11): after 5, the whole value, as for a new stream.
+        let old = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "5"])
+        #expect(try old.next(keepingIDs: true) == .put("/", ["k0": 9, "k1": 10, "k2": 8], id: "11"))
+        #expect(!old.head.contains(WireHeader.resumedThrough))
+        // Live events follow a resumed stream as any other.
+        _ = try TestHTTP.request(server.port, "PUT", "/room/k0.json?ns=t", json: "12")
+        #expect(try resumed.next(skippingKeepAlive: true, keepingIDs: true) == .put("/k0", 12, id: "12"))
+        // A restarted server holds the commits since it started: a stream current at its
+        // start resumes; one from before gets the whole value.
+        #expect(server.terminate() == 0)
+        server = try ServerProcess(data: dir.path)
+        let current2 = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "12", WireHeader.client: store])
+        #expect(try current2.next(keepingIDs: true) == .progress("12"))
+        let before = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "11"])
+        #expect(try before.next(keepingIDs: true) == .put("/", ["k0": 12, "k1": 10, "k2": 8], id: "12"))
+        #expect(server.terminate() == 0)
+    }
+
     @Test func aStreamBelowAWriteGetsItsOwnValueAndNothingWhenItDidNotChange() throws {
         let dir = try TemporaryDirectory("server-stream-below")
         let server = try ServerProcess(data: dir.path)
@@ -416,6 +454,8 @@ final class StreamReader {
 
     /// The last `id:` read (an event's or a progress mark's).
     var lastID: String?
+    /// The answer's status line and headers, lowercase, once read.
+    var head = ""
 
     /// The next event (skipping keep-alives when asked); throws when the stream ends first.
     /// Unless `keepingIDs`, progress marks are skipped and events come without their ids.
@@ -443,6 +483,7 @@ final class StreamReader {
             raw += chunk[0..<n]
             if !headerDone {
                 guard let end = raw.indices.dropLast(3).first(where: { raw[$0] == 13 && raw[$0 + 1] == 10 && raw[$0 + 2] == 13 && raw[$0 + 3] == 10 }) else { continue }
+                head = String(decoding: raw[..<end], as: UTF8.self).lowercased()
                 raw.removeFirst(end + 4)
                 headerDone = true
             }

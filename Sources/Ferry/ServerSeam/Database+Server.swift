@@ -99,6 +99,13 @@
         _ = try await perform { e in (nil, e.listenComplete(p, tag: tag)) }
     }
 
+    /// Whether the server data cached at `path` is whole (what a complete listen there left,
+    /// and nothing of it evicted since): a stream there may resume from where it stopped.
+    public func hasCompleteServerData(at path: String) -> Bool {
+        guard let p = try? Path(validating: path) else { return false }
+        return withEngine { $0.server.isComplete(at: p) }
+    }
+
     /// The server listen at `path` (or the tagged query) was lost (the connection dropped,
     /// the client went offline): its data stays, but snapshots say `fromCache` again until a
     /// listen completes there anew. Listeners that asked for metadata changes are told.

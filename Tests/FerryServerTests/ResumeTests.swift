@@ -1,0 +1,84 @@
+@_spi(Server) import Ferry
+import FerryLog
+import FerrySync
+import FerryTestSupport
+import FerryWire
+import Foundation
+import Testing
+
+/// A listen whose stream is lost resumes from the last commit it applied (`Last-Event-ID`)
+/// and gets only what changed since, not the whole location again.
+@Suite struct ResumeTests {
+    /// The stream is cut (the client lives on) in the middle of a burst of another client's
+    /// writes: it resumes from its last id, and ends with exactly the server's data.
+    @Test func aStreamCutMidBurstResumesFromItsLastCommitAndEndsWithTheServersData() async throws {
+        let dir = try TemporaryDirectory("resume-burst")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let proxy = try CuttingProxy(to: server.port)
+        let a = try await Client(dir.sub("a"), port: proxy.port)
+        let shown = FerryMutex<Value>(.null)
+        let handle = try a.db.reference("feed").observe(.value) { s in shown.withLock { $0 = s.value } }
+        await a.sync.goOnline()
+        func count() -> Int { if case .object(let o) = shown.withLock({ $0 }) { o.count } else { 0 } }
+
+        // Four bursts of another client's writes; after each of the first three, once the
+        // listener has shown some of it, its stream is cut while the rest is on its way.
+        var cuts = 0
+        for burst in 0..<4 {
+            for i in (burst * 100)..<(burst * 100 + 100) {
+                _ = try TestHTTP.request(server.port, "PUT", "/feed/k\(i).json?ns=t", json: #"{"n": \#(i)}"#)
+                if i % 7 == 0 { _ = try TestHTTP.request(server.port, "DELETE", "/feed/k\(i / 2).json?ns=t") }
+            }
+            guard burst < 3 else { break }
+            #expect(await eventually { count() >= burst * 80 + 10 })
+            #expect(await eventually {
+                let n = proxy.cut { $0.contains("accept: text/event-stream") }
+                cuts += n
+                return n > 0
+            }, "a stream to cut")
+        }
+        let truth = try #require(try serverValue(server.port, "/feed"))
+        #expect(await eventually { shown.withLock { $0 } == truth }, "the listener ends with the server's data")
+        #expect(cuts == 3)
+        // The streams after the first asked to resume, and the server resumed them.
+        let streams = { proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") } }
+        let resumed = { streams().filter { $0.request.contains("last-event-id:") && $0.answer.contains(WireHeader.resumedThrough) } }
+        #expect(await eventually { streams().count == 4 && resumed().count == 3 }, "\(streams().map(\.request))")
+        try a.db.reference("feed").removeObserver(withHandle: handle)
+        try await a.close()
+        proxy.stop()
+        #expect(server.terminate() == 0)
+    }
+
+    /// Offline and online again, a listener of a big location gets only what changed while it
+    /// was away; its snapshots say `fromCache` until the stream has caught up.
+    @Test func aListenerBackOnlineGetsOnlyWhatChangedAndIsCurrentOnceCaughtUp() async throws {
+        let dir = try TemporaryDirectory("resume-offline")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let proxy = try CuttingProxy(to: server.port)
+        var all: [String: Value] = [:]
+        for i in 0..<2_000 { all["c\(i)"] = .string(String(repeating: "x", count: 100)) }
+        #expect(try TestHTTP.request(server.port, "PUT", "/big.json?ns=t", json: Value.object(all).json).status == 200)
+        let a = try await Client(dir.sub("a"), port: proxy.port)
+        let last = FerryMutex<DataSnapshot?>(nil)
+        let handle = try a.db.reference("big").observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
+        await a.sync.goOnline()
+        #expect(await eventually { last.withLock { $0?.metadata.fromCache == false && $0?.childrenCount == 2_000 } })
+        await a.sync.goOffline()
+        #expect(await eventually { last.withLock { $0?.metadata.fromCache == true } })
+        for i in 0..<10 { _ = try TestHTTP.request(server.port, "PUT", "/big/c\(i).json?ns=t", json: #""changed""#) }
+        _ = try TestHTTP.request(server.port, "DELETE", "/big/c1999.json?ns=t")
+        await a.sync.goOnline()
+        #expect(await eventually { last.withLock { $0?.metadata.fromCache == false } })
+        let truth = try #require(try serverValue(server.port, "/big"))
+        #expect(last.withLock { $0?.value } == truth, "current once caught up")
+        // The second stream resumed: its answer was a few events, not the location again.
+        let streams = proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") }
+        let resumed = streams.filter { $0.request.contains("last-event-id: 1\r\n") && $0.answer.contains("\(WireHeader.resumedThrough): 12") }
+        #expect(streams.count == 2 && resumed.count == 1, "\(streams)")
+        try a.db.reference("big").removeObserver(withHandle: handle)
+        try await a.close()
+        proxy.stop()
+        #expect(server.terminate() == 0)
+    }
+}
