@@ -23,10 +23,13 @@ struct SyncBench: AsyncParsableCommand {
             each carrying its monotonic write time; events/s = events received by all listeners / (last arrival − first \
             write). Latency (write → arrival on a listener) is reported under that load and unloaded (--pings writes, \
             each waiting until every listener has it).
-            resync: the server holds --children children; a client on a stored database caches them through a listen, \
-            closes, reopens its database (listeners see the cache, fromCache == true) and goes online: seconds until \
-            the value listener reports fromCache == false, and the bytes the server sent, counted by a TCP proxy in \
-            this process between client and server (HTTP heads, chunk framing and event data).
+            resync: the server holds --children children; a client on a stored database caches them through a listen \
+            and closes; --changed of them change on the server; the client reopens its database (listeners see the \
+            cache, fromCache == true) and goes online: seconds until the value listener reports fromCache == false, \
+            and the bytes the server sent, counted by a TCP proxy in this process between client and server (HTTP \
+            heads, chunk framing and event data). Resumed: the stream resumes after the last commit the client \
+            applied; whole: the same with the client's positions removed (sync-state.json), so the server sends the \
+            whole location. Goals: resumed ≤ 2% of the whole's bytes and ≤ 0.1× its time.
             """
     )
 
@@ -39,6 +42,7 @@ struct SyncBench: AsyncParsableCommand {
     @Option(help: "Writes in the fan-out's loaded phase.") var fanoutWrites = 2_000
     @Option(help: "Writes in the fan-out's unloaded latency phase.") var pings = 200
     @Option(help: "Children of the location a client resyncs.") var children = 100_000
+    @Option(help: "Children changed on the server while the resyncing client is away.") var changed = 100
     @Option(help: "Only these workloads (drain, single, fanout, resync), comma-separated.") var only: String?
     @Option(help: "Where stores are written (a fresh directory inside it, removed afterwards).")
     var directory = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
@@ -101,8 +105,13 @@ struct SyncBench: AsyncParsableCommand {
             for r in 0..<runs { results.append(try await resync(server, root, run: r)) }
             let m = results.sorted { $0.seconds < $1.seconds }[results.count / 2]
             let secs = results.map(\.seconds).sorted()
-            print(String(format: "resync of %d cached children: %.2f s until fromCache == false  [%.2f–%.2f]; server sent %@ (counting proxy), the data is %@ of JSON",
-                         children, m.seconds, secs.first!, secs.last!, humanBytes(m.bytes) as NSString, humanBytes(m.dataBytes) as NSString))
+            let timeRatio = median(results.map { $0.seconds / $0.wholeSeconds })
+            let byteRatio = median(results.map { Double($0.bytes) / Double($0.wholeBytes) })
+            print(String(format: "resync of %d cached children, %d changed meanwhile, resumed: %.3f s until fromCache == false  [%.3f–%.3f]; server sent %@ (counting proxy)",
+                         children, changed, m.seconds, secs.first!, secs.last!, humanBytes(m.bytes) as NSString))
+            print(String(format: "  whole (positions removed): %.2f s, %@ sent (the data is %@ of JSON); resumed / whole: time %.3f× (goal ≤ 0.1×: %@), bytes %.4f× (goal ≤ 0.02×: %@)",
+                         median(results.map(\.wholeSeconds)), humanBytes(m.wholeBytes) as NSString, humanBytes(m.dataBytes) as NSString,
+                         timeRatio, (timeRatio <= 0.1 ? "met" : "not met") as NSString, byteRatio, (byteRatio <= 0.02 ? "met" : "not met") as NSString))
             print(String(format: "  first load of the same (empty cache): %.2f s, %@ sent",
                          median(results.map(\.firstLoadSeconds)), humanBytes(m.firstLoadBytes) as NSString))
         }
@@ -197,6 +206,8 @@ struct SyncBench: AsyncParsableCommand {
     struct Resync {
         var seconds: Double
         var bytes: Int
+        var wholeSeconds: Double
+        var wholeBytes: Int
         var dataBytes: Int
         var firstLoadSeconds: Double
         var firstLoadBytes: Int
@@ -229,11 +240,11 @@ struct SyncBench: AsyncParsableCommand {
         o.logger = quiet
 
         // First load: an empty cache.
-        var db = try Database.open(at: path, options: o)
-        var latest = Latest()
-        var handle = try db.reference("items").observe(.value, includeMetadataChanges: true) { [latest] in latest.note($0) }
-        var sync = try SyncClient(database: db, url: url, options: options(batches: true))
-        var start = ContinuousClock.now
+        let db = try Database.open(at: path, options: o)
+        let latest = Latest()
+        let handle = try db.reference("items").observe(.value, includeMetadataChanges: true) { [latest] in latest.note($0) }
+        let sync = try SyncClient(database: db, url: url, options: options(batches: true))
+        let start = ContinuousClock.now
         await sync.goOnline()
         guard await waitFor(seconds: 300, { [latest] in latest.isLive(children) }) else { throw BenchNetError("resync: the first load never completed") }
         let firstLoad = seconds(ContinuousClock.now - start)
@@ -242,25 +253,43 @@ struct SyncBench: AsyncParsableCommand {
         await sync.close()
         try await db.close()
 
-        // Reconnect: the cache holds every child.
-        db = try Database.open(at: path, options: o)
-        latest = Latest()
-        handle = try db.reference("items").observe(.value, includeMetadataChanges: true) { [latest] in latest.note($0) }
-        guard await waitFor(seconds: 60, { [latest] in latest.isCached(children) }) else {
-            throw BenchNetError("resync: the reopened cache does not show the \(children) children (\(String(describing: latest.state.withLock { $0 })))")
+        // Away: some children change on the server.
+        func change(_ round: Int) throws {
+            for i in 0..<changed {
+                let r = try rawRequest(server.port, "PUT", "/items/c\(i * (children / max(changed, 1))).json?ns=\(ns)&print=silent",
+                                       body: Array(#"{"n":-\#(round),"title":"changed"}"#.utf8))
+                guard (200..<300).contains(r.status) else { throw BenchNetError("resync: a change answered \(r.status)") }
+            }
         }
-        sync = try SyncClient(database: db, url: url, options: options(batches: true))
-        proxy.reset()
-        start = ContinuousClock.now
-        await sync.goOnline()
-        guard await waitFor(seconds: 300, { [latest] in latest.isLive(children) }) else { throw BenchNetError("resync: the listener never became current") }
-        let resync = seconds(ContinuousClock.now - start)
-        let bytes = proxy.serverBytes
-        try db.reference("items").removeObserver(withHandle: handle)
-        await sync.close()
-        try await db.close()
+        /// Reopens the database and goes online: the seconds until current, the bytes sent.
+        func reconnect() async throws -> (Double, Int) {
+            let db = try Database.open(at: path, options: o)
+            let latest = Latest()
+            let handle = try db.reference("items").observe(.value, includeMetadataChanges: true) { [latest] in latest.note($0) }
+            guard await waitFor(seconds: 60, { [latest] in latest.isCached(children) }) else {
+                throw BenchNetError("resync: the reopened cache does not show the \(children) children (\(String(describing: latest.state.withLock { $0 })))")
+            }
+            let sync = try SyncClient(database: db, url: url, options: options(batches: true))
+            proxy.reset()
+            let start = ContinuousClock.now
+            await sync.goOnline()
+            guard await waitFor(seconds: 300, { [latest] in latest.isLive(children) }) else { throw BenchNetError("resync: the listener never became current") }
+            let secs = seconds(ContinuousClock.now - start)
+            let bytes = proxy.serverBytes
+            try db.reference("items").removeObserver(withHandle: handle)
+            await sync.close()
+            try await db.close()
+            return (secs, bytes)
+        }
+        // Resumed, then whole (the positions removed).
+        try change(1)
+        let (resumed, resumedBytes) = try await reconnect()
+        try change(2)
+        try? FileManager.default.removeItem(atPath: path + "/sync-state.json")
+        let (whole, wholeBytes) = try await reconnect()
         remove(path)
-        return Resync(seconds: resync, bytes: bytes, dataBytes: json.utf8.count, firstLoadSeconds: firstLoad, firstLoadBytes: firstBytes)
+        return Resync(seconds: resumed, bytes: resumedBytes, wholeSeconds: whole, wholeBytes: wholeBytes, dataBytes: json.utf8.count,
+                      firstLoadSeconds: firstLoad, firstLoadBytes: firstBytes)
     }
 
     // MARK: Helpers

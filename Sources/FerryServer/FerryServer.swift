@@ -321,7 +321,7 @@ public final class FerryServer: Sendable {
         // A stream reconnecting after commit N (`Last-Event-ID`, as an `EventSource` sends it)
         // gets what changed since, when the namespace still holds it.
         let resumeAfter = r.headers[WireHeader.lastEventID].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }.flatMap { $0 >= 0 ? $0 : nil }
-        guard let id = ns.addStream(sink, resumeAfter: resumeAfter) else { return .error(503, "the namespace is closing") }
+        guard let id = ns.addStream(sink, resumeAfter: resumeAfter, epoch: r.headers[WireHeader.epoch]) else { return .error(503, "the namespace is closing") }
         output.onClose { ns.removeStream(id) }
         return nil
     }

@@ -226,6 +226,9 @@ final class StreamSink: Sendable {
 final class Namespace: Sendable {
     let name: String
     let db: Database
+    /// Names this namespace's data and commits (its creation time): a commit number from
+    /// before its store was made anew is not one of its own.
+    let epoch: String
     let logger: Logger
     private let wake: AsyncStream<Void>.Continuation
     private let wakes: AsyncStream<Void>
@@ -264,14 +267,14 @@ final class Namespace: Sendable {
         options.logger = logger
         let db = try Database.open(at: directory, options: options)
         self.db = db
-        let stored: Value
+        var stored: Value
         do {
             stored = try await db.root.getData().exportValue
         } catch let e as DatabaseError where e.code == .notCached {
             // A new store: a put at the root makes it complete, so later opens can read it.
-            try await db.applyServerPut(at: "", ["meta": ["created": .int(Int64(Date().timeIntervalSince1970 * 1000))]])
+            stored = ["meta": ["created": .int(Int64(Date().timeIntervalSince1970 * 1_000_000))]]
+            try await db.applyServerPut(at: "", stored)
             try await db.sync()
-            stored = .null
         }
         let tree = ValueTree.normalized(stored)
         let data = ValueTree.child(tree, ["data"])
@@ -283,6 +286,7 @@ final class Namespace: Sendable {
         }
         var commit: Int64 = 0
         if case .int(let n) = ValueTree.child(tree, ["meta", "commit"]) { commit = n }
+        epoch = ValueTree.child(tree, ["meta", "created"]).json
         state = FerryMutex(State(committed: data, commit: commit, workingCommit: commit, working: data, clients: clients, rules: rules,
                                  history: CommitHistory(after: commit, maxChanges: historyLimits.changes, maxBytes: historyLimits.bytes)))
         (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
@@ -599,16 +603,18 @@ final class Namespace: Sendable {
     /// Registers a stream; its first events are queued under the same lock, so no committed
     /// write falls between them and the events that follow: the whole view, or — resuming
     /// after commit `resumeAfter`, for a stream without a query, while the history holds every
-    /// commit since — the changes since that concern it, then (for a stream that said its
+    /// commit since, and `epoch` (when given) is the namespace's — the changes since that concern it, then (for a stream that said its
     /// client) a progress mark at the last commit, with the header
     /// ``WireHeader/resumedThrough`` naming it.
-    func addStream(_ sink: StreamSink, resumeAfter: Int64? = nil) -> Int? {
+    func addStream(_ sink: StreamSink, resumeAfter: Int64? = nil, epoch asked: String? = nil) -> Int? {
         state.withLock { s in
             if s.failure != nil || s.closing { return nil }
             let id = s.nextStream
             s.nextStream += 1
             s.streams[id] = sink
-            if let after = resumeAfter, sink.query == nil, after <= s.commit, let missed = s.history.changes(after: after) {
+            sink.announce([(WireHeader.epoch, epoch)])
+            if let after = resumeAfter, sink.query == nil, asked == nil || asked == epoch, after <= s.commit,
+               let missed = s.history.changes(after: after) {
                 sink.announce([(WireHeader.resumedThrough, String(s.commit))])
                 for change in missed where change.keys.starts(with: sink.keys) || sink.keys.starts(with: change.keys) {
                     Namespace.events(for: change, to: sink)

@@ -20,7 +20,10 @@ extension SyncClient {
             noteProgress()
         }
         for request in refusedListens.keys where !wanted.contains(request) { refusedListens[request] = nil }
-        for request in resumePoints.keys where !wanted.contains(request) { resumePoints[request] = nil }
+        for request in resumePoints.keys where !wanted.contains(request) {
+            resumePoints[request] = nil
+            storedPositions[request.path] = nil
+        }
         for request in wanted where listens[request] == nil && refusedListens[request] == nil {
             listens[request] = Task { await self.runListen(request) }
         }
@@ -38,6 +41,7 @@ extension SyncClient {
                 outcome = try await stream(request, generation)
             } catch {
                 endStream(request, generation)
+                await savePositions()
                 await endLive(request, generation)
                 if error is CancellationError || Task.isCancelled { return }
                 if let e = error as? DatabaseError {
@@ -51,6 +55,7 @@ extension SyncClient {
                 continue
             }
             endStream(request, generation)
+            await savePositions()
             await endLive(request, generation)
             switch outcome {
             case .refused(let message):
@@ -84,8 +89,8 @@ extension SyncClient {
     /// without a query whose cached data is still whole, and which no other listen overlaps
     /// (two streams resuming from different commits would apply one's older changes over the
     /// other's newer ones).
-    private func resumePoint(_ listen: ListenRequest) -> Int64? {
-        guard capabilities?.commits == true, listen.parameters.isEmpty, let after = resumePoints[listen] else { return nil }
+    private func resumePoint(_ listen: ListenRequest) -> StreamPosition? {
+        guard listen.parameters.isEmpty, let after = resumePoints[listen] ?? storedPositions[listen.path] else { return nil }
         let keys = listen.path.split(separator: "/")
         let overlapped = listens.keys.contains { other in
             guard other != listen else { return false }
@@ -96,6 +101,21 @@ extension SyncClient {
         return after
     }
 
+    /// Keeps the streams' positions in the database's sync state (after the data they
+    /// reflect is durable), so that listens resume after the app restarts. Written when a
+    /// stream ends and on close, when they changed.
+    func savePositions() async {
+        var mine: [String: Value] = [:]
+        for (path, p) in storedPositions { mine[path] = p.value }
+        for (request, p) in resumePoints { mine[request.path] = p.value }
+        let old = database.readSyncState()
+        let state = Self.positionsState(old, address, mine)
+        guard state != old else { return }
+        do { try await database.writeSyncState(state) } catch {
+            logger.warning("keeping the streams' positions failed (\(error)); they load whole on the next start")
+        }
+    }
+
     /// The listen's stream ended: the next one starts from its own first put.
     private func endStream(_ request: ListenRequest, _ generation: Int) {
         guard streamCommits[request]?.generation == generation else { return }
@@ -103,10 +123,10 @@ extension SyncClient {
     }
 
     /// A listen's stream applied everything through `id` (a commit number).
-    private func noteCommit(_ id: String?, _ request: ListenRequest, _ generation: Int) {
+    private func noteCommit(_ id: String?, _ request: ListenRequest, _ generation: Int, epoch: String? = nil) {
         guard let id, let commit = Int64(id), !Task.isCancelled, listens[request] != nil else { return }
         streamCommits[request] = (generation, commit)
-        if request.parameters.isEmpty { resumePoints[request] = commit }
+        if request.parameters.isEmpty { resumePoints[request] = StreamPosition(commit: commit, epoch: epoch) }
         noteProgress()
     }
 
@@ -131,7 +151,10 @@ extension SyncClient {
         let t = try await currentToken()
         var headers = [("Accept", "text/event-stream"), (WireHeader.client, database.storeIdentifier)]
         let resumeAfter = resumePoint(listen)
-        if let resumeAfter { headers.append(("Last-Event-ID", String(resumeAfter))) }
+        if let resumeAfter {
+            headers.append(("Last-Event-ID", String(resumeAfter.commit)))
+            if let e = resumeAfter.epoch { headers.append((WireHeader.epoch, e)) }
+        }
         let request = transport.request(.GET, listen.path, parameters: listen.parameters, headers: headers, token: t)
         let requestedAt = ContinuousClock.now
         let response: HTTPClientResponse
@@ -154,12 +177,13 @@ extension SyncClient {
         // Resumed: no first put comes; the listen is complete once the stream reaches this.
         let resumedThrough: Int64? = resumeAfter == nil ? nil : response.headers.first(name: WireHeader.resumedThrough).flatMap { Int64($0) }
         if let resumeAfter, let resumedThrough {
-            logger.debug("the listen at \(listen) resumes after commit \(resumeAfter) through \(resumedThrough)")
+            logger.debug("the listen at \(listen) resumes after commit \(resumeAfter.commit) through \(resumedThrough)")
         }
+        let epoch = response.headers.first(name: WireHeader.epoch)
         let silence = Silence()
         let limit = options.streamSilenceLimit
         return try await withThrowingTaskGroup(of: StreamOutcome.self) { group in
-            group.addTask { try await self.consume(response.body, listen, generation, silence, requestedAt: requestedAt, resumedThrough: resumedThrough) }
+            group.addTask { try await self.consume(response.body, listen, generation, silence, requestedAt: requestedAt, resumedThrough: resumedThrough, epoch: epoch) }
             // A server that stops sending (not even its keep-alives) is a lost connection.
             group.addTask {
                 while true {
@@ -174,7 +198,7 @@ extension SyncClient {
 
     /// Applies a stream's events until it ends.
     private func consume(_ body: HTTPClientResponse.Body, _ listen: ListenRequest, _ generation: Int, _ silence: Silence,
-                         requestedAt: ContinuousClock.Instant, resumedThrough: Int64?) async throws -> StreamOutcome {
+                         requestedAt: ContinuousClock.Instant, resumedThrough: Int64?, epoch: String?) async throws -> StreamOutcome {
         var parser = StreamEventParser()
         // A resumed stream's events apply to the data cached (as a live stream's); it is
         // complete again once they reach the commit the server named.
@@ -186,7 +210,7 @@ extension SyncClient {
                 if Task.isCancelled { throw CancellationError() }
                 for event in try parser.feed(buffer.readableBytesView) {
                     if event.isProgress {
-                        if complete { noteCommit(event.id, listen, generation) }
+                        if complete { noteCommit(event.id, listen, generation, epoch: epoch) }
                         resuming = try await caughtUp(event.id, resuming, listen, generation)
                         continue
                     }
@@ -209,7 +233,7 @@ extension SyncClient {
                             try await database.applyServerMerge(at: at, children, tag: listen.tag)
                         }
                         noteTouch(at, snapshotRequestedAt: first ? requestedAt : nil)
-                        noteCommit(event.id, listen, generation)
+                        noteCommit(event.id, listen, generation, epoch: epoch)
                         resuming = try await caughtUp(event.id, resuming, listen, generation)
                     case "keep-alive":
                         break
@@ -324,6 +348,52 @@ extension SyncClient {
         if r.isEmpty { return base }
         let b = base.split(separator: "/")
         return "/" + (b + r).joined(separator: "/")
+    }
+}
+
+/// Where a stream without a query was: the last commit it applied, and the epoch of the
+/// namespace's commits (``WireHeader/epoch``).
+struct StreamPosition: Sendable, Equatable {
+    var commit: Int64
+    var epoch: String?
+
+    var value: Value {
+        var o: [String: Value] = ["commit": .int(commit)]
+        if let epoch { o["epoch"] = .string(epoch) }
+        return .object(o)
+    }
+
+    init(commit: Int64, epoch: String?) {
+        self.commit = commit
+        self.epoch = epoch
+    }
+
+    init?(_ value: Value) {
+        guard case .object(let o) = value, case .int(let c)? = o["commit"], c >= 0 else { return nil }
+        commit = c
+        if case .string(let e)? = o["epoch"] { epoch = e }
+    }
+}
+
+extension SyncClient {
+    /// The positions the sync state keeps for the server at `address` (`{"positions":
+    /// {ADDRESS: {PATH: {"commit": N, "epoch": E}}}}`).
+    static func loadPositions(_ state: Value?, _ address: ServerAddress) -> [String: StreamPosition] {
+        guard case .object(let o)? = state, case .object(let all)? = o["positions"], case .object(let mine)? = all[address.description] else { return [:] }
+        var out: [String: StreamPosition] = [:]
+        for (path, v) in mine { if let p = StreamPosition(v) { out[path] = p } }
+        return out
+    }
+
+    /// `state` with the positions for `address` replaced by `mine` (others' kept).
+    static func positionsState(_ state: Value?, _ address: ServerAddress, _ mine: [String: Value]) -> Value {
+        var o: [String: Value] = [:]
+        if case .object(let existing)? = state { o = existing }
+        var all: [String: Value] = [:]
+        if case .object(let a)? = o["positions"] { all = a }
+        all[address.description] = mine.isEmpty ? nil : .object(mine)
+        o["positions"] = all.isEmpty ? nil : .object(all)
+        return .object(o)
     }
 }
 

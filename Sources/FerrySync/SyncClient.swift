@@ -99,7 +99,10 @@ public actor SyncClient {
     /// The commit each listen without a query has applied through, kept while the database
     /// wants the listen: its next stream resumes from there (`Last-Event-ID`) instead of
     /// loading the whole location again.
-    var resumePoints: [ListenRequest: Int64] = [:]
+    var resumePoints: [ListenRequest: StreamPosition] = [:]
+    /// Positions kept in the database's sync state from earlier sessions with this server
+    /// (by location), for listens not yet resumed.
+    var storedPositions: [String: StreamPosition] = [:]
     /// Answers waiting for streams to reach their commit, woken when one moves.
     var progressWaiters: [CheckedContinuation<Void, Never>] = []
     /// Numbers the listen tasks (a listen's live mark belongs to the task that set it).
@@ -128,6 +131,7 @@ public actor SyncClient {
         let c = options.requestTimeout.components
         let nanos = c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000
         self.transport = Transport(address: address, timeout: .nanoseconds(nanos))
+        self.storedPositions = Self.loadPositions(database.readSyncState(), address)
     }
 
     // MARK: Online and offline
@@ -189,6 +193,7 @@ public actor SyncClient {
     public func close() async {
         closed = true
         for task in stopTasks() { await task.value }
+        await savePositions()
         // After an earlier `goOffline()` (which waits for nothing), the writer it stopped may
         // still be recording an answer: without this, a database closed next lost it, and the
         // write went out again on the next launch (an increment counted twice by a server

@@ -16,6 +16,10 @@ public enum WireHeader {
     /// On a stream's answer: the stream resumes after the `Last-Event-ID` it was asked with,
     /// and its first events bring it to the commit this header names.
     public static let resumedThrough = "x-ferry-resumed-through"
+    /// On a stream's answer: what names the namespace's commits (it changes when its store is
+    /// made anew). On a stream's request with `Last-Event-ID`: the epoch that commit was of —
+    /// the stream resumes only in the same one.
+    public static let epoch = "x-ferry-epoch"
     /// The standard header of a reconnecting event stream: the last `id:` it applied.
     public static let lastEventID = "last-event-id"
     /// `true` asks a read for its ETag.

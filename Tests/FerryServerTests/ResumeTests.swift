@@ -81,4 +81,42 @@ import Testing
         proxy.stop()
         #expect(server.terminate() == 0)
     }
+
+    /// The positions outlive the app: reopened after a restart, with some of a big location
+    /// changed meanwhile, a listener's stream resumes from where the last session's stopped.
+    @Test func aListenerResumesWhereTheLastSessionStoppedAfterTheAppRestarts() async throws {
+        let dir = try TemporaryDirectory("resume-restart")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let proxy = try CuttingProxy(to: server.port)
+        var all: [String: Value] = [:]
+        for i in 0..<2_000 { all["c\(i)"] = ["n": .int(Int64(i))] }
+        #expect(try TestHTTP.request(server.port, "PUT", "/items.json?ns=t", json: Value.object(all).json).status == 200)
+        do {
+            let a = try await Client(dir.sub("a"), port: proxy.port)
+            let live = FerryMutex(false)
+            let handle = try a.db.reference("items").observe(.value, includeMetadataChanges: true) { s in
+                live.withLock { $0 = !s.metadata.fromCache && s.childrenCount == 2_000 }
+            }
+            await a.sync.goOnline()
+            #expect(await eventually { live.withLock { $0 } })
+            try a.db.reference("items").removeObserver(withHandle: handle)
+            try await a.close()
+        }
+        for i in 0..<10 { _ = try TestHTTP.request(server.port, "PUT", "/items/c\(i)/n.json?ns=t", json: "-1") }
+        _ = try TestHTTP.request(server.port, "DELETE", "/items/c1999.json?ns=t")
+        // The app starts again.
+        let a = try await Client(dir.sub("a"), port: proxy.port)
+        let last = FerryMutex<DataSnapshot?>(nil)
+        let handle = try a.db.reference("items").observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
+        await a.sync.goOnline()
+        #expect(await eventually { last.withLock { $0?.metadata.fromCache == false } })
+        #expect(last.withLock { $0?.value } == (try serverValue(server.port, "/items")))
+        let streams = proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") }
+        #expect(streams.count == 2 && streams.filter { $0.request.contains("last-event-id: 1\r\n") && $0.answer.contains("\(WireHeader.resumedThrough): 12") }.count == 1,
+                "\(streams)")
+        try a.db.reference("items").removeObserver(withHandle: handle)
+        try await a.close()
+        proxy.stop()
+        #expect(server.terminate() == 0)
+    }
 }

@@ -373,6 +373,14 @@ extension ServerTests {
         #expect(try resumed.next(keepingIDs: true) == .put("/k1", 10, id: "10"))
         #expect(try resumed.next(keepingIDs: true) == .progress("11"))
         #expect(resumed.head.contains("\(WireHeader.resumedThrough): 11"))
+        let epoch = try #require(resumed.head.components(separatedBy: "\r\n").first { $0.hasPrefix(WireHeader.epoch + ":") }?.dropFirst(WireHeader.epoch.count + 1)
+            .trimmingCharacters(in: .whitespaces))
+        // A commit of another epoch (a store made anew since) is not one of this namespace's.
+        let stranger = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "7", WireHeader.epoch: "1"])
+        #expect(try stranger.next(keepingIDs: true) == .put("/", ["k0": 9, "k1": 10, "k2": 8], id: "11"))
+        let same = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "10", WireHeader.epoch: epoch])
+        #expect(try same.next(keepingIDs: true) == .keepAlive, "nothing after 10 concerns /room (and no mark without X-Ferry-Client)")
+        #expect(same.head.contains("\(WireHeader.resumedThrough): 11"))
         // Nothing missed: only the mark.
         let current = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "11", WireHeader.client: store])
         #expect(try current.next(keepingIDs: true) == .progress("11"))

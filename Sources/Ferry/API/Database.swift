@@ -103,6 +103,8 @@ public final class Database: Sendable {
         var g = SystemRandomNumberGenerator()
         return (0..<2).map { _ in let s = String(g.next() as UInt64, radix: 16); return String(repeating: "0", count: 16 - s.count) + s }.joined()
     }()
+    /// A memory-only database's sync state (``readSyncState()``).
+    let memorySyncState = FerryMutex<Value?>(nil)
     /// The one owner of checkpoints, compaction and eviction (see ``Maintenance``).
     let maintenance = Maintenance()
     /// The store directory (nil for a memory-only database).

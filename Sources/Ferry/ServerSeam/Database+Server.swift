@@ -99,6 +99,31 @@
         _ = try await perform { e in (nil, e.listenComplete(p, tag: tag)) }
     }
 
+    /// The sync layer's own small state, kept in a side file beside the log
+    /// (`sync-state.json`): nil when there is none, it cannot be read or parsed, or the
+    /// database is memory-only (which keeps it in memory).
+    public func readSyncState() -> Value? {
+        guard let log else { return memorySyncState.withLock { $0 } }
+        guard let bytes = try? log.readSideFile(named: Self.syncStateFile) else { return nil }
+        return try? Value(jsonBytes: bytes)
+    }
+
+    /// Replaces the sync layer's state, after making every record so far durable: what the
+    /// state says about the data (the commit a stream had applied through, say) is never
+    /// ahead of the data a crash leaves. Atomic: after a crash it is the old state or this one.
+    ///
+    /// - Throws: ``DatabaseError`` (`storage`) when the log or the file cannot be written.
+    public func writeSyncState(_ state: Value) async throws {
+        guard let log else {
+            memorySyncState.withLock { $0 = state }
+            return
+        }
+        try await sync()
+        do { try log.writeSideFile(named: Self.syncStateFile, contents: Array(state.json.utf8)) } catch { throw storageError(error) }
+    }
+
+    static let syncStateFile = "sync-state.json"
+
     /// Whether the server data cached at `path` is whole (what a complete listen there left,
     /// and nothing of it evicted since): a stream there may resume from where it stopped.
     public func hasCompleteServerData(at path: String) -> Bool {
