@@ -42,6 +42,11 @@ public struct ServerConfiguration: Sendable {
     public var historyCommits = 100_000
     /// About the most bytes of data those commits may hold (the oldest go first).
     public var historyBytes = 64 * 1024 * 1024
+    /// How long a client's registered `onDisconnect` writes wait for it: after a restart, for
+    /// a client connected before it to connect again; and on a presence stream, for data sent
+    /// to stay unacknowledged by a client gone silent (`TCP_USER_TIMEOUT`, Linux). A presence
+    /// stream that closes runs them at once.
+    public var presenceTimeoutSeconds = 60
     /// The event loop threads serving connections (0: one per core).
     public var eventLoopThreads = 0
     /// Where the server logs; it never bootstraps logging itself.
@@ -244,7 +249,7 @@ public final class FerryServer: Sendable {
             return .error(503, "the namespace's store cannot be opened")
         }
         if keys.first == ".settings" || keys.first == ".ferry" {
-            return await special(r, keys, caller, ns)
+            return await special(r, keys, caller, ns, output)
         }
         do {
             if keys.count > Path.maxDepth { return .error(400, "the path is \(keys.count) keys deep; the limit is \(Path.maxDepth)") }
@@ -271,7 +276,8 @@ public final class FerryServer: Sendable {
             log[metadataKey: "ns"] = "\(name)"
             let directory = configuration.dataDirectory + "/ns/" + name
             let limits = (changes: configuration.historyCommits, bytes: configuration.historyBytes)
-            let t = Task { [log] in try await Namespace(name: name, directory: directory, logger: log, historyLimits: limits) }
+            let presence = Duration.seconds(configuration.presenceTimeoutSeconds)
+            let t = Task { [log] in try await Namespace(name: name, directory: directory, logger: log, historyLimits: limits, presenceTimeout: presence) }
             all[name] = t
             return t
         }
@@ -445,7 +451,7 @@ public final class FerryServer: Sendable {
 
     // MARK: .settings and .ferry
 
-    private func special(_ r: HTTPRequest, _ keys: [String], _ caller: Caller, _ ns: Namespace) async -> HTTPResponse {
+    private func special(_ r: HTTPRequest, _ keys: [String], _ caller: Caller, _ ns: Namespace, _ output: StreamOutput) async -> HTTPResponse? {
         switch (r.method, keys) {
         case ("GET", [".settings", "rules"]):
             guard case .owner = caller else { return .error(401, "Permission denied") }
@@ -464,11 +470,15 @@ public final class FerryServer: Sendable {
             return outcome.status == 200 ? .json(200, #"{"status":"ok"}"#) : .error(outcome.status, outcome.error ?? "failed")
         case ("GET", [".ferry", "info"]):
             return .json(200, Value.object([
-                "server": "ferry-server", "protocol": 1, "idempotent": true, "batch": true, "commits": true,
+                "server": "ferry-server", "protocol": 1, "idempotent": true, "batch": true, "commits": true, "presence": true,
                 "maxBatchWrites": .int(Int64(configuration.maxBatchWrites)), "maxBatchBytes": .int(Int64(configuration.maxBody)),
             ]).json)
         case ("POST", [".ferry", "batch"]):
             return await batch(r, caller, ns)
+        case ("GET", [".ferry", "presence"]):
+            return presenceStream(r, ns, output)
+        case ("POST", [".ferry", "presence"]):
+            return await presenceRegistration(r, caller, ns)
         case ("PUT", [".ferry", "tokens"]):
             guard case .owner = caller else { return .error(401, "Permission denied") }
             guard case .success(let v) = parse(r.body), case .array(let items) = v else {
@@ -488,6 +498,44 @@ public final class FerryServer: Sendable {
         default:
             return .error(400, "Invalid path: \(r.rawPath.prefix(100)) (keys may not contain . $ # [ ] /)")
         }
+    }
+
+    /// `GET /.ferry/presence.json` (an event stream, `X-Ferry-Client: STORE`): the client is
+    /// connected while it is open; when its last one ends, its `onDisconnect` writes run.
+    private func presenceStream(_ r: HTTPRequest, _ ns: Namespace, _ output: StreamOutput) -> HTTPResponse? {
+        guard r.headers["accept"]?.contains("text/event-stream") == true else { return .error(400, "a presence stream is an event stream (Accept: text/event-stream)") }
+        guard let client = r.headers[WireHeader.client], WriteIdentity.isStoreID(client) else {
+            return .error(400, "a presence stream needs X-Ferry-Client: STORE (32 lowercase hex digits)")
+        }
+        ns.presenceConnected(client)
+        output.onClose { ns.presenceDisconnected(client) }
+        output.limitSilence(milliseconds: configuration.presenceTimeoutSeconds * 1000)
+        output.send([.keepAlive])  // (the answer's head, and proof of life)
+        return nil
+    }
+
+    /// `POST /.ferry/presence.json` `{"client": STORE, "op": "set"|"update"|"cancel", "path": P,
+    /// "data": …}`: registers a write to run when the client's presence stream ends (the rules
+    /// must let the caller write there now), or forgets those at or below P.
+    private func presenceRegistration(_ r: HTTPRequest, _ caller: Caller, _ ns: Namespace) async -> HTTPResponse {
+        guard case .success(let v) = parse(r.body), case .object(let o) = v else { return .error(400, "the registration must be a JSON object") }
+        guard case .string(let client)? = o["client"], WriteIdentity.isStoreID(client) else { return .error(400, "client must be a store id (32 lowercase hex digits)") }
+        guard case .string(let op)? = o["op"], ["set", "update", "cancel"].contains(op) else { return .error(400, "op must be set, update or cancel") }
+        guard case .string(let path)? = o["path"], let keys = try? Path(validating: path).keys else { return .error(400, "path must be a valid location") }
+        let change: PresenceChange
+        if op == "cancel" {
+            change = .cancel(keys)
+        } else {
+            let data = o["data"] ?? .null
+            switch self.job(op == "set" ? "PUT" : "PATCH", keys, Array(data.json.utf8), caller: caller, ns: ns) {
+            case .failure(let e): return e.response
+            case .success: break
+            }
+            change = .add(.object(["op": .string(op), "path": .string("/" + keys.joined(separator: "/")), "data": data, "caller": .string(caller.name)]))
+        }
+        let outcome = await run([WriteJob(op: .presence(client: client, change), keys: keys, caller: caller, complete: { _ in })], ns)[0]
+        if outcome.status == 200 { ns.presenceRegistered(client) }
+        return outcome.status == 200 ? .json(200, #"{"status":"ok"}"#) : .error(outcome.status, outcome.error ?? "failed")
     }
 
     private func batch(_ r: HTTPRequest, _ caller: Caller, _ ns: Namespace) async -> HTTPResponse {

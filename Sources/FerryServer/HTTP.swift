@@ -144,6 +144,14 @@ struct StreamOutput: Sendable {
         h.eventLoop.execute { h.value.streamHeaders += headers }
     }
 
+    /// Bounds how long data sent on the connection may stay unacknowledged by the peer
+    /// (`TCP_USER_TIMEOUT`): a peer gone silent (its machine off, its network cut) ends the
+    /// connection once the stream's keep-alives have waited that long. Linux only.
+    func limitSilence(milliseconds: Int) {
+        let h = handler
+        h.eventLoop.execute { h.value.limitSilence(milliseconds: milliseconds) }
+    }
+
     /// Ends the stream (the terminating chunk) and closes the connection.
     func end() {
         let h = handler
@@ -508,6 +516,16 @@ final class HTTPServerHandler: ChannelDuplexHandler {
         keepAlive.deadline = nil
         state = .closed
         close(context, after: context.writeAndFlush(wrapOutboundOut(.end(nil))))
+    }
+
+    func limitSilence(milliseconds: Int) {
+        #if os(Linux)
+        guard let context else { return }
+        let option = ChannelOptions.Types.SocketOption(level: .tcp, name: NIOBSDSocket.Option(rawValue: CInt(TCP_USER_TIMEOUT)))
+        context.channel.setOption(option, value: SocketOptionValue(milliseconds)).whenFailure { [logger] error in
+            logger.warning("cannot bound a presence stream's silence: \(error)")
+        }
+        #endif
     }
 
     func attachStreamCleanup(_ cleanup: @escaping @Sendable () -> Void) {

@@ -15,6 +15,32 @@ enum Caller: Sendable {
     case anonymous
 
     var authenticated: Bool { if case .anonymous = self { false } else { true } }
+
+    /// As stored with a presence registration.
+    var name: String {
+        switch self {
+        case .owner: "owner"
+        case .user: "user"
+        case .anonymous: "anonymous"
+        }
+    }
+
+    init?(name: String) {
+        switch name {
+        case "owner": self = .owner
+        case "user": self = .user
+        case "anonymous": self = .anonymous
+        default: return nil
+        }
+    }
+}
+
+/// A change to a client's presence registrations (see ``Namespace``).
+enum PresenceChange: Sendable {
+    /// Run this operation (`{"op", "path", "data", "caller"}`) when the client's connection ends.
+    case add(Value)
+    /// Forget the operations at or below these keys.
+    case cancel([String])
 }
 
 /// What happened to one write.
@@ -42,6 +68,8 @@ struct WriteJob: Sendable {
         case rules(Rules, text: String)
         /// Already rejected before reaching the writer (bad input in a batch): only recorded.
         case rejected(WriteOutcome)
+        /// A client's presence registrations change.
+        case presence(client: String, PresenceChange)
     }
     var op: Op
     var keys: [String]
@@ -50,6 +78,8 @@ struct WriteJob: Sendable {
     var caller: Caller
     var identity: WriteIdentity?
     var acked: Int64 = 0
+    /// With the write, the first N presence registrations of a client are done (they ran).
+    var presenceRan: (client: String, count: Int)?
     var complete: @Sendable (WriteOutcome) -> Void
 }
 
@@ -229,6 +259,8 @@ final class Namespace: Sendable {
     /// Names this namespace's data and commits (its creation time): a commit number from
     /// before its store was made anew is not one of its own.
     let epoch: String
+    /// How long a disconnected client's registrations wait for it (see ``runPresence(_:)``).
+    let presenceTimeout: Duration
     let logger: Logger
     private let wake: AsyncStream<Void>.Continuation
     private let wakes: AsyncStream<Void>
@@ -252,14 +284,22 @@ final class Namespace: Sendable {
         var failure: String?
         var closing = false
         var writerIdle = true
+        /// Each client's presence registrations, in order (`meta/presence/STORE`).
+        var presence: [String: [Value]] = [:]
+        /// Each client's open presence streams.
+        var presenceStreams: [String: Int] = [:]
+        /// Clients whose registrations are being run.
+        var presenceRunning: Set<String> = []
     }
     let state: FerryMutex<State>
 
     /// Opens (creating) the namespace's store under `directory`; `historyLimits` bound the
     /// commits kept for streams that resume.
-    init(name: String, directory: String, logger: Logger, historyLimits: (changes: Int, bytes: Int) = (100_000, 64 << 20)) async throws {
+    init(name: String, directory: String, logger: Logger, historyLimits: (changes: Int, bytes: Int) = (100_000, 64 << 20),
+         presenceTimeout: Duration = .seconds(60)) async throws {
         self.name = name
         self.logger = logger
+        self.presenceTimeout = presenceTimeout
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var options = DatabaseOptions(durability: .none)  // the writer syncs each group itself
         // The server's store holds the truth, not a cache of it: nothing may be evicted.
@@ -287,10 +327,26 @@ final class Namespace: Sendable {
         var commit: Int64 = 0
         if case .int(let n) = ValueTree.child(tree, ["meta", "commit"]) { commit = n }
         epoch = ValueTree.child(tree, ["meta", "created"]).json
-        state = FerryMutex(State(committed: data, commit: commit, workingCommit: commit, working: data, clients: clients, rules: rules,
-                                 history: CommitHistory(after: commit, maxChanges: historyLimits.changes, maxBytes: historyLimits.bytes)))
+        var presence: [String: [Value]] = [:]
+        if case .object(let p) = ValueTree.child(tree, ["meta", "presence"]) {
+            for (client, list) in p {
+                if case .string(let text) = list, case .array(let ops)? = try? Value(json: text) { presence[client] = ops }
+            }
+        }
+        var initial = State(committed: data, commit: commit, workingCommit: commit, working: data, clients: clients, rules: rules,
+                            history: CommitHistory(after: commit, maxChanges: historyLimits.changes, maxBytes: historyLimits.bytes))
+        initial.presence = presence
+        state = FerryMutex(initial)
         (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         Task { [self] in await runWriter() }
+        // Registrations of clients connected before a restart: they run unless the client
+        // connects again within the timeout.
+        if !presence.isEmpty {
+            Task { [self] in
+                try? await Task.sleep(for: presenceTimeout)
+                for client in presence.keys { runPresence(client) }
+            }
+        }
     }
 
     // MARK: Writes
@@ -442,6 +498,21 @@ final class Namespace: Sendable {
             switch job.op {
             case .rejected(let o):
                 outcome = o
+            case .presence(let client, let change):
+                var list = s.presence[client] ?? []
+                switch change {
+                case .add(let op):
+                    guard let keys = Namespace.presenceKeys(op), Namespace.mayWrite(job.caller, keys, s.rules) else {
+                        outcome = .rejected(401, "Permission denied")
+                        break decide
+                    }
+                    list.append(op)
+                case .cancel(let keys):
+                    list.removeAll { Namespace.presenceKeys($0)?.starts(with: keys) ?? true }
+                }
+                s.presence[client] = list.isEmpty ? nil : list
+                merge["meta/presence/\(client)"] = Namespace.storedPresence(list)
+                outcome = WriteOutcome(status: 200, body: ["status": "ok"])
             case .rules(let rules, let text):
                 guard case .owner = job.caller else { outcome = .rejected(401, "Permission denied"); break decide }
                 s.rules = rules
@@ -510,6 +581,15 @@ final class Namespace: Sendable {
             }
         }
 
+
+        if let ran = job.presenceRan {
+            // The registrations that ran are done, in the same record as what they wrote (and
+            // whatever they wrote: a refused one is not run again).
+            var list = s.presence[ran.client] ?? []
+            list.removeFirst(min(ran.count, list.count))
+            s.presence[ran.client] = list.isEmpty ? nil : list
+            merge["meta/presence/\(ran.client)"] = Namespace.storedPresence(list)
+        }
 
         if let identity = job.identity {
             var meta: [String: Value] = [:]
@@ -594,6 +674,109 @@ final class Namespace: Sendable {
             }
             if changed { sink.send(.put("/", view, id: String(commit))) }
         }
+    }
+
+    // MARK: Presence
+
+    /// A client's registrations as stored: their JSON text (data with server values in it is
+    /// not data the store holds as such), or null for none.
+    static func storedPresence(_ list: [Value]) -> Value {
+        list.isEmpty ? .null : .string(Value.array(list).json)
+    }
+
+    /// The keys of a registration's location.
+    static func presenceKeys(_ op: Value) -> [String]? {
+        guard case .object(let o) = op, case .string(let path)? = o["path"], let p = try? Path(validating: path) else { return nil }
+        return p.keys
+    }
+
+    /// A client's presence stream opened: it is connected (its registrations wait).
+    func presenceConnected(_ client: String) {
+        state.withLock { $0.presenceStreams[client, default: 0] += 1 }
+    }
+
+    /// A registration came: if its client has no presence stream (it was lost meanwhile), the
+    /// registrations run unless one opens within the timeout.
+    func presenceRegistered(_ client: String) {
+        guard state.withLock({ $0.presenceStreams[client] == nil }) else { return }
+        Task { [self] in
+            try? await Task.sleep(for: presenceTimeout)
+            runPresence(client)
+        }
+    }
+
+    /// A client's presence stream ended: when it was its last, its registrations run.
+    func presenceDisconnected(_ client: String) {
+        state.withLock { s in
+            s.presenceStreams[client, default: 1] -= 1
+            if s.presenceStreams[client] == 0 { s.presenceStreams[client] = nil }
+        }
+        runPresence(client)
+    }
+
+    /// Runs a disconnected client's registrations, in order, as writes (consecutive ones of
+    /// one caller as one atomic multi-path update at the root); the last write also records
+    /// that they ran. Nothing when the client is connected or they are already running.
+    func runPresence(_ client: String) {
+        let jobs: [WriteJob] = state.withLock { s in
+            guard s.presenceStreams[client] == nil, let ops = s.presence[client], !ops.isEmpty,
+                  !s.presenceRunning.contains(client), s.failure == nil, !s.closing else { return [] }
+            s.presenceRunning.insert(client)
+            return Namespace.presenceJobs(ops, client)
+        }
+        guard !jobs.isEmpty else { return }
+        logger.info("namespace \(name): client \(client) disconnected; running its \(jobs.count) onDisconnect write(s)")
+        var submitted = jobs
+        submitted[submitted.count - 1].complete = { [self] outcome in
+            if outcome.status != 200 { logger.warning("namespace \(name): onDisconnect of \(client): \(outcome.status) \(outcome.error ?? "")") }
+            state.withLock { _ = $0.presenceRunning.remove(client) }
+        }
+        submit(submitted)
+    }
+
+    /// The writes that run `ops`: consecutive operations of one caller folded into one
+    /// update at the root whose children do not overlap (a later one written into an earlier
+    /// one above it, or replacing those below it), as applying them one after another would.
+    static func presenceJobs(_ ops: [Value], _ client: String) -> [WriteJob] {
+        var groups: [(caller: Caller, ops: [Value])] = []
+        for op in ops {
+            guard case .object(let o) = op, case .string(let c)? = o["caller"], let caller = Caller(name: c) else { continue }
+            if let last = groups.last, last.caller.name == caller.name { groups[groups.count - 1].ops.append(op) } else { groups.append((caller, [op])) }
+        }
+        var jobs: [WriteJob] = []
+        for group in groups {
+            var entries: [(keys: [String], value: Value)] = []
+            func put(_ keys: [String], _ value: Value) {
+                if let i = entries.firstIndex(where: { keys.starts(with: $0.keys) }) {
+                    ValueTree.set(&entries[i].value, keys.dropFirst(entries[i].keys.count), to: value)
+                    return
+                }
+                entries.removeAll { $0.keys.starts(with: keys) }
+                entries.append((keys, value))
+            }
+            for op in group.ops {
+                guard case .object(let o) = op, let keys = presenceKeys(op) else { continue }
+                let data = o["data"] ?? .null
+                if o["op"] == "update", case .object(let children) = data {
+                    for k in children.keys.sorted() {
+                        guard let rel = try? Path(validating: k) else { continue }
+                        put(keys + rel.keys, children[k]!)
+                    }
+                } else {
+                    put(keys, data)
+                }
+            }
+            let op: WriteJob.Op = entries.isEmpty ? .rejected(WriteOutcome(status: 200)) : .update(entries.filter { !$0.keys.isEmpty })
+            if entries.contains(where: { $0.keys.isEmpty }) {
+                // A registration at the root: a set of the whole tree.
+                jobs.append(WriteJob(op: .set(entries.first { $0.keys.isEmpty }!.value), keys: [], caller: group.caller, complete: { _ in }))
+                continue
+            }
+            jobs.append(WriteJob(op: op, keys: [], caller: group.caller, complete: { _ in }))
+        }
+        if jobs.isEmpty { jobs.append(WriteJob(op: .rejected(WriteOutcome(status: 200)), keys: [], caller: .owner, complete: { _ in })) }
+        jobs[jobs.count - 1].presenceRan = (client, ops.count)
+        return jobs
     }
 
     // MARK: Reads and streams

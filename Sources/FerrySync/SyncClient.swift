@@ -67,6 +67,8 @@ public actor SyncClient {
         var maxBytes: Int
         /// The server numbers its commits (answers and stream events say them).
         var commits = false
+        /// The server runs `onDisconnect` writes (``OnDisconnect``).
+        var presence = false
         static let plain = Capabilities(batch: false, maxWrites: 1, maxBytes: .max)
     }
     var capabilities: Capabilities?
@@ -117,6 +119,9 @@ public actor SyncClient {
     var batchWriteLimit = Int.max
     var writerWake: AsyncStream<Void>.Continuation?
     var listens: [ListenRequest: Task<Void, Never>] = [:]
+    /// The presence stream (see ``OnDisconnect``), once a registration asked for it.
+    var presenceTask: Task<Void, Never>?
+    var presenceOpen = false
     var signalTask: Task<Void, Never>?
 
     /// Connects `database` to the server at `url` (`http://127.0.0.1:9000?ns=NAME`, or
@@ -175,8 +180,10 @@ public actor SyncClient {
     private func stopTasks() -> [Task<Void, Never>] {
         guard online else { return [] }
         online = false
-        let stopped = [writer].compactMap { $0 } + Array(listens.values)
+        let stopped = [writer, presenceTask].compactMap { $0 } + Array(listens.values)
         for task in stopped { task.cancel() }
+        presenceTask = nil
+        presenceOpen = false
         stoppingWriter = writer
         writer = nil
         writerWake?.finish()
@@ -337,7 +344,7 @@ public actor SyncClient {
                 func int(_ k: String, _ d: Int) -> Int { if case .int(let n)? = o[k] { Int(n) } else { d } }
                 c = Capabilities(batch: o["batch"] == true && options.usesBatches,
                                  maxWrites: int("maxBatchWrites", 1), maxBytes: int("maxBatchBytes", 1 << 20),
-                                 commits: o["commits"] == true)
+                                 commits: o["commits"] == true, presence: o["presence"] == true)
             } else {
                 logger.info("\(address) offers no extensions: one request per write, without de-duplication")
                 c = .plain

@@ -52,6 +52,9 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "About the most bytes of data those commits may hold.")
     var historyBytes: Int = 64 * 1024 * 1024
 
+    @Option(help: "Seconds a disconnected client's onDisconnect writes wait: after a restart, for it to connect again; on a silent connection, for its acknowledgements.")
+    var presenceTimeout: Int = 60
+
     func run() throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
         signal(SIGPIPE, SIG_IGN)
@@ -67,6 +70,7 @@ struct FerryServerCommand: ParsableCommand {
         config.maxStreamBufferBytes = max(1, maxStreamBuffer)
         config.historyCommits = max(0, historyCommits)
         config.historyBytes = max(0, historyBytes)
+        config.presenceTimeoutSeconds = max(1, presenceTimeout)
         let server = FerryServer(configuration: config)
         // The signal handlers are in place before "listening on" is printed: a SIGTERM sent as
         // soon as the line is seen is never lost (one sent between SIG_IGN and a handler was).

@@ -8,6 +8,9 @@
 //       `hold`, it then waits to be killed; otherwise it closes the store and exits.
 //   ferry-sync-child sync DIR URL
 //       Goes online until no write is pending, prints "synced CURSOR", closes, exits.
+//   ferry-sync-child presence DIR URL PATH
+//       Online; each time it connects, registers an onDisconnect removal of PATH, sets PATH
+//       to "online", and prints "present N" once the server has both; waits to be killed.
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,7 +25,7 @@ func say(_ line: String) {
 
 let args = CommandLine.arguments
 guard args.count >= 4 else {
-    say("usage: ferry-sync-child write DIR N [hold] | sync DIR URL")
+    say("usage: ferry-sync-child write DIR N [hold] | sync DIR URL | presence DIR URL PATH")
     exit(2)
 }
 var options = DatabaseOptions()
@@ -53,6 +56,34 @@ do {
         try await db.waitForPendingWrites()
         say("synced \(db.acknowledgedThrough)")
         await sync.close()
+    case "presence":
+        var syncOptions = SyncOptions()
+        syncOptions.retryDelay = .milliseconds(20)
+        syncOptions.maxRetryDelay = .milliseconds(200)
+        syncOptions.logger = options.logger
+        let sync = try SyncClient(database: db, url: args[3], options: syncOptions)
+        let ref = try db.reference(args[4])
+        await sync.goOnline()
+        var n = 0
+        func register() async throws {
+            while true {
+                do {
+                    try await sync.onDisconnect(ref).removeValue()
+                    _ = try await ref.setValue("online").serverAcknowledgement()
+                    break
+                } catch {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+            n += 1
+            say("present \(n)")
+        }
+        try await register()
+        var wasConnected = true
+        for await connected in await sync.connectionStates() {
+            if connected && !wasConnected { try await register() }
+            wasConnected = connected
+        }
     default:
         say("unknown command \(args[1])")
         exit(2)

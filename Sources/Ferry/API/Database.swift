@@ -105,6 +105,8 @@ public final class Database: Sendable {
     }()
     /// A memory-only database's sync state (``readSyncState()``).
     let memorySyncState = FerryMutex<Value?>(nil)
+    /// Held while the sync state's side file is written.
+    let syncStateWriter = FerryMutex(())
     /// The one owner of checkpoints, compaction and eviction (see ``Maintenance``).
     let maintenance = Maintenance()
     /// The store directory (nil for a memory-only database).

@@ -119,7 +119,10 @@
             return
         }
         try await sync()
-        do { try log.writeSideFile(named: Self.syncStateFile, contents: Array(state.json.utf8)) } catch { throw storageError(error) }
+        // One at a time: two writers of one side file would race on its temporary file.
+        do { try syncStateWriter.withLock { _ in try log.writeSideFile(named: Self.syncStateFile, contents: Array(state.json.utf8)) } } catch {
+            throw storageError(error)
+        }
     }
 
     static let syncStateFile = "sync-state.json"
@@ -150,6 +153,10 @@
     public func tag(for query: DatabaseQuery) -> Int? {
         withEngine { $0.syncTree.tag(for: query.spec) }
     }
+
+    /// Milliseconds to add to the local clock to get the server's (Firebase's
+    /// `.info/serverTimeOffset`), as the sync layer last measured it; 0 before.
+    public var serverTimeOffset: Int64 { withEngine { $0.serverTimeOffset } }
 
     /// Milliseconds to add to the local clock to get the server's.
     public func setServerTimeOffset(_ offset: Int64) {
