@@ -152,7 +152,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryServerTests",
-            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryTestSupport", "ferry-server", "ferry-sync-child", "ferry-sync-demo"]
+            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryServer", "FerryTestSupport", "ferry-server", "ferry-sync-child", "ferry-sync-demo"]
         ),
         .testTarget(
             name: "FerryLogTests",

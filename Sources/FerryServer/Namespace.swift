@@ -115,6 +115,109 @@ struct Change: Sendable {
     }
 }
 
+/// The store writes of a group of writes as one merge, with each location's value at the end
+/// of the group: what storing the writes one after another leaves.
+///
+/// Data locations are kept as paths (none inside another: a location below one already kept is
+/// covered by it); their values are read from the writer's tree when the merge is stored. A
+/// path below a location that held a leaf in the store is lifted to that location, since the
+/// writes below it replaced the leaf — a value stored below a leaf that the merge does not
+/// replace would be dropped (a removal below a leaf changes nothing).
+struct FoldedMerge {
+    /// Data paths (keys below `data`, joined by `/`) to their keys.
+    private(set) var paths: [String: [String]] = [:]
+    /// For each proper prefix of a kept path, how many kept paths lie below it.
+    private var below: [String: Int] = [:]
+    /// The other locations (`meta/…`), last value kept.
+    private(set) var meta: [String: Value] = [:]
+    /// About how many bytes the writes held.
+    private(set) var bytes = 0
+    /// Past this, the merge is stored and a new one begun (records stay well under the log's
+    /// 64 MiB).
+    static let maxBytes = 16 << 20
+
+    var isEmpty: Bool { paths.isEmpty && meta.isEmpty }
+
+    /// Adds one write's store merge (see `Namespace.process`).
+    mutating func add(_ merge: [String: Value]) {
+        for (k, v) in merge {
+            bytes += ValueTree.approximateBytes(v)
+            if k == "data" {
+                add(keys: [])
+            } else if k.hasPrefix("data/") {
+                add(keys: k.dropFirst(5).split(separator: "/", omittingEmptySubsequences: false).map(String.init))
+            } else {
+                meta[k] = v
+            }
+        }
+    }
+
+    private mutating func add(keys: [String]) {
+        let path = keys.joined(separator: "/")
+        var prefix = ""
+        if paths[""] != nil { return }
+        for (n, k) in keys.dropLast().enumerated() {
+            prefix += (n == 0 ? "" : "/") + k
+            if paths[prefix] != nil { return }  // covered by a location above
+        }
+        if paths[path] != nil { return }
+        if keys.isEmpty {
+            paths = [:]
+            below = [:]
+        } else if below[path] != nil {
+            for k in paths.keys where k.hasPrefix(path + "/") { remove(k) }
+        }
+        paths[path] = keys
+        var p = ""
+        if !keys.isEmpty { below["", default: 0] += 1 }
+        for (n, k) in keys.dropLast().enumerated() {
+            p += (n == 0 ? "" : "/") + k
+            below[p, default: 0] += 1
+        }
+    }
+
+    private mutating func remove(_ path: String) {
+        guard let keys = paths.removeValue(forKey: path) else { return }
+        var p = ""
+        var prefixes = keys.isEmpty ? [] : [""]
+        for (n, k) in keys.dropLast().enumerated() {
+            p += (n == 0 ? "" : "/") + k
+            prefixes.append(p)
+        }
+        for q in prefixes {
+            below[q, default: 1] -= 1
+            if below[q] == 0 { below[q] = nil }
+        }
+    }
+
+    /// The merge to store: each data path's value in `tree` (the writer's, after the writes),
+    /// lifted to a location that held a leaf in `stored` (the store's data before them).
+    func entries(tree: Value, stored: Value) -> [String: Value] {
+        var out = meta
+        var lifted = Set<[String]>()
+        for (_, keys) in paths {
+            var at = keys
+            var node = stored
+            for (n, k) in keys.enumerated() {
+                if case .object(let o) = node, o[".value"] == nil {
+                    node = o[k] ?? .null
+                } else if case .null = node {
+                    break
+                } else {
+                    at = Array(keys[..<n])  // a leaf here: written below, it was replaced
+                    break
+                }
+            }
+            lifted.insert(at)
+        }
+        // (A lifted location may cover others.)
+        for keys in lifted where !lifted.contains(where: { $0.count < keys.count && keys.starts(with: $0) }) {
+            out[(["data"] + keys).joined(separator: "/")] = ValueTree.child(tree, keys[...])
+        }
+        return out
+    }
+}
+
 /// The latest commits of a namespace, for streams that resume after one of them
 /// (`Last-Event-ID`): bounded by count and about by bytes; the oldest go first.
 struct CommitHistory {
@@ -389,15 +492,29 @@ final class Namespace: Sendable {
         var changes: [Change] = []
         var rulesChanged = false
         var failed: (any Error)?
+        // The group's writes go to the store as one record (a few when big): one record per
+        // write cost more than the writes' own work.
+        var folded = FoldedMerge()
+        var stored = state.withLock { $0.committed }  // (the store's data, as the merge will find it)
+        func store() async {
+            guard failed == nil, !folded.isEmpty else { return }
+            let (entries, now) = state.withLock { s in (folded.entries(tree: s.working, stored: stored), s.working) }
+            do { try await db.applyServerMerge(at: "", entries) } catch { failed = error }
+            folded = FoldedMerge()
+            stored = now
+        }
         for job in jobs {
             let (outcome, merge, change) = state.withLock { s in process(job, &s) }
             if case .rules = job.op, outcome.status == 200 { rulesChanged = true }
             if let merge, failed == nil {
-                do { try await db.applyServerMerge(at: "", merge) } catch { failed = error }
+                folded.add(merge)
+                if folded.bytes > FoldedMerge.maxBytes { await store() }
             }
             if let change { changes.append(change) }
             done.append((job, outcome))
         }
+        await store()
+        stored = .null  // (a second reference would make the commit below copy the tree's objects)
         if failed == nil {
             do { try await db.sync() } catch { failed = error }
         }

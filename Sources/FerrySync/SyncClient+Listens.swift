@@ -20,9 +20,16 @@ extension SyncClient {
             noteProgress()
         }
         for request in refusedListens.keys where !wanted.contains(request) { refusedListens[request] = nil }
-        for request in resumePoints.keys where !wanted.contains(request) {
-            resumePoints[request] = nil
-            storedPositions[request.path] = nil
+        // Positions outlive their listens (a listener removed and added again, as when an app
+        // closes its views before it quits, resumes while the data is still whole), up to a
+        // bound: those of listens no longer wanted go first.
+        if resumePoints.count + storedPositions.count > Self.maxPositions {
+            for request in resumePoints.keys where !wanted.contains(request) {
+                resumePoints[request] = nil
+                storedPositions[request.path] = nil
+            }
+            let listened = Set(wanted.map(\.path))
+            for path in storedPositions.keys where !listened.contains(path) { storedPositions[path] = nil }
         }
         for request in wanted where listens[request] == nil && refusedListens[request] == nil {
             listens[request] = Task { await self.runListen(request) }
@@ -83,6 +90,9 @@ extension SyncClient {
         liveListens[listen] = generation
         return nil
     }
+
+    /// The most stream positions kept (see ``reconcileListens()``).
+    static let maxPositions = 1_000
 
     /// Where the next stream of `listen` may resume (nil: from a whole first put): the commit
     /// its last stream applied through, with a server that numbers its commits, for a listen

@@ -98,9 +98,9 @@ public actor SyncClient {
     /// With a server that numbers its commits: the commit each listen's stream has applied
     /// through (its task's generation, the number).
     var streamCommits: [ListenRequest: (generation: Int, commit: Int64)] = [:]
-    /// The commit each listen without a query has applied through, kept while the database
-    /// wants the listen: its next stream resumes from there (`Last-Event-ID`) instead of
-    /// loading the whole location again.
+    /// The commit each listen without a query has applied through: its next stream resumes
+    /// from there (`Last-Event-ID`) instead of loading the whole location again, while the
+    /// data cached there is whole.
     var resumePoints: [ListenRequest: StreamPosition] = [:]
     /// Positions kept in the database's sync state from earlier sessions with this server
     /// (by location), for listens not yet resumed.

@@ -1,4 +1,5 @@
 @testable @_spi(Server) import Ferry
+@testable import FerryServer
 import FerryTestSupport
 import FerryWire
 import Testing
@@ -170,6 +171,36 @@ import Testing
         var lastChild: Value = ["k": ["a": 1, ".priority": 1], "z": true]
         ValueTree.set(&lastChild, ["k", "a"], to: .null)
         #expect(lastChild == ["z": true])
+    }
+
+    /// A group's store writes folded into one merge leave the store as storing them one
+    /// after another does, whatever their locations (above, below, beside one another, below
+    /// leaves they replace).
+    @Test func aFoldedMergeStoresWhatTheWritesOneByOneWould() throws {
+        var rng = SplitMix(seed: 0xF01D)
+        let keys = ["a", "b", "c"]
+        func pick() -> String { keys[Int(rng.next() % 3)] }
+        let start: Value = ["data": ["a": ["b": 1], "c": "x"], "meta": ["n": 0]]
+        for round in 0..<3_000 {
+            var oneByOne = start
+            var folded = FoldedMerge()
+            for step in 0..<Int(1 + rng.next() % 8) {
+                let keys = (0..<Int(1 + rng.next() % 3)).map { _ in pick() }
+                let value: Value = [.null, .int(Int64(rng.next() % 9)), ["c": .string(pick())], "x"][Int(rng.next() % 4)]
+                ValueTree.set(&oneByOne, (["data"] + keys)[...], to: value)
+                ValueTree.set(&oneByOne, ["meta", "n"], to: .int(Int64(step)))
+                // (What the writer stores for a write: its location's value after it, and meta.)
+                folded.add([(["data"] + keys).joined(separator: "/"): ValueTree.child(oneByOne, (["data"] + keys)[...]), "meta/n": .int(Int64(step))])
+            }
+            let entries = folded.entries(tree: ValueTree.child(oneByOne, ["data"]), stored: ValueTree.child(start, ["data"]))
+            let paths = Array(entries.keys)
+            for (i, p) in paths.enumerated() {
+                for q in paths[(i + 1)...] { #expect(!p.hasPrefix(q + "/") && !q.hasPrefix(p + "/"), "round \(round): \(p) and \(q) overlap") }
+            }
+            var merged = start
+            for (p, v) in entries { ValueTree.set(&merged, p.split(separator: "/").map(String.init)[...], to: v) }
+            #expect(merged == oneByOne, "round \(round): \(entries)")
+        }
     }
 
     @Test func aBatchWithWritesOutOfOrderIsRefusedWhole() throws {
