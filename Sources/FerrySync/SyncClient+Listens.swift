@@ -134,9 +134,12 @@ extension SyncClient {
 
     /// A listen's stream applied everything through `id` (a commit number).
     private func noteCommit(_ id: String?, _ request: ListenRequest, _ generation: Int, epoch: String? = nil) {
-        guard let id, let commit = Int64(id), !Task.isCancelled, listens[request] != nil else { return }
-        streamCommits[request] = (generation, commit)
+        guard let id, let commit = Int64(id) else { return }
+        // The data is in the cache: a later stream may resume from here even when this listen
+        // ended meanwhile (its listener removed as the data came, say).
         if request.parameters.isEmpty { resumePoints[request] = StreamPosition(commit: commit, epoch: epoch) }
+        guard !Task.isCancelled, listens[request] != nil else { return }
+        streamCommits[request] = (generation, commit)
         noteProgress()
     }
 
