@@ -132,7 +132,26 @@ public final class FerryServer: Sendable {
             throw ServerError(code: .cannotListen, message: "cannot listen", address: address, errno: (error as? IOError)?.errnoCode)
         }
         listener.withLock { $0 = channel }
+        openNamespacesWithPresence()
         return channel.localAddress?.port ?? configuration.port
+    }
+
+    /// 1–63 ASCII letters, digits, `-` or `_`.
+    static func isNamespaceName(_ name: String) -> Bool {
+        (1...63).contains(name.utf8.count) && name.utf8.allSatisfy { $0 == 0x2D || $0 == 0x5F || (0x30...0x39).contains($0) || (0x61...0x7A).contains($0) || (0x41...0x5A).contains($0) }
+    }
+
+    /// Opens the namespaces that keep `onDisconnect` registrations (marked by `ns/NAME.presence`),
+    /// so that those of clients that do not come back run after the presence timeout even if
+    /// nobody asks for the namespace.
+    private func openNamespacesWithPresence() {
+        let dir = configuration.dataDirectory + "/ns"
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).filter { $0.hasSuffix(".presence") }.map { String($0.dropLast(9)) }
+        for name in names where Self.isNamespaceName(name) {
+            Task { [self] in
+                do { _ = try await namespace(name) } catch { logger.error("cannot open namespace \(name) for its onDisconnect writes: \(error)") }
+            }
+        }
     }
 
     /// A new connection: served, or answered `503` and closed when the limit is reached.
@@ -214,7 +233,7 @@ public final class FerryServer: Sendable {
             nsName = String(host.split(separator: ".")[0])
         }
         guard let nsName else { return .error(400, "no namespace: add ?ns=NAME") }
-        guard (1...63).contains(nsName.utf8.count), nsName.utf8.allSatisfy({ $0 == 0x2D || $0 == 0x5F || (0x30...0x39).contains($0) || (0x61...0x7A).contains($0) || (0x41...0x5A).contains($0) }) else {
+        guard Self.isNamespaceName(nsName) else {
             return .error(400, "invalid namespace: \(nsName.prefix(80))")
         }
         // Who is asking.
@@ -277,7 +296,8 @@ public final class FerryServer: Sendable {
             let directory = configuration.dataDirectory + "/ns/" + name
             let limits = (changes: configuration.historyCommits, bytes: configuration.historyBytes)
             let presence = Duration.seconds(configuration.presenceTimeoutSeconds)
-            let t = Task { [log] in try await Namespace(name: name, directory: directory, logger: log, historyLimits: limits, presenceTimeout: presence) }
+            let t = Task { [log] in try await Namespace(name: name, directory: directory, logger: log, historyLimits: limits, presenceTimeout: presence,
+                                                                 maxResumeBytes: max(1, configuration.maxStreamBufferBytes / 2)) }
             all[name] = t
             return t
         }
@@ -475,8 +495,13 @@ public final class FerryServer: Sendable {
             ]).json)
         case ("POST", [".ferry", "batch"]):
             return await batch(r, caller, ns)
-        case ("GET", [".ferry", "presence"]):
+        case ("GET", [".ferry", "presence"]) where r.headers["accept"]?.contains("text/event-stream") == true:
             return presenceStream(r, ns, output)
+        case ("GET", [".ferry", "presence"]):
+            // The registrations kept, by client (the owner only).
+            guard case .owner = caller else { return .error(401, "Permission denied") }
+            let all = ns.read { $0.presence }
+            return .json(200, Value.object(all.mapValues { .array($0) }).json)
         case ("POST", [".ferry", "presence"]):
             return await presenceRegistration(r, caller, ns)
         case ("PUT", [".ferry", "tokens"]):
@@ -533,6 +558,7 @@ public final class FerryServer: Sendable {
             }
             change = .add(.object(["op": .string(op), "path": .string("/" + keys.joined(separator: "/")), "data": data, "caller": .string(caller.name)]))
         }
+        if case .add = change { ns.markPresence(true) }
         let outcome = await run([WriteJob(op: .presence(client: client, change), keys: keys, caller: caller, complete: { _ in })], ns)[0]
         if outcome.status == 200 { ns.presenceRegistered(client) }
         return outcome.status == 200 ? .json(200, #"{"status":"ok"}"#) : .error(outcome.status, outcome.error ?? "failed")

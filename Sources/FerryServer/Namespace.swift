@@ -70,6 +70,9 @@ struct WriteJob: Sendable {
         case rejected(WriteOutcome)
         /// A client's presence registrations change.
         case presence(client: String, PresenceChange)
+        /// A disconnected client's registrations up to `through` (their `seq`) run, in order,
+        /// as one write, and are done.
+        case presenceRun(client: String, through: Int64)
     }
     var op: Op
     var keys: [String]
@@ -78,8 +81,6 @@ struct WriteJob: Sendable {
     var caller: Caller
     var identity: WriteIdentity?
     var acked: Int64 = 0
-    /// With the write, the first N presence registrations of a client are done (they ran).
-    var presenceRan: (client: String, count: Int)?
     var complete: @Sendable (WriteOutcome) -> Void
 }
 
@@ -256,15 +257,16 @@ struct CommitHistory {
         }
     }
 
-    /// The changes after commit `after`, oldest first; nil when some of them are no longer held.
-    func changes(after: Int64) -> ArraySlice<Change>? {
+    /// The changes after commit `after`, oldest first, with about how many bytes their values
+    /// hold; nil when some of them are no longer held.
+    func changes(after: Int64) -> (changes: ArraySlice<Change>, bytes: Int)? {
         guard after >= floor else { return nil }
         var lo = start, hi = changes.count
         while lo < hi {
             let mid = (lo + hi) / 2
             if changes[mid].commit <= after { lo = mid + 1 } else { hi = mid }
         }
-        return changes[lo...]
+        return (changes[lo...], bytes[lo...].reduce(0, +))
     }
 }
 
@@ -364,6 +366,10 @@ final class Namespace: Sendable {
     let epoch: String
     /// How long a disconnected client's registrations wait for it (see ``runPresence(_:)``).
     let presenceTimeout: Duration
+    /// The file that marks the namespace as keeping registrations (``markPresence(_:)``).
+    let presenceMarker: String
+    /// The most bytes of missed changes a stream resumes with (the whole value past it).
+    let maxResumeBytes: Int
     let logger: Logger
     private let wake: AsyncStream<Void>.Continuation
     private let wakes: AsyncStream<Void>
@@ -393,16 +399,20 @@ final class Namespace: Sendable {
         var presenceStreams: [String: Int] = [:]
         /// Clients whose registrations are being run.
         var presenceRunning: Set<String> = []
+        /// The last registration's number.
+        var presenceSeq: Int64 = 0
     }
     let state: FerryMutex<State>
 
     /// Opens (creating) the namespace's store under `directory`; `historyLimits` bound the
     /// commits kept for streams that resume.
     init(name: String, directory: String, logger: Logger, historyLimits: (changes: Int, bytes: Int) = (100_000, 64 << 20),
-         presenceTimeout: Duration = .seconds(60)) async throws {
+         presenceTimeout: Duration = .seconds(60), maxResumeBytes: Int = 8 << 20) async throws {
         self.name = name
         self.logger = logger
         self.presenceTimeout = presenceTimeout
+        self.presenceMarker = directory + ".presence"
+        self.maxResumeBytes = maxResumeBytes
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var options = DatabaseOptions(durability: .none)  // the writer syncs each group itself
         // The server's store holds the truth, not a cache of it: nothing may be evicted.
@@ -439,6 +449,7 @@ final class Namespace: Sendable {
         var initial = State(committed: data, commit: commit, workingCommit: commit, working: data, clients: clients, rules: rules,
                             history: CommitHistory(after: commit, maxChanges: historyLimits.changes, maxBytes: historyLimits.bytes))
         initial.presence = presence
+        initial.presenceSeq = presence.values.joined().map(Namespace.presenceSeq).max() ?? 0
         state = FerryMutex(initial)
         (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         Task { [self] in await runWriter() }
@@ -618,11 +629,13 @@ final class Namespace: Sendable {
             case .presence(let client, let change):
                 var list = s.presence[client] ?? []
                 switch change {
-                case .add(let op):
+                case .add(var op):
                     guard let keys = Namespace.presenceKeys(op), Namespace.mayWrite(job.caller, keys, s.rules) else {
                         outcome = .rejected(401, "Permission denied")
                         break decide
                     }
+                    s.presenceSeq += 1
+                    if case .object(var o) = op { o["seq"] = .int(s.presenceSeq); op = .object(o) }
                     list.append(op)
                 case .cancel(let keys):
                     list.removeAll { Namespace.presenceKeys($0)?.starts(with: keys) ?? true }
@@ -630,6 +643,14 @@ final class Namespace: Sendable {
                 s.presence[client] = list.isEmpty ? nil : list
                 merge["meta/presence/\(client)"] = Namespace.storedPresence(list)
                 outcome = WriteOutcome(status: 200, body: ["status": "ok"])
+            case .presenceRun(let client, let through):
+                let list = s.presence[client] ?? []
+                let run = list.filter { Namespace.presenceSeq($0) <= through }
+                let rest = list.filter { Namespace.presenceSeq($0) > through }
+                s.presence[client] = rest.isEmpty ? nil : rest
+                merge["meta/presence/\(client)"] = Namespace.storedPresence(rest)
+                outcome = WriteOutcome(status: 200)
+                change = Namespace.applyPresence(run, client: client, &s, &merge, logger: logger)
             case .rules(let rules, let text):
                 guard case .owner = job.caller else { outcome = .rejected(401, "Permission denied"); break decide }
                 s.rules = rules
@@ -699,15 +720,6 @@ final class Namespace: Sendable {
         }
 
 
-        if let ran = job.presenceRan {
-            // The registrations that ran are done, in the same record as what they wrote (and
-            // whatever they wrote: a refused one is not run again).
-            var list = s.presence[ran.client] ?? []
-            list.removeFirst(min(ran.count, list.count))
-            s.presence[ran.client] = list.isEmpty ? nil : list
-            merge["meta/presence/\(ran.client)"] = Namespace.storedPresence(list)
-        }
-
         if let identity = job.identity {
             var meta: [String: Value] = [:]
             if case .object(let m)? = s.clients[identity.store] { meta = m }
@@ -765,16 +777,25 @@ final class Namespace: Sendable {
             }
             return
         }
-        // The stream is at or below a written location: its value there before and after.
+        // The stream is at or below a written location: its value there before and after —
+        // one event per commit (a client counts the commit applied once it has one event of
+        // it), so the parts below the stream go as one patch.
+        var below: [String: Value] = [:]
         for p in change.parts {
             let abs = w + p.keys
             if l.starts(with: abs) {
-                let below = l.dropFirst(abs.count)
-                let after = ValueTree.child(p.new, below)
-                if p.old.map({ ValueTree.child($0, below) }) != after { sink.send(.put("/", ValueTree.exported(after), id: id)) }
+                let rel = l.dropFirst(abs.count)
+                let after = ValueTree.child(p.new, rel)
+                if p.old.map({ ValueTree.child($0, rel) }) != after { sink.send(.put("/", ValueTree.exported(after), id: id)) }
+                return  // (parts do not overlap: no other one is below the stream)
             } else if abs.starts(with: l) {
-                sink.send(.put("/" + abs.dropFirst(l.count).joined(separator: "/"), ValueTree.exported(p.new), id: id))
+                below[abs.dropFirst(l.count).joined(separator: "/")] = ValueTree.exported(p.new)
             }
+        }
+        if below.count == 1, let (rel, value) = below.first {
+            sink.send(.put("/" + rel, value, id: id))
+        } else if !below.isEmpty {
+            sink.send(.patch("/", below, id: id))
         }
     }
 
@@ -812,6 +833,16 @@ final class Namespace: Sendable {
         state.withLock { $0.presenceStreams[client, default: 0] += 1 }
     }
 
+    /// Marks (or unmarks) the namespace as keeping registrations (`ns/NAME.presence`), so that a
+    /// restarted server opens it at once (see `FerryServer.start()`).
+    func markPresence(_ on: Bool) {
+        if on {
+            if !FileManager.default.fileExists(atPath: presenceMarker) { _ = FileManager.default.createFile(atPath: presenceMarker, contents: nil) }
+        } else {
+            try? FileManager.default.removeItem(atPath: presenceMarker)
+        }
+    }
+
     /// A registration came: if its client has no presence stream (it was lost meanwhile), the
     /// registrations run unless one opens within the timeout.
     func presenceRegistered(_ client: String) {
@@ -831,69 +862,81 @@ final class Namespace: Sendable {
         runPresence(client)
     }
 
-    /// Runs a disconnected client's registrations, in order, as writes (consecutive ones of
-    /// one caller as one atomic multi-path update at the root); the last write also records
-    /// that they ran. Nothing when the client is connected or they are already running.
+    /// Runs a disconnected client's registrations (those made so far), in the writer's order:
+    /// a cancel or a registration queued before the run counts, one queued after it does not.
+    /// Nothing when the client is connected or a run is already queued; once it is done, the
+    /// registrations made meanwhile run too if the client is still away.
     func runPresence(_ client: String) {
-        let jobs: [WriteJob] = state.withLock { s in
-            guard s.presenceStreams[client] == nil, let ops = s.presence[client], !ops.isEmpty,
-                  !s.presenceRunning.contains(client), s.failure == nil, !s.closing else { return [] }
+        let through: Int64? = state.withLock { s in
+            guard s.presenceStreams[client] == nil, !(s.presence[client] ?? []).isEmpty,
+                  !s.presenceRunning.contains(client), s.failure == nil, !s.closing else { return nil }
             s.presenceRunning.insert(client)
-            return Namespace.presenceJobs(ops, client)
+            return s.presenceSeq
         }
-        guard !jobs.isEmpty else { return }
-        logger.info("namespace \(name): client \(client) disconnected; running its \(jobs.count) onDisconnect write(s)")
-        var submitted = jobs
-        submitted[submitted.count - 1].complete = { [self] outcome in
+        guard let through else { return }
+        logger.info("namespace \(name): client \(client) disconnected; running its onDisconnect writes")
+        submit([WriteJob(op: .presenceRun(client: client, through: through), keys: [], caller: .owner, complete: { [self] outcome in
             if outcome.status != 200 { logger.warning("namespace \(name): onDisconnect of \(client): \(outcome.status) \(outcome.error ?? "")") }
-            state.withLock { _ = $0.presenceRunning.remove(client) }
-        }
-        submit(submitted)
+            let none = state.withLock { s in
+                s.presenceRunning.remove(client)
+                return s.presence.isEmpty
+            }
+            if none { markPresence(false) }
+            runPresence(client)
+        })])
     }
 
-    /// The writes that run `ops`: consecutive operations of one caller folded into one
-    /// update at the root whose children do not overlap (a later one written into an earlier
-    /// one above it, or replacing those below it), as applying them one after another would.
-    static func presenceJobs(_ ops: [Value], _ client: String) -> [WriteJob] {
-        var groups: [(caller: Caller, ops: [Value])] = []
+    /// A registration's number (0 for one without).
+    static func presenceSeq(_ op: Value) -> Int64 {
+        if case .object(let o) = op, case .int(let n)? = o["seq"] { return n }
+        return 0
+    }
+
+    /// Applies registrations in order, each as the write it names under the rules as its
+    /// caller now (one the rules or the data model refuse is skipped, and logged), with its
+    /// server values resolved against the data as it is then; the change is one update at the
+    /// root of the written locations (none inside another) with their values after all.
+    static func applyPresence(_ ops: [Value], client: String, _ s: inout State, _ merge: inout [String: Value], logger: Logger) -> Change? {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var written: [[String]] = []
         for op in ops {
-            guard case .object(let o) = op, case .string(let c)? = o["caller"], let caller = Caller(name: c) else { continue }
-            if let last = groups.last, last.caller.name == caller.name { groups[groups.count - 1].ops.append(op) } else { groups.append((caller, [op])) }
-        }
-        var jobs: [WriteJob] = []
-        for group in groups {
-            var entries: [(keys: [String], value: Value)] = []
-            func put(_ keys: [String], _ value: Value) {
-                if let i = entries.firstIndex(where: { keys.starts(with: $0.keys) }) {
-                    ValueTree.set(&entries[i].value, keys.dropFirst(entries[i].keys.count), to: value)
-                    return
-                }
-                entries.removeAll { $0.keys.starts(with: keys) }
-                entries.append((keys, value))
+            guard case .object(let o) = op, let keys = presenceKeys(op), case .string(let c)? = o["caller"], let caller = Caller(name: c) else { continue }
+            let data = o["data"] ?? .null
+            var children: [(keys: [String], value: Value)] = []
+            if o["op"] == "update", case .object(let d) = data {
+                for k in d.keys.sorted() { if let rel = try? Path(validating: k) { children.append((keys + rel.keys, d[k]!)) } }
+            } else {
+                children = [(keys, data)]
             }
-            for op in group.ops {
-                guard case .object(let o) = op, let keys = presenceKeys(op) else { continue }
-                let data = o["data"] ?? .null
-                if o["op"] == "update", case .object(let children) = data {
-                    for k in children.keys.sorted() {
-                        guard let rel = try? Path(validating: k) else { continue }
-                        put(keys + rel.keys, children[k]!)
-                    }
-                } else {
-                    put(keys, data)
-                }
-            }
-            let op: WriteJob.Op = entries.isEmpty ? .rejected(WriteOutcome(status: 200)) : .update(entries.filter { !$0.keys.isEmpty })
-            if entries.contains(where: { $0.keys.isEmpty }) {
-                // A registration at the root: a set of the whole tree.
-                jobs.append(WriteJob(op: .set(entries.first { $0.keys.isEmpty }!.value), keys: [], caller: group.caller, complete: { _ in }))
+            guard children.allSatisfy({ mayWrite(caller, $0.keys, s.rules) }) else {
+                logger.warning("onDisconnect of \(client) at /\(keys.joined(separator: "/")): the rules refuse it now; skipped")
                 continue
             }
-            jobs.append(WriteJob(op: op, keys: [], caller: group.caller, complete: { _ in }))
+            var resolved: [(keys: [String], value: Value)] = []
+            for c in children {
+                guard let v = try? ValueTree.resolvingServerValues(c.value, at: c.keys, in: s.working, now: now),
+                      (try? Database.checkServerValue(ValueTree.normalized(v), at: (["data"] + c.keys).joined(separator: "/"))) != nil else {
+                    logger.warning("onDisconnect of \(client) at /\(c.keys.joined(separator: "/")): the data is refused; skipped")
+                    resolved = []
+                    break
+                }
+                resolved.append((c.keys, v))
+            }
+            for c in resolved {
+                ValueTree.set(&s.working, c.keys[...], to: c.value)
+                if written.contains(where: { c.keys.starts(with: $0) }) { continue }
+                written.removeAll { $0.starts(with: c.keys) }
+                written.append(c.keys)
+            }
         }
-        if jobs.isEmpty { jobs.append(WriteJob(op: .rejected(WriteOutcome(status: 200)), keys: [], caller: .owner, complete: { _ in })) }
-        jobs[jobs.count - 1].presenceRan = (client, ops.count)
-        return jobs
+        guard !written.isEmpty else { return nil }
+        var parts: [Change.Part] = []
+        for keys in written {
+            addData(&merge, keys, s.working)
+            parts.append(.init(keys: keys, old: nil, new: ValueTree.child(s.working, keys[...])))
+        }
+        let commit = nextCommit(&s, &merge)
+        return Change(keys: [], parts: parts, isUpdate: true, commit: commit)
     }
 
     // MARK: Reads and streams
@@ -913,8 +956,10 @@ final class Namespace: Sendable {
             s.nextStream += 1
             s.streams[id] = sink
             sink.announce([(WireHeader.epoch, epoch)])
+            // (Not when what was missed weighs more than a stream may hold unsent: the whole
+            // value then, as for a new stream.)
             if let after = resumeAfter, sink.query == nil, asked == nil || asked == epoch, after <= s.commit,
-               let missed = s.history.changes(after: after) {
+               let (missed, bytes) = s.history.changes(after: after), bytes <= maxResumeBytes {
                 sink.announce([(WireHeader.resumedThrough, String(s.commit))])
                 for change in missed where change.keys.starts(with: sink.keys) || sink.keys.starts(with: change.keys) {
                     Namespace.events(for: change, to: sink)

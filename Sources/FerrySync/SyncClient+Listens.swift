@@ -111,6 +111,36 @@ extension SyncClient {
         return after
     }
 
+    /// Server data at `path` was applied by other means than the stream of `except` (another
+    /// listen, a read): a position of a listen there may now be older than the data it would
+    /// resume over (replaying its changes would show values go back), so it is forgotten.
+    func forgetPositions(overlapping path: String, except: ListenRequest?) {
+        guard resumePoints.count + storedPositions.count > (except == nil ? 0 : 1) else { return }
+        let keys = path.split(separator: "/")
+        func overlaps(_ p: String) -> Bool {
+            let o = p.split(separator: "/")
+            return o.starts(with: keys) || keys.starts(with: o)
+        }
+        for request in resumePoints.keys where request != except && overlaps(request.path) { resumePoints[request] = nil }
+        for p in storedPositions.keys where p != except?.path && overlaps(p) { storedPositions[p] = nil }
+    }
+
+    /// Until the positions loaded at start are cleared from the sync state, no stream starts:
+    /// once a stream applies data, a position kept from before is older than the cache, and a
+    /// crash before the next save must not leave it there to resume from.
+    func clearStoredPositionsOnDisk() async {
+        if let task = positionsCleared { return await task.value }
+        let task = Task {
+            let old = database.readSyncState()
+            guard case .object(let o)? = old, case .object(let all)? = o["positions"], all[address.description] != nil else { return }
+            do { try await database.writeSyncState(Self.positionsState(old, address, [:])) } catch {
+                logger.warning("clearing the streams' kept positions failed (\(error))")
+            }
+        }
+        positionsCleared = task
+        await task.value
+    }
+
     /// Keeps the streams' positions in the database's sync state (after the data they
     /// reflect is durable), so that listens resume after the app restarts. Written when a
     /// stream ends and on close, when they changed.
@@ -161,6 +191,7 @@ extension SyncClient {
 
     /// One streaming request: applies its events until it ends.
     private func stream(_ listen: ListenRequest, _ generation: Int) async throws -> StreamOutcome {
+        await clearStoredPositionsOnDisk()
         let t = try await currentToken()
         var headers = [("Accept", "text/event-stream"), (WireHeader.client, database.storeIdentifier)]
         let resumeAfter = resumePoint(listen)
@@ -245,6 +276,7 @@ extension SyncClient {
                             guard case .object(let children) = data else { throw SyncError(.badAnswer, "a patch whose data is not an object") }
                             try await database.applyServerMerge(at: at, children, tag: listen.tag)
                         }
+                        forgetPositions(overlapping: at, except: listen)
                         noteTouch(at, snapshotRequestedAt: first ? requestedAt : nil)
                         noteCommit(event.id, listen, generation, epoch: epoch)
                         resuming = try await caughtUp(event.id, resuming, listen, generation)
@@ -328,7 +360,13 @@ extension SyncClient {
     /// in the stream's order, and only past `commit` does the stream show the write (or
     /// later). Listens that end, or are refused, are not waited for. `limit` only keeps an
     /// answer from waiting for ever on a stream that cannot connect.
-    func awaitCommit(_ commit: Int64, at paths: [String], limit: Duration = .seconds(15)) async {
+    ///
+    /// - Throws: `CancellationError` when the client went offline first (its listens ended
+    ///   with the commit not reached): the answer is not recorded — acknowledged then, the
+    ///   write would leave its listeners on older data for as long as the client stays
+    ///   offline. The write stays pending and is sent again; the server answers it as a
+    ///   duplicate, at a later commit.
+    func awaitCommit(_ commit: Int64, at paths: [String], limit: Duration = .seconds(15)) async throws {
         func related(_ a: String, _ b: String) -> Bool {
             let x = a.split(separator: "/"), y = b.split(separator: "/")
             return x.starts(with: y) || y.starts(with: x)
@@ -337,6 +375,7 @@ extension SyncClient {
         var timer: Task<Void, Never>?
         defer { timer?.cancel() }
         while !Task.isCancelled {
+            if !online { throw CancellationError() }
             let behind = listens.keys.filter { l in
                 (streamCommits[l]?.commit ?? -1) < commit && paths.contains { related(l.path, $0) }
             }

@@ -67,7 +67,9 @@ extension SyncClient {
             throw SyncError(.unavailable, "\(address) offers no onDisconnect (a Firebase server's REST API has none)")
         }
         startPresence()
-        await awaitPresence()
+        guard await awaitPresence() else {
+            throw SyncError(.unavailable, "onDisconnect at \(ref.path): the presence stream to \(address) did not open")
+        }
         var body: [String: Value] = ["client": .string(database.storeIdentifier), "op": .string(op), "path": .string(ref.path.description)]
         if let data { body["data"] = data }
         let answer = try await send(.POST, "/.ferry/presence", body: Value.object(body).jsonBytes)
@@ -82,12 +84,19 @@ extension SyncClient {
         presenceTask = Task { await self.runPresence() }
     }
 
-    /// Waits until the presence stream is open (or the client goes offline, or 30 s pass).
-    private func awaitPresence() async {
-        let deadline = ContinuousClock.now + .seconds(30)
+    /// Waits until the presence stream is open; false when the client goes offline or the
+    /// request timeout passes first.
+    private func awaitPresence() async -> Bool {
+        let deadline = ContinuousClock.now + options.requestTimeout
+        let timer = Task { [weak self] in
+            try? await Task.sleep(until: deadline)
+            await self?.noteProgress()
+        }
+        defer { timer.cancel() }
         while online && !presenceOpen && ContinuousClock.now < deadline && !Task.isCancelled {
             await withCheckedContinuation { progressWaiters.append($0) }
         }
+        return online && presenceOpen
     }
 
     private func runPresence() async {

@@ -28,6 +28,7 @@ extension SyncClient {
             // the cache, its stream is the order of truth: this answer may be older than it.
             // See `isListened`.)
             try await database.applyServerPut(at: path, value)
+            forgetPositions(overlapping: path, except: nil)
         }
         // The server's data, as it answered (`fromCache == false`).
         return try query.snapshot(serverValue: value)
@@ -109,6 +110,7 @@ extension SyncClient {
                 return TransactionResult(serverCommitted: committed, snapshot: try ref.query.snapshot(serverValue: serverData))
             }
             try await database.applyServerPut(at: path, serverData)
+            forgetPositions(overlapping: path, except: nil)
         }
         return TransactionResult(serverCommitted: committed, snapshot: try await ref.getData())
     }

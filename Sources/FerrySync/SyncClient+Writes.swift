@@ -115,7 +115,7 @@ extension SyncClient {
     /// rejections and the cursor, durably.
     private func record(_ a: Answered) async throws {
         if let commit = a.commit, capabilities?.commits == true {
-            await awaitCommit(commit, at: a.paths)
+            try await awaitCommit(commit, at: a.paths)
         } else {
             await awaitStreamEvents(for: a.paths, sentAfter: a.sentSerial, answeredAt: a.answeredAt)
         }

@@ -105,6 +105,9 @@ public actor SyncClient {
     /// Positions kept in the database's sync state from earlier sessions with this server
     /// (by location), for listens not yet resumed.
     var storedPositions: [String: StreamPosition] = [:]
+    /// Clears the positions kept on disk before the first stream (see
+    /// ``clearStoredPositionsOnDisk()``).
+    var positionsCleared: Task<Void, Never>?
     /// Answers waiting for streams to reach their commit, woken when one moves.
     var progressWaiters: [CheckedContinuation<Void, Never>] = []
     /// Numbers the listen tasks (a listen's live mark belongs to the task that set it).

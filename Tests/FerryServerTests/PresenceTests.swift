@@ -75,15 +75,20 @@ import Testing
         #expect(try serverValue(port, "/status/A") == "online")
         #expect(server.terminate() == 0)
         a.kill9()
+        #expect(FileManager.default.fileExists(atPath: dir.sub("server") + "/ns/t.presence"), "the namespace is marked as keeping registrations")
         server = try ServerProcess(data: dir.sub("server"), port: port, ["--presence-timeout", "2"])
+        // The server opens the namespace itself: the registration runs with no request to it.
+        #expect(await eventually { !FileManager.default.fileExists(atPath: dir.sub("server") + "/ns/t.presence") })
         let b = try await Watcher(dir, port: port)
         #expect(await eventually { b.last == .null && (try? serverValue(port, "/status/A")) == .null }, "B saw \(b.shown)")
         #expect(try serverValue(server.port, "/status/A") == .null)
+        // Run once: nothing is kept for A any more, after another restart too.
+        func kept() throws -> Value? { try TestHTTP.request(port, "GET", "/.ferry/presence.json?ns=t", headers: ["Authorization": "Bearer owner"]).json }
+        #expect(await eventually { (try? kept()) == [:] })
         #expect(server.terminate() == 0)
-        // Run once: after another restart, nothing is pending for A.
         server = try ServerProcess(data: dir.sub("server"), port: port, ["--presence-timeout", "1"])
-        _ = try TestHTTP.request(port, "PUT", "/status/A.json?ns=t", headers: ["Authorization": "Bearer owner"], json: #""back""#)
-        #expect(await eventually { b.last == "back" })
+        #expect(try kept() == [:])
+        #expect(!FileManager.default.fileExists(atPath: dir.sub("server") + "/ns/t.presence"), "no namespace is marked as keeping registrations")
         try await b.client.close()
         #expect(server.terminate() == 0)
     }
@@ -104,6 +109,9 @@ import Testing
         try await a.sync.onDisconnect(try a.db.reference("rooms/r/a")).setValue(true)
         try await a.sync.onDisconnect(try a.db.reference("rooms")).cancel()
         await #expect(throws: SyncError.self) { try await a.sync.onDisconnect(try a.db.reference("locked/x")).setValue(1) }
+        guard case .object(let kept)? = try TestHTTP.request(server.port, "GET", "/.ferry/presence.json?ns=t", headers: ["Authorization": "Bearer owner"]).json,
+              case .array(let mine)? = kept[a.db.storeIdentifier] else { Issue.record("no registrations kept"); return }
+        #expect(mine.count == 3, "the cancelled one is gone: \(mine)")
         await a.sync.goOffline()  // (the connection ends)
         #expect(await eventually { (try? serverValue(server.port, "/users/a/state")) == "offline" })
         guard case .object(let user)? = try serverValue(server.port, "/users/a") else { Issue.record("no user"); return }

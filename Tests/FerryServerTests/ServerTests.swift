@@ -353,6 +353,12 @@ extension ServerTests {
         #expect(try again.next(keepingIDs: true) == .put("/", ["a": 2, "b": 3], id: "3"))
         #expect(try put("/c", "4") == "4")
         #expect(try again.next(skippingKeepAlive: true, keepingIDs: true) == .put("/c", 4, id: "4"))
+        // An update whose parts lie below a stream is one event of its commit there (a client
+        // takes the commit as applied once it has one event of it).
+        let user = try StreamReader(port: server.port, path: "/users/u1.json?ns=t")
+        #expect(try user.next(keepingIDs: true) == .put("/", .null, id: "4"))
+        #expect(try TestHTTP.request(server.port, "PATCH", "/users.json?ns=t", json: #"{"u1/name": "Ann", "u1/age": 30, "u2/name": "Bo"}"#).headers[WireHeader.commit] == "5")
+        #expect(try user.next(keepingIDs: true) == .patch("/", ["name": "Ann", "age": 30], id: "5"))
         #expect(server.terminate() == 0)
     }
 
