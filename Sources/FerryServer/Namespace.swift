@@ -195,7 +195,9 @@ struct FoldedMerge {
     /// lifted to a location that held a leaf in `stored` (the store's data before them).
     func entries(tree: Value, stored: Value) -> [String: Value] {
         var out = meta
-        var lifted = Set<[String]>()
+        var kept: [[String]] = []
+        kept.reserveCapacity(paths.count)
+        var lifted = Set<String>()  // (the locations a path was lifted to)
         for (_, keys) in paths {
             var at = keys
             var node = stored
@@ -206,13 +208,23 @@ struct FoldedMerge {
                     break
                 } else {
                     at = Array(keys[..<n])  // a leaf here: written below, it was replaced
+                    lifted.insert(at.joined(separator: "/"))
                     break
                 }
             }
-            lifted.insert(at)
+            kept.append(at)
         }
-        // (A lifted location may cover others.)
-        for keys in lifted where !lifted.contains(where: { $0.count < keys.count && keys.starts(with: $0) }) {
+        for keys in kept {
+            // (A lifted location covers the paths below it: each is stored once, from above.)
+            if !lifted.isEmpty {
+                var prefix = ""
+                var covered = lifted.contains("") && !keys.isEmpty
+                for (n, k) in keys.dropLast().enumerated() where !covered {
+                    prefix += (n == 0 ? "" : "/") + k
+                    covered = lifted.contains(prefix)
+                }
+                if covered { continue }
+            }
             out[(["data"] + keys).joined(separator: "/")] = ValueTree.child(tree, keys[...])
         }
         return out
