@@ -374,9 +374,14 @@ public final class FerryServer: Sendable {
         return nil
     }
 
-    /// Builds the job for a plain write; a response when the request is bad.
-    private func job(_ method: String, _ keys: [String], _ body: [UInt8], caller: Caller, ns: Namespace) -> Result<WriteJob, HTTPResponseError> {
+    /// Builds the job for a plain write; a response when the request is bad. `parsed` is the
+    /// body already parsed (a batch's writes), else `body` is.
+    private func job(_ method: String, _ keys: [String], _ body: [UInt8], parsed: Value? = nil, caller: Caller, ns: Namespace) -> Result<WriteJob, HTTPResponseError> {
         var job = WriteJob(op: .set(.null), keys: keys, caller: caller, complete: { _ in })
+        func parse(_ body: [UInt8]) -> Result<Value, HTTPResponseError> {
+            if let parsed { return .success(parsed) }
+            return self.parse(body)
+        }
         switch method {
         case "DELETE":
             return .success(job)
@@ -552,7 +557,7 @@ public final class FerryServer: Sendable {
             change = .cancel(keys)
         } else {
             let data = o["data"] ?? .null
-            switch self.job(op == "set" ? "PUT" : "PATCH", keys, Array(data.json.utf8), caller: caller, ns: ns) {
+            switch self.job(op == "set" ? "PUT" : "PATCH", keys, [], parsed: data, caller: caller, ns: ns) {
             case .failure(let e): return e.response
             case .success: break
             }
@@ -587,8 +592,7 @@ public final class FerryServer: Sendable {
                 jobs.append(job)
                 continue
             }
-            let body = Array(w.data.json.utf8)
-            switch self.job(w.op == .set ? "PUT" : "PATCH", keys, body, caller: caller, ns: ns) {
+            switch self.job(w.op == .set ? "PUT" : "PATCH", keys, [], parsed: w.data, caller: caller, ns: ns) {
             case .success(let j): job = j
             case .failure(let e):
                 let message = (try? Value(jsonBytes: e.response.body)).flatMap { v -> String? in
