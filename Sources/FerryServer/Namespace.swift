@@ -973,11 +973,13 @@ final class Namespace: Sendable {
             if let after = resumeAfter, sink.query == nil, asked == nil || asked == epoch, after <= s.commit,
                let (missed, bytes) = s.history.changes(after: after), bytes <= maxResumeBytes {
                 sink.announce([(WireHeader.resumedThrough, String(s.commit))])
+                sink.hold()  // (written together: a client reading them at once applies them at once)
                 for change in missed where change.keys.starts(with: sink.keys) || sink.keys.starts(with: change.keys) {
                     Namespace.events(for: change, to: sink)
                 }
                 // (A mark for Ferry's clients only: an `id:` alone is not every client's idea of an event.)
                 if sink.client != nil { sink.progress(s.commit) }
+                sink.release()
                 return id
             }
             let view = sink.view(s.committed)
