@@ -181,6 +181,48 @@ import Testing
         }
     }
 
+    /// A server merge of many children is applied to a listener's view in one pass; what it
+    /// shows — values and child events — is what the same changes one merge per child show,
+    /// with local writes pending over some of them.
+    @Test func aMergeOfManyChildrenShowsWhatOneMergePerChildShows() async throws {
+        final class Seen: Sendable {
+            let values = FerryMutex<[Value]>([])
+            let children = FerryMutex<[String: Value]>([:])
+        }
+        var rng = SplitMix(seed: 0x6D3)
+        for round in 0..<20 {
+            var dbs: [Database] = []
+            var seen: [Seen] = []
+            for _ in 0..<2 {
+                let db = Database.inMemory(options: quietOptions(.none))
+                let s = Seen()
+                _ = try db.reference("r").observe(.value) { snap in s.values.withLock { $0.append(snap.value) } }
+                for type in [DataEventType.childAdded, .childChanged] {
+                    _ = try db.reference("r").observe(type) { snap in s.children.withLock { $0[snap.key ?? ""] = snap.value } }
+                }
+                _ = try db.reference("r").observe(.childRemoved) { snap in s.children.withLock { $0[snap.key ?? ""] = .null } }
+                var start: [String: Value] = [:]
+                for i in 0..<40 where i % 3 != 0 { start["k\(i)"] = ["n": .int(Int64(i))] }
+                try await db.applyServerPut(at: "r", .object(start), completingListenAt: "r")
+                dbs.append(db)
+                seen.append(s)
+            }
+            let local = "k\(rng.next() % 40)"
+            for db in dbs { _ = try await db.reference("r/\(local)/mine").setValue(true) }
+            var merge: [String: Value] = [:]
+            for _ in 0..<Int(8 + rng.next() % 20) {
+                let k = "k\(rng.next() % 40)"
+                merge[rng.next() % 4 == 0 ? k + "/n" : k] = rng.next() % 5 == 0 ? .null : ["n": .int(Int64(rng.next() % 100)), "round": .int(Int64(round))]
+            }
+            try await dbs[0].applyServerMerge(at: "r", merge)
+            for (k, v) in merge.sorted(by: { $0.key < $1.key }) { try await dbs[1].applyServerMerge(at: "r", [k: v]) }
+            #expect(seen[0].values.withLock { $0.last } == seen[1].values.withLock { $0.last }, "round \(round): \(merge)")
+            #expect(seen[0].children.withLock { $0 } == seen[1].children.withLock { $0 }, "round \(round)")
+            #expect(try await dbs[0].reference("r").getData().value == (try await dbs[1].reference("r").getData().value))
+            for db in dbs { try await db.close() }
+        }
+    }
+
     /// The other ways a write's effect can lie outside its own entry: a removal moved up and
     /// then shadowed by a newer write at its own path, reverted; a priority left out because
     /// the node was empty, which stands on its own once the write below it is acknowledged.

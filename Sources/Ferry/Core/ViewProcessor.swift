@@ -207,6 +207,18 @@ struct ViewProcessor {
         let actual = path.isEmpty ? children : CompoundWrite.empty.addingCompoundWrite(children, at: path)
         let serverNode = viewCache.serverCache.node
         let childWrites = actual.childCompoundWrites
+        // Many children of complete, unfiltered data: one pass over the location's children
+        // (the children built in one go, the events found by comparing the old and new event
+        // caches) instead of a pass per child — a stream resuming with 100 changes of a
+        // 100,000-child location spent 6 ms per child.
+        if childWrites.count >= 8, viewCache.serverCache.isFullyInitialized, !viewCache.serverCache.isFiltered,
+           !filterServer, !filter.filtersNodes, !childWrites.contains(where: { $0.0 == ".priority" }) {
+            let changes = childWrites.map { key, merge in (key, merge.apply(to: serverNode.getImmediateChild(key))) }
+            let newServer = serverNode.updatingImmediateChildren(changes.sorted { KeyOrder.compare($0.0, $1.0) < 0 })
+            let newCache = viewCache.updatingServerSnap(IndexedNode(newServer, index: filter.index), complete: true, filtered: false)
+            let source = WriteTreeCompleteChildSource(writes: writes, viewCache: newCache, completeServerCache: completeCache)
+            return generateEventCacheAfterServerEvent(newCache, .root, writes, source, accumulator)
+        }
         for (key, childMerge) in childWrites where serverNode.hasChild(key) {
             let newChild = childMerge.apply(to: serverNode.getImmediateChild(key))
             current = applyServerOverwrite(current, Path(keys: [key]), newChild, writes, completeCache, filterServer, accumulator)
