@@ -51,15 +51,22 @@ struct IndexedFilter: NodeFilter {
 
     func updateFullNode(_ old: IndexedNode, _ new: IndexedNode, accumulator: ChildChangeAccumulator?) -> IndexedNode {
         if let accumulator {
-            old.node.forEachChild { key, child in
-                if !new.node.hasChild(key) { accumulator.track(.removed(key, child)) }
+            // Both children lists are in key order: one walk along each (a search of the other
+            // list per child made a 100,000-child location's update O(n log n) in string
+            // comparisons: 0.15 s).
+            let olds = old.node.childMap.entries, news = new.node.childMap.entries
+            var j = 0
+            for o in olds {
+                while j < news.count && KeyOrder.compare(news[j].name, o.name) < 0 { j += 1 }
+                if j == news.count || news[j].name != o.name { accumulator.track(.removed(o.name, o.node)) }
             }
-            new.node.forEachChild { key, child in
-                let oldChild = old.node.getImmediateChild(key)
-                if oldChild.isEmpty {
-                    accumulator.track(.added(key, child))
-                } else if oldChild != child {
-                    accumulator.track(.changed(key, child, old: oldChild))
+            var i = 0
+            for n in news {
+                while i < olds.count && KeyOrder.compare(olds[i].name, n.name) < 0 { i += 1 }
+                if i == olds.count || olds[i].name != n.name {
+                    accumulator.track(.added(n.name, n.node))
+                } else if olds[i].node != n.node {
+                    accumulator.track(.changed(n.name, n.node, old: olds[i].node))
                 }
             }
         }
