@@ -543,7 +543,10 @@ extension ValueCodec {
                 return (depth, try decode(&r, depth: depth))
             }
             if key == ".priority" { return nil }
-            guard try seekChild(&r, key, depth: depth) else { return depth + 1 < keys.count ? (depth + 1, .empty) : nil }
+            // (Only the nodes above the location count: the last key is not looked for — a
+            // search through a big object's children for nothing.)
+            if depth + 1 == keys.count { return nil }
+            guard try seekChild(&r, key, depth: depth) else { return (depth + 1, .empty) }
         }
         return nil
     }
