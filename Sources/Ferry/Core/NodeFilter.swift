@@ -55,15 +55,29 @@ struct IndexedFilter: NodeFilter {
             // list per child made a 100,000-child location's update O(n log n) in string
             // comparisons: 0.15 s).
             let olds = old.node.childMap.entries, news = new.node.childMap.entries
+            // The same children (a listen completing over the data it had): nothing to compare.
+            if olds.count == news.count, olds.withUnsafeBufferPointer({ $0.baseAddress }) == news.withUnsafeBufferPointer({ $0.baseAddress }) {
+                return new
+            }
             var j = 0
             for o in olds {
-                while j < news.count && KeyOrder.compare(news[j].name, o.name) < 0 { j += 1 }
-                if j == news.count || news[j].name != o.name { accumulator.track(.removed(o.name, o.node)) }
+                var c = 1
+                while j < news.count {
+                    c = KeyOrder.compare(news[j].name, o.name)
+                    if c >= 0 { break }
+                    j += 1
+                }
+                if c != 0 { accumulator.track(.removed(o.name, o.node)) }
             }
             var i = 0
             for n in news {
-                while i < olds.count && KeyOrder.compare(olds[i].name, n.name) < 0 { i += 1 }
-                if i == olds.count || olds[i].name != n.name {
+                var c = 1
+                while i < olds.count {
+                    c = KeyOrder.compare(olds[i].name, n.name)
+                    if c >= 0 { break }
+                    i += 1
+                }
+                if c != 0 {
                     accumulator.track(.added(n.name, n.node))
                 } else if olds[i].node != n.node {
                     accumulator.track(.changed(n.name, n.node, old: olds[i].node))
