@@ -214,10 +214,33 @@ struct ViewProcessor {
         if childWrites.count >= 8, viewCache.serverCache.isFullyInitialized, !viewCache.serverCache.isFiltered,
            !filterServer, !filter.filtersNodes, !childWrites.contains(where: { $0.0 == ".priority" }) {
             let changes = childWrites.map { key, merge in (key, merge.apply(to: serverNode.getImmediateChild(key))) }
-            let newServer = serverNode.updatingImmediateChildren(changes.sorted { KeyOrder.compare($0.0, $1.0) < 0 })
+                .sorted { KeyOrder.compare($0.0, $1.0) < 0 }
+            let newServer = serverNode.updatingImmediateChildren(changes)
             let newCache = viewCache.updatingServerSnap(IndexedNode(newServer, index: filter.index), complete: true, filtered: false)
-            let source = WriteTreeCompleteChildSource(writes: writes, viewCache: newCache, completeServerCache: completeCache)
-            return generateEventCacheAfterServerEvent(newCache, .root, writes, source, accumulator)
+            let oldEvent = viewCache.eventCache
+            guard oldEvent.isFullyInitialized, !oldEvent.isFiltered, !oldEvent.node.isLeaf else {
+                let source = WriteTreeCompleteChildSource(writes: writes, viewCache: newCache, completeServerCache: completeCache)
+                return generateEventCacheAfterServerEvent(newCache, .root, writes, source, accumulator)
+            }
+            // Only the merged children can change what is shown: each again, from the writes
+            // over the new server data.
+            var eventChanges: [(String, Node)] = []
+            for (key, _) in changes {
+                let newChild = writes.calcCompleteChild(key, serverCache: newCache.serverCache) ?? .empty
+                let oldChild = oldEvent.node.getImmediateChild(key)
+                guard newChild != oldChild else { continue }
+                if newChild.isEmpty {
+                    accumulator.track(.removed(key, oldChild))
+                } else if oldChild.isEmpty {
+                    accumulator.track(.added(key, newChild))
+                } else {
+                    accumulator.track(.changed(key, newChild, old: oldChild))
+                }
+                eventChanges.append((key, newChild))
+            }
+            if eventChanges.isEmpty { return newCache }
+            let newEvent = oldEvent.node.updatingImmediateChildren(eventChanges)
+            return newCache.updatingEventSnap(IndexedNode(newEvent, index: filter.index), complete: true, filtered: filter.filtersNodes)
         }
         for (key, childMerge) in childWrites where serverNode.hasChild(key) {
             let newChild = childMerge.apply(to: serverNode.getImmediateChild(key))
