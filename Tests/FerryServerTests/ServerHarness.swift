@@ -230,7 +230,15 @@ final class ScriptedServer: @unchecked Sendable {
 final class CuttingProxy: @unchecked Sendable {
     let port: Int
     private let fd: Int32
-    private struct Connection { var client: Int32; var upstream: Int32; var requests: [String] = []; var answers: [String] = [] }
+    private struct Connection {
+        var client: Int32
+        var upstream: Int32
+        var requests: [String] = []
+        var answers: [String] = []
+        /// Directions still forwarding; at 0 both descriptors are closed.
+        var pumping = 2
+        var closed = false
+    }
     private let connections = FerryMutex<[Int: Connection]>([:])
     private let cutIDs = FerryMutex<Set<Int>>([])
     private let nextID = FerryMutex(0)
@@ -270,8 +278,12 @@ final class CuttingProxy: @unchecked Sendable {
                 Thread {
                     self.pump(from: c, to: u) { h in self.connections.withLock { $0[id]?.requests.append(h) } }
                     self.cutIDs.withLock { _ = $0.insert(id) }  // (ended: nothing to cut)
+                    self.finished(id)
                 }.start()
-                Thread { self.pump(from: u, to: c) { h in self.connections.withLock { $0[id]?.answers.append(h) } } }.start()
+                Thread {
+                    self.pump(from: u, to: c) { h in self.connections.withLock { $0[id]?.answers.append(h) } }
+                    self.finished(id)
+                }.start()
             }
         }.start()
     }
@@ -309,26 +321,41 @@ final class CuttingProxy: @unchecked Sendable {
         shutdown(a, Int32(SHUT_RDWR))
     }
 
+    /// One direction of a connection stopped forwarding; after both, its descriptors are
+    /// closed (under the lock a cut shuts them with, so a cut never reaches a number reused
+    /// by then — and the test process does not run out of low descriptor numbers, past which
+    /// `select`-style code corrupts memory).
+    private func finished(_ id: Int) {
+        connections.withLock { all in
+            guard var c = all[id] else { return }
+            c.pumping -= 1
+            if c.pumping == 0 && !c.closed {
+                c.closed = true
+                close(c.client)
+                close(c.upstream)
+            }
+            all[id] = c
+        }
+    }
+
     /// Cuts every open connection whose last request satisfies `matching`; returns how many
     /// it cut.
     @discardableResult
     func cut(_ matching: (String) -> Bool) -> Int {
-        let picked = connections.withLock { all in
-            all.filter { k, c in !cutIDs.withLock { $0.contains(k) } && c.requests.last.map(matching) == true }
+        connections.withLock { all in
+            let picked = all.filter { k, c in !c.closed && !cutIDs.withLock { $0.contains(k) } && c.requests.last.map(matching) == true }
+            cutIDs.withLock { $0.formUnion(picked.keys) }
+            for (_, c) in picked {
+                shutdown(c.client, Int32(SHUT_RDWR))
+                shutdown(c.upstream, Int32(SHUT_RDWR))
+            }
+            return picked.count
         }
-        cutIDs.withLock { $0.formUnion(picked.keys) }
-        for (_, c) in picked {
-            shutdown(c.client, Int32(SHUT_RDWR))
-            shutdown(c.upstream, Int32(SHUT_RDWR))
-        }
-        return picked.count
     }
 
     private let stopped = FerryMutex(false)
 
-    /// Stops accepting and cuts every connection. (The connections' descriptors are shut, not
-    /// closed: a number closed here could be reused by another test's socket by the time a
-    /// late cut shuts it.)
+    /// Stops accepting and cuts every connection (their forwarding threads then close them).
     func stop() {
         guard !stopped.withLock({ let was = $0; $0 = true; return was }) else { return }
         shutdown(fd, Int32(SHUT_RDWR))

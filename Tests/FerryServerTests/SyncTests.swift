@@ -499,6 +499,8 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
         guard case .int(let shown) = try await stamp.getData().value else { Issue.record("no timestamp"); return }
         let local = Int64(Date().timeIntervalSince1970 * 1000)
         #expect(shown > local + hour - 60_000 && shown < local + hour + 60_000)
+        // As Firebase's .info/serverTimeOffset says it.
+        #expect(abs(a.sync.serverTimeOffset - hour) < 60_000, "offset \(a.sync.serverTimeOffset)")
         try await a.close()
         server.stop()
     }
