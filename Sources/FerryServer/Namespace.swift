@@ -103,16 +103,15 @@ struct Change: Sendable {
     /// Its commit number.
     var commit: Int64
 
+    /// About how many bytes its new values hold.
+    var approximateBytes: Int { parts.reduce(64) { $0 + ValueTree.approximateBytes($1.new) } }
+
     /// The change as the history keeps it: without the values before (which would keep
-    /// replaced trees alive), with about how many bytes its values hold.
-    var forHistory: (change: Change, bytes: Int) {
+    /// replaced trees alive).
+    var forHistory: Change {
         var c = self
-        var bytes = 64
-        for i in c.parts.indices {
-            c.parts[i].old = nil
-            bytes += ValueTree.approximateBytes(c.parts[i].new)
-        }
-        return (c, bytes)
+        for i in c.parts.indices { c.parts[i].old = nil }
+        return c
     }
 }
 
@@ -139,10 +138,11 @@ struct FoldedMerge {
 
     var isEmpty: Bool { paths.isEmpty && meta.isEmpty }
 
-    /// Adds one write's store merge (see `Namespace.process`).
-    mutating func add(_ merge: [String: Value]) {
+    /// Adds one write's store merge (see `Namespace.process`), whose data holds about `size`
+    /// bytes.
+    mutating func add(_ merge: [String: Value], size: Int) {
+        bytes += size
         for (k, v) in merge {
-            bytes += ValueTree.approximateBytes(v)
             if k == "data" {
                 add(keys: [])
             } else if k.hasPrefix("data/") {
@@ -251,9 +251,9 @@ struct CommitHistory {
 
     var count: Int { changes.count - start }
 
-    mutating func append(_ change: Change) {
-        let (kept, size) = change.forHistory
-        changes.append(kept)
+    /// Keeps `change`, which holds about `size` bytes.
+    mutating func append(_ change: Change, size: Int) {
+        changes.append(change.forHistory)
         bytes.append(size)
         totalBytes += size
         while count > 0 && (count > maxChanges || totalBytes > maxBytes) {
@@ -513,6 +513,7 @@ final class Namespace: Sendable {
     private func runGroup(_ jobs: [WriteJob]) async {
         var done: [(WriteJob, WriteOutcome)] = []
         var changes: [Change] = []
+        var sizes: [Int] = []  // (each change's approximate bytes)
         var rulesChanged = false
         var failed: (any Error)?
         // The group's writes go to the store as one record (a few when big): one record per
@@ -529,11 +530,16 @@ final class Namespace: Sendable {
         for job in jobs {
             let (outcome, merge, change) = state.withLock { s in process(job, &s) }
             if case .rules = job.op, outcome.status == 200 { rulesChanged = true }
+            // (Measured once, for the record's size and the history's.)
+            let size = change?.approximateBytes ?? 0
             if let merge, failed == nil {
-                folded.add(merge)
+                folded.add(merge, size: size)
                 if folded.bytes > FoldedMerge.maxBytes { await store() }
             }
-            if let change { changes.append(change) }
+            if let change {
+                changes.append(change)
+                sizes.append(size)
+            }
             done.append((job, outcome))
         }
         await store()
@@ -556,9 +562,9 @@ final class Namespace: Sendable {
             s.commit = last
             // The same changes, in place, on the committed tree (assigning the working tree
             // would share its objects, and the next group's first write would copy them all).
-            for change in changes {
+            for (change, size) in zip(changes, sizes) {
                 for part in change.parts { ValueTree.set(&s.committed, (change.keys + part.keys)[...], to: part.new) }
-                s.history.append(change)
+                s.history.append(change, size: size)
             }
             // Only the streams at, above or below a written location.
             var touched: [ObjectIdentifier: StreamSink] = [:]

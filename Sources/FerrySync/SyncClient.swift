@@ -102,7 +102,7 @@ public actor SyncClient {
     /// from there (`Last-Event-ID`) instead of loading the whole location again, while the
     /// data cached there is whole.
     var resumePoints: [ListenRequest: StreamPosition] = [:]
-    /// Positions kept in the database's sync state from earlier sessions with this server
+    /// Positions kept in the database's sync state by an earlier `SyncClient` of this server
     /// (by location), for listens not yet resumed.
     var storedPositions: [String: StreamPosition] = [:]
     /// Clears the positions kept on disk before the first stream (see

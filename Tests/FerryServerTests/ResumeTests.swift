@@ -83,8 +83,8 @@ import Testing
     }
 
     /// The positions outlive the app: reopened after a restart, with some of a big location
-    /// changed meanwhile, a listener's stream resumes from where the last session's stopped.
-    @Test func aListenerResumesWhereTheLastSessionStoppedAfterTheAppRestarts() async throws {
+    /// changed meanwhile, a listener's stream resumes from where the stream before the restart stopped.
+    @Test func aListenerResumesWhereItStoppedAfterTheAppRestarts() async throws {
         let dir = try TemporaryDirectory("resume-restart")
         let server = try ServerProcess(data: dir.sub("server"))
         let proxy = try CuttingProxy(to: server.port)

@@ -64,6 +64,26 @@ struct TestResponse: Sendable {
 
 /// A tiny blocking HTTP/1.1 client over a socket: one request per connection, read to the end.
 enum TestHTTP {
+    /// A socket listening on a free loopback port: its descriptor and the port.
+    static func listenOnLoopback() throws -> (Int32, Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = 0
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+        }
+        guard bound, listen(fd, 64) == 0 else {
+            close(fd)
+            throw HTTPTestError(message: "cannot listen")
+        }
+        return (fd, Int(UInt16(bigEndian: addr.sin_port)))
+    }
+
     static func connect(_ port: Int) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var addr = sockaddr_in()
@@ -146,20 +166,7 @@ final class ScriptedServer: @unchecked Sendable {
     /// `holdOpen`: requests (by request line) whose connection stays open after the answer,
     /// sending nothing more (a server gone silent), until the server stops.
     init(holdOpen: @escaping @Sendable (String) -> Bool = { _ in false }, answer: @escaping @Sendable (String) -> [UInt8]) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        self.fd = fd
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = 0
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &addr) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
-        }
-        guard bound, listen(fd, 64) == 0 else { throw HTTPTestError(message: "cannot listen") }
-        port = Int(UInt16(bigEndian: addr.sin_port))
+        (fd, port) = try TestHTTP.listenOnLoopback()
         let listener = fd
         let lines = requestLines
         let held = heldConnections
@@ -253,19 +260,7 @@ final class CuttingProxy: @unchecked Sendable {
     }
 
     init(to upstreamPort: Int) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        self.fd = fd
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &addr) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
-        }
-        guard bound, listen(fd, 64) == 0 else { throw HTTPTestError(message: "cannot listen") }
-        port = Int(UInt16(bigEndian: addr.sin_port))
+        (fd, port) = try TestHTTP.listenOnLoopback()
         Thread { [self] in
             while true {
                 let c = accept(fd, nil, nil)

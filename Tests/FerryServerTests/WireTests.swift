@@ -190,7 +190,7 @@ import Testing
                 ValueTree.set(&oneByOne, (["data"] + keys)[...], to: value)
                 ValueTree.set(&oneByOne, ["meta", "n"], to: .int(Int64(step)))
                 // (What the writer stores for a write: its location's value after it, and meta.)
-                folded.add([(["data"] + keys).joined(separator: "/"): ValueTree.child(oneByOne, (["data"] + keys)[...]), "meta/n": .int(Int64(step))])
+                folded.add([(["data"] + keys).joined(separator: "/"): ValueTree.child(oneByOne, (["data"] + keys)[...]), "meta/n": .int(Int64(step))], size: 16)
             }
             let entries = folded.entries(tree: ValueTree.child(oneByOne, ["data"]), stored: ValueTree.child(start, ["data"]))
             let paths = Array(entries.keys)

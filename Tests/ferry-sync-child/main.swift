@@ -30,6 +30,11 @@ guard args.count >= 4 else {
 }
 var options = DatabaseOptions()
 options.logger = Logger(label: "child", factory: { _ in SwiftLogNoOpLogHandler() })
+/// Short retry delays, no logging.
+var syncOptions = SyncOptions()
+syncOptions.retryDelay = .milliseconds(20)
+syncOptions.maxRetryDelay = .milliseconds(200)
+syncOptions.logger = options.logger
 do {
     let db = try Database.open(at: args[2], options: options)
     switch args[1] {
@@ -47,20 +52,12 @@ do {
             while true { try await Task.sleep(for: .seconds(60)) }
         }
     case "sync":
-        var syncOptions = SyncOptions()
-        syncOptions.retryDelay = .milliseconds(20)
-        syncOptions.maxRetryDelay = .milliseconds(200)
-        syncOptions.logger = options.logger
         let sync = try SyncClient(database: db, url: args[3], options: syncOptions)
         await sync.goOnline()
         try await db.waitForPendingWrites()
         say("synced \(db.acknowledgedThrough)")
         await sync.close()
     case "presence":
-        var syncOptions = SyncOptions()
-        syncOptions.retryDelay = .milliseconds(20)
-        syncOptions.maxRetryDelay = .milliseconds(200)
-        syncOptions.logger = options.logger
         let sync = try SyncClient(database: db, url: args[3], options: syncOptions)
         let ref = try db.reference(args[4])
         await sync.goOnline()

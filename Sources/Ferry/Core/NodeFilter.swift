@@ -51,38 +51,33 @@ struct IndexedFilter: NodeFilter {
 
     func updateFullNode(_ old: IndexedNode, _ new: IndexedNode, accumulator: ChildChangeAccumulator?) -> IndexedNode {
         if let accumulator {
-            // Both children lists are in key order: one walk along each (a search of the other
-            // list per child made a 100,000-child location's update O(n log n) in string
-            // comparisons: 0.15 s).
             let olds = old.node.childMap.entries, news = new.node.childMap.entries
             // The same children (a listen completing over the data it had): nothing to compare.
             if olds.count == news.count, olds.withUnsafeBufferPointer({ $0.baseAddress }) == news.withUnsafeBufferPointer({ $0.baseAddress }) {
                 return new
             }
-            var j = 0
-            for o in olds {
-                var c = 1
-                while j < news.count {
-                    c = KeyOrder.compare(news[j].name, o.name)
-                    if c >= 0 { break }
+            // Both lists are in key order: one walk along both (a search of one per child of the
+            // other made a 100,000-child location's update O(n log n) in string comparisons).
+            // Removals are told first, then additions and changes, each in key order.
+            var removed: [NamedNode] = []
+            var i = 0, j = 0
+            var rest: [Change] = []
+            while i < olds.count || j < news.count {
+                let c = i == olds.count ? 1 : j == news.count ? -1 : KeyOrder.compare(olds[i].name, news[j].name)
+                if c < 0 {
+                    removed.append(olds[i])
+                    i += 1
+                } else if c > 0 {
+                    rest.append(.added(news[j].name, news[j].node))
+                    j += 1
+                } else {
+                    if olds[i].node != news[j].node { rest.append(.changed(news[j].name, news[j].node, old: olds[i].node)) }
+                    i += 1
                     j += 1
                 }
-                if c != 0 { accumulator.track(.removed(o.name, o.node)) }
             }
-            var i = 0
-            for n in news {
-                var c = 1
-                while i < olds.count {
-                    c = KeyOrder.compare(olds[i].name, n.name)
-                    if c >= 0 { break }
-                    i += 1
-                }
-                if c != 0 {
-                    accumulator.track(.added(n.name, n.node))
-                } else if olds[i].node != n.node {
-                    accumulator.track(.changed(n.name, n.node, old: olds[i].node))
-                }
-            }
+            for r in removed { accumulator.track(.removed(r.name, r.node)) }
+            for change in rest { accumulator.track(change) }
         }
         return new
     }
