@@ -41,11 +41,15 @@ let package = Package(
             ]
         ),
 
+        // What every data model on the log shares: the record store, the pending-write ledger,
+        // the upkeep's owner, snapshot metadata.
+        .target(name: "FerryStore", dependencies: ["FerryLog"]),
+
         // The database: the Realtime Database data model on the log.
         .target(
             name: "Ferry",
             dependencies: [
-                "FerryLog",
+                "FerryLog", "FerryStore",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

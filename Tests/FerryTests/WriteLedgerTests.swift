@@ -9,14 +9,14 @@ import Testing
 @Suite struct WriteLedgerTests {
     /// A ledger behind a lock, as the engine holds it.
     final class Held: Sendable {
-        let ledger = FerryMutex(WriteLedger())
+        let ledger = FerryMutex(WriteLedger<DatabaseError>())
     }
 
     /// Registers a receipt of `id` and returns once it is registered, with a task that ends
     /// as the receipt does.
     func waitingReceipt(_ held: Held, _ id: Int64, pending: Bool = true) async -> (Task<Void, any Error>, UInt64) {
         let token = held.ledger.withLock { $0.newToken() }
-        let registered = AsyncStream<WriteLedger.Wait>.makeStream()
+        let registered = AsyncStream<WriteLedger<DatabaseError>.Wait>.makeStream()
         let task = Task {
             try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
                 let wait = held.ledger.withLock { $0.wait(for: id, token: token, pending: pending, c) }
@@ -57,7 +57,7 @@ import Testing
     }
 
     @Test func aReceiptOfAnAnsweredWriteIsAnsweredAtOnceWithTheNewestAnswersRecord() async throws {
-        var ledger = WriteLedger()
+        var ledger = WriteLedger<DatabaseError>()
         ledger.settle(3, recordLSN: 40, DatabaseError(.writeRejected, "refused by rules"))
         ledger.settle(4, recordLSN: 41, nil)
         let (rejected, _) = await waitingReceipt(holding(ledger), 3, pending: false)
@@ -69,7 +69,7 @@ import Testing
         }
         let fresh = holding(ledger)
         let token = fresh.ledger.withLock { $0.newToken() }
-        let wait = await withUnsafeContinuation { (outer: UnsafeContinuation<WriteLedger.Wait, Never>) in
+        let wait = await withUnsafeContinuation { (outer: UnsafeContinuation<WriteLedger<DatabaseError>.Wait, Never>) in
             Task {
                 try? await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
                     let w = fresh.ledger.withLock { $0.wait(for: 4, token: token, pending: false, c) }
@@ -102,7 +102,7 @@ import Testing
     }
 
     @Test func theCursorNeverGoesBack() {
-        var ledger = WriteLedger()
+        var ledger = WriteLedger<DatabaseError>()
         ledger.advanceCursor(through: 10, recordLSN: 12)
         ledger.advanceCursor(through: 4)
         #expect(ledger.ackedThrough == 10)
@@ -112,8 +112,8 @@ import Testing
     }
 
     @Test func rejectionsAreRememberedWithinTheirBoundThenAnsweredGenerically() async throws {
-        var ledger = WriteLedger()
-        let n = Int64(WriteLedger.recentRejectionLimit) + 2  // (1 and 2 are forgotten)
+        var ledger = WriteLedger<DatabaseError>()
+        let n = Int64(WriteLedger<DatabaseError>.recentRejectionLimit) + 2  // (1 and 2 are forgotten)
         for id in 1...n { ledger.noteRejection(id, DatabaseError(.writeRejected, "write \(id)")) }
         ledger.rejected[1] = 99  // still kept for the app
         let held = holding(ledger)
@@ -131,7 +131,7 @@ import Testing
         try await forgotten.value  // (neither remembered nor kept: nothing to report)
     }
 
-    func holding(_ ledger: WriteLedger) -> Held {
+    func holding(_ ledger: WriteLedger<DatabaseError>) -> Held {
         let held = Held()
         held.ledger.withLock { $0 = ledger }
         return held

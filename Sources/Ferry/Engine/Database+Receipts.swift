@@ -27,7 +27,7 @@ extension Database {
         var answered: (outcome: DatabaseError?, lsn: Int64)?
         try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
-                let wait = withEngine { e -> WriteLedger.Wait in
+                let wait = withEngine { e -> WriteLedger<DatabaseError>.Wait in
                     Task.isCancelled ? .cancelled : e.registerAckWaiter(id, token: token, c)
                 }
                 switch wait {

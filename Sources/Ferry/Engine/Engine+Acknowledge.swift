@@ -134,7 +134,7 @@ extension Engine {
 
     /// Registers a receipt of `writeID` (see ``WriteLedger/wait(for:token:pending:_:)``);
     /// a stopped database answers with why.
-    func registerAckWaiter(_ writeID: Int64, token: UInt64, _ c: UnsafeContinuation<Void, any Error>) -> WriteLedger.Wait {
+    func registerAckWaiter(_ writeID: Int64, token: UInt64, _ c: UnsafeContinuation<Void, any Error>) -> WriteLedger<DatabaseError>.Wait {
         if let failure { return .failed(failure) }
         if closed { return .failed(DatabaseError(.closed, "the database is closed")) }
         return ledger.wait(for: writeID, token: token, pending: writeTree.pending.index(of: writeID) != nil, c)

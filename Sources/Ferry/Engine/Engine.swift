@@ -38,7 +38,7 @@ final class Engine: StoredValues, ServerCacheSource {
     /// soon as the lock is released (``Database/withEngine(_:)``).
     private(set) var observersToEnd = false
     /// The sync cursor, the receipts waiting for answers, the rejected writes.
-    var ledger = WriteLedger()
+    var ledger = WriteLedger<DatabaseError>()
     /// The LSN the last checkpoint covers up to (records below it are in it).
     var checkpointLSN: UInt64 = 0
     /// How often a child-value index answered a limited query's window, or the child after it.

@@ -1,18 +1,20 @@
 /// Records in LSN order, kept in chunks of at most ``chunkCapacity``: a copy (what a snapshot
 /// read outside the lock holds) shares the chunks, and an append after it copies the chunk
 /// list and the last chunk, not every record.
-struct RecordList {
-    typealias Record = (lsn: UInt64, kind: UInt8, payload: [UInt8])
+package struct RecordList {
+    package typealias Record = (lsn: UInt64, kind: UInt8, payload: [UInt8])
 
-    static let chunkCapacity = 4096
+    package static let chunkCapacity = 4096
     /// Non-empty chunks, in LSN order.
     private var chunks: [[Record]] = []
-    private(set) var count = 0
+    package private(set) var count = 0
 
-    var isEmpty: Bool { count == 0 }
-    var first: Record? { chunks.first?.first }
+    package var isEmpty: Bool { count == 0 }
+    package var first: Record? { chunks.first?.first }
 
-    mutating func append(_ record: Record) {
+    package init() {}
+
+    package mutating func append(_ record: Record) {
         if chunks.isEmpty || chunks[chunks.count - 1].count >= Self.chunkCapacity {
             var chunk: [Record] = []
             chunk.reserveCapacity(chunks.isEmpty ? 16 : Self.chunkCapacity)
@@ -23,7 +25,7 @@ struct RecordList {
     }
 
     /// Calls `body` with record `lsn` if it is here (nil if not).
-    func withRecord<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) rethrows -> R? {
+    package func withRecord<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) rethrows -> R? {
         // The last chunk whose first record is at or before `lsn`.
         var lo = 0, hi = chunks.count
         while lo < hi {
@@ -42,7 +44,7 @@ struct RecordList {
     }
 
     /// Removes the records below `lsn` (they are first).
-    mutating func removeAll(below lsn: UInt64) {
+    package mutating func removeAll(below lsn: UInt64) {
         var dropChunks = 0
         while dropChunks < chunks.count, let last = chunks[dropChunks].last, last.lsn < lsn { dropChunks += 1 }
         for c in chunks[..<dropChunks] { count -= c.count }
@@ -55,7 +57,7 @@ struct RecordList {
     }
 
     /// Keeps only the records `keep` selects, in order, in full chunks.
-    mutating func removeAll(keeping keep: (UInt64) -> Bool) {
+    package mutating func removeAll(keeping keep: (UInt64) -> Bool) {
         var out = RecordList()
         for chunk in chunks {
             for r in chunk where keep(r.lsn) { out.append(r) }
@@ -64,5 +66,5 @@ struct RecordList {
     }
 
     /// The payload bytes of every record.
-    var payloadBytes: Int { chunks.reduce(0) { $0 + $1.reduce(0) { $0 + $1.payload.count } } }
+    package var payloadBytes: Int { chunks.reduce(0) { $0 + $1.reduce(0) { $0 + $1.payload.count } } }
 }

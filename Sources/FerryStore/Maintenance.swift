@@ -17,32 +17,34 @@ import FerryLog
 /// is due. The API types (`DatabaseReference`, `DatabaseQuery`) never start upkeep. A writer
 /// waits for an eviction only when the store is over its limit; below it, eviction runs
 /// beside the writers.
-final class Maintenance: Sendable {
+package final class Maintenance: Sendable {
     /// A kind of background job.
-    enum Job: Sendable, Hashable {
+    package enum Job: Sendable, Hashable {
         case checkpoint, compaction, eviction
     }
 
     /// What the upkeep knows of the store's space and its last runs.
-    struct Accounting {
+    package struct Accounting {
         /// The newest checkpoint file's size (nil: not looked up yet).
-        var checkpointBytes: Int64?
-        var lastCompaction: MaintenanceRun?
-        var lastEviction: MaintenanceRun?
+        package var checkpointBytes: Int64?
+        package var lastCompaction: MaintenanceRun?
+        package var lastEviction: MaintenanceRun?
         /// The oldest pending write's id when an eviction last found no segment it could
         /// drop (every one holds that write or a later one): until it is answered, nothing
         /// becomes evictable, and writes over the limit need not try again.
-        var futileFrontier: Int64?
+        package var futileFrontier: Int64?
         /// A memory-only store: bytes of server data received since its last eviction.
-        var memoryBytes = 0
+        package var memoryBytes = 0
     }
 
-    let accounting = FerryMutex(Accounting())
+    package init() {}
+
+    package let accounting = FerryMutex(Accounting())
     private let serial = FerryMutex<(busy: Bool, waiters: [UnsafeContinuation<Void, Never>])>((false, []))
     private let scheduled = FerryMutex<Set<Job>>([])
 
     /// Runs `body` as the only job under way, after those asked before it.
-    func run<T>(_ body: () async throws -> T) async rethrows -> T {
+    package func run<T>(_ body: () async throws -> T) async rethrows -> T {
         await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
             let now = serial.withLock { s -> Bool in
                 if s.busy { s.waiters.append(c); return false }
@@ -65,7 +67,7 @@ final class Maintenance: Sendable {
     /// it does nothing). `work` takes the lock itself (``run(_:)``) for what must be
     /// serialized; it may return a follow-up, called once its job is no longer scheduled
     /// (a compaction that freed segments checks again whether another is due).
-    func schedule(_ job: Job, _ work: @escaping @Sendable () async -> (@Sendable () -> Void)?) {
+    package func schedule(_ job: Job, _ work: @escaping @Sendable () async -> (@Sendable () -> Void)?) {
         guard scheduled.withLock({ $0.insert(job).inserted }) else { return }
         Task {
             let then = await work()
@@ -90,7 +92,7 @@ public struct MaintenanceRun: Sendable, Equatable, Codable {
     /// Server-cache entries it dropped (an eviction's "not cached" data; 0 for a compaction).
     public var entriesEvicted: Int
 
-    init(bytesFreed: Int64, duration: Duration, segmentsDeleted: Int, entriesKept: Int, entriesEvicted: Int = 0) {
+    package init(bytesFreed: Int64, duration: Duration, segmentsDeleted: Int, entriesKept: Int, entriesEvicted: Int = 0) {
         endedAt = wallClockMillis()
         self.bytesFreed = bytesFreed
         let c = duration.components

@@ -1,7 +1,7 @@
 /// A receipt waiting for the server's answer to one write.
-struct AckWaiter {
-    var token: UInt64
-    var continuation: UnsafeContinuation<Void, any Error>
+package struct AckWaiter {
+    package var token: UInt64
+    package var continuation: UnsafeContinuation<Void, any Error>
 }
 
 /// The pending-write ledger: what every data model on the log keeps of the server's answers
@@ -19,37 +19,38 @@ struct AckWaiter {
 ///   fact (bounded).
 ///
 /// A value type: it lives inside the engine, under the engine's lock.
-struct WriteLedger {
+package struct WriteLedger<Failure: LedgerFailure> {
+    package init() {}
     /// The sync cursor: every write up to this id has been answered by the server in order
     /// (acknowledged, or rejected and recorded). 0 before the first answer.
-    private(set) var ackedThrough: Int64 = 0
+    package private(set) var ackedThrough: Int64 = 0
     /// The LSN of the newest record that answered a write (acknowledgement or rejection).
-    private(set) var lastAnswerLSN: Int64 = 0
+    package private(set) var lastAnswerLSN: Int64 = 0
     /// The rejected writes the app has not cleared: write id → LSN of its rejection record.
-    var rejected: [Int64: UInt64] = [:]
+    package var rejected: [Int64: UInt64] = [:]
     /// The errors of the latest rejections (at most ``recentRejectionLimit``), for receipts
     /// awaited after the fact.
-    private var recentRejections: [Int64: DatabaseError] = [:]
+    private var recentRejections: [Int64: Failure] = [:]
     private var waiters: [Int64: [AckWaiter]] = [:]
     private var nextToken: UInt64 = 1
     /// Receipts whose answer the operation under way has decided (see ``takeSettled()``).
-    private var settled: [(waiter: AckWaiter, outcome: DatabaseError?)] = []
+    private var settled: [(waiter: AckWaiter, outcome: Failure?)] = []
 
     /// How many rejections' errors are kept for receipts awaited after the fact; older ones
     /// answer with a generic rejection (while the write is in ``rejected``) or none.
-    static let recentRejectionLimit = 16_384
+    package static var recentRejectionLimit: Int { 16_384 }
 
     // MARK: The cursor
 
     /// The server answered every write through `through` in order (the answer's record is at
     /// `recordLSN`; 0 in replay, where no receipt waits). The cursor never goes back.
-    mutating func advanceCursor(through: Int64, recordLSN: Int64 = 0) {
+    package mutating func advanceCursor(through: Int64, recordLSN: Int64 = 0) {
         ackedThrough = max(ackedThrough, through)
         lastAnswerLSN = max(lastAnswerLSN, recordLSN)
     }
 
     /// The cursor and rejections a checkpoint holds, installed as the ledger's.
-    mutating func restore(ackedThrough: Int64, rejected: [Int64: UInt64]) {
+    package mutating func restore(ackedThrough: Int64, rejected: [Int64: UInt64]) {
         self.ackedThrough = ackedThrough
         self.rejected = rejected
     }
@@ -59,7 +60,7 @@ struct WriteLedger {
     /// The server's answer to `writeID` (nil: acknowledged; else the rejection) is decided by
     /// the record at `recordLSN`: the receipts waiting for it move to the settled ones, which
     /// the operation that wrote the record resumes once it is durable.
-    mutating func settle(_ writeID: Int64, recordLSN: Int64, _ outcome: DatabaseError?) {
+    package mutating func settle(_ writeID: Int64, recordLSN: Int64, _ outcome: Failure?) {
         if let outcome { noteRejection(writeID, outcome) }
         lastAnswerLSN = max(lastAnswerLSN, recordLSN)
         guard let ws = waiters.removeValue(forKey: writeID) else { return }
@@ -68,7 +69,7 @@ struct WriteLedger {
 
     /// Keeps a rejection's error for receipts awaited after the fact, forgetting the oldest
     /// past the limit (`bounded`: a live answer; replay keeps every one it reads, each once).
-    mutating func noteRejection(_ writeID: Int64, _ error: DatabaseError, bounded: Bool = true) {
+    package mutating func noteRejection(_ writeID: Int64, _ error: Failure, bounded: Bool = true) {
         recentRejections[writeID] = error
         if bounded, recentRejections.count > Self.recentRejectionLimit, let oldest = recentRejections.keys.min() {
             recentRejections[oldest] = nil
@@ -77,13 +78,13 @@ struct WriteLedger {
 
     /// The receipts settled since the last call, with their outcomes, for the operation that
     /// settled them to resume.
-    mutating func takeSettled() -> [(waiter: AckWaiter, outcome: DatabaseError?)] {
+    package mutating func takeSettled() -> [(waiter: AckWaiter, outcome: Failure?)] {
         defer { settled = [] }
         return settled
     }
 
     /// A new token for one wait (to take it back on cancellation).
-    mutating func newToken() -> UInt64 {
+    package mutating func newToken() -> UInt64 {
         defer { nextToken += 1 }
         return nextToken
     }
@@ -91,26 +92,26 @@ struct WriteLedger {
     /// What a receipt of `writeID` waits for: nothing more (`.answered`, with the LSN of a
     /// record that decided it, which must be durable first), or the answer (`.waiting`: the
     /// continuation is kept until an answer, ``endAll(_:)`` or ``cancel(_:token:)``).
-    enum Wait {
-        case answered(DatabaseError?, answerLSN: Int64)
+    package enum Wait {
+        case answered(Failure?, answerLSN: Int64)
         case waiting
-        case failed(DatabaseError)
+        case failed(Failure)
         case cancelled
     }
 
     /// Registers a receipt of `writeID` (`pending`: the write still waits for its answer).
-    mutating func wait(for writeID: Int64, token: UInt64, pending: Bool, _ c: UnsafeContinuation<Void, any Error>) -> Wait {
+    package mutating func wait(for writeID: Int64, token: UInt64, pending: Bool, _ c: UnsafeContinuation<Void, any Error>) -> Wait {
         if pending {
             waiters[writeID, default: []].append(AckWaiter(token: token, continuation: c))
             return .waiting
         }
         let outcome = recentRejections[writeID] ?? (rejected[writeID] != nil
-            ? DatabaseError(.writeRejected, "the server refused write \(writeID); it was reverted locally and kept in the database's rejected writes") : nil)
+            ? Failure.rejectedWrite(writeID) : nil)
         return .answered(outcome, answerLSN: lastAnswerLSN)
     }
 
     /// Takes back the wait `token` of a cancelled task (nil when an answer took it first).
-    mutating func cancel(_ writeID: Int64, token: UInt64) -> UnsafeContinuation<Void, any Error>? {
+    package mutating func cancel(_ writeID: Int64, token: UInt64) -> UnsafeContinuation<Void, any Error>? {
         guard var ws = waiters[writeID], let i = ws.firstIndex(where: { $0.token == token }) else { return nil }
         let c = ws.remove(at: i).continuation
         waiters[writeID] = ws.isEmpty ? nil : ws
@@ -118,12 +119,19 @@ struct WriteLedger {
     }
 
     /// Ends every wait with `error` (the database closed or failed).
-    mutating func endAll(_ error: DatabaseError) {
+    package mutating func endAll(_ error: Failure) {
         let all = waiters.values.flatMap { $0 }
         waiters = [:]
         for w in all { w.continuation.resume(throwing: error) }
     }
 
     /// How many receipts are waiting.
-    var waitingCount: Int { waiters.values.reduce(0) { $0 + $1.count } }
+    package var waitingCount: Int { waiters.values.reduce(0) { $0 + $1.count } }
+}
+
+/// The error a data model reports for a rejected write (its ``WriteLedger`` keeps them).
+package protocol LedgerFailure: Error, Sendable {
+    /// The error for a rejected write whose own error is no longer kept (older than the
+    /// ledger's recent rejections).
+    static func rejectedWrite(_ writeID: Int64) -> Self
 }

@@ -96,3 +96,9 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible {
         return s
     }
 }
+
+extension DatabaseError: LedgerFailure {
+    package static func rejectedWrite(_ writeID: Int64) -> DatabaseError {
+        DatabaseError(.writeRejected, "the server refused write \(writeID); it was reverted locally and kept in the database's rejected writes")
+    }
+}

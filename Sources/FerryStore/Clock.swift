@@ -6,7 +6,7 @@ import Darwin
 
 /// The local wall clock, in milliseconds since 1970 (the time of server values, rejections
 /// and maintenance runs).
-func wallClockMillis() -> Int64 {
+package func wallClockMillis() -> Int64 {
     var ts = timespec()
     clock_gettime(CLOCK_REALTIME, &ts)
     return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000

@@ -13,12 +13,12 @@ import FerryLog
 ///   refers to, once ``sweepIsDue``.
 ///
 /// A value type: it lives inside the engine, under the engine's lock.
-struct RecordStore {
+package struct RecordStore {
     /// The log, or nil for a store in memory.
-    let log: WriteAheadLog?
+    package let log: WriteAheadLog?
     /// Payloads of records the log has not written yet (in memory: every record kept), in LSN
     /// order.
-    private(set) var kept = RecordList()
+    package private(set) var kept = RecordList()
     /// The batch ``append(kind:_:)`` fills, kept to reuse its buffer.
     private var batch = LogBatch(capacity: 1024)
     /// Records and payload bytes appended since ``pruneWritten()`` last looked at the log.
@@ -28,12 +28,12 @@ struct RecordStore {
     private var memoryBytes = 0
     private var memoryBytesAfterSweep = 0
     /// Records and payload bytes appended since the last checkpoint (the checkpoint policy).
-    var sinceCheckpoint: (records: Int, bytes: Int) = (0, 0)
+    package var sinceCheckpoint: (records: Int, bytes: Int) = (0, 0)
 
-    init(log: WriteAheadLog?) { self.log = log }
+    package init(log: WriteAheadLog?) { self.log = log }
 
     /// Appends a record; returns its LSN. Throws the log's error (``FerryLog/LogError``).
-    mutating func append(kind: UInt8, _ payload: [UInt8]) throws -> UInt64 {
+    package mutating func append(kind: UInt8, _ payload: [UInt8]) throws -> UInt64 {
         guard let log else {
             let lsn = nextMemoryLSN
             nextMemoryLSN += 1
@@ -54,21 +54,21 @@ struct RecordStore {
     }
 
     /// Keeps a record read elsewhere (a tool replaying a log), so that values can refer to it.
-    mutating func keep(lsn: UInt64, kind: UInt8, payload: [UInt8]) {
+    package mutating func keep(lsn: UInt64, kind: UInt8, payload: [UInt8]) {
         kept.append((lsn, kind, payload))
     }
 
     /// Calls `body` with record `lsn`'s kind and payload (valid during the call only).
-    func withRecord<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) throws -> R {
+    package func withRecord<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) throws -> R {
         if let r = try kept.withRecord(lsn, body) { return r }
-        guard let log else { throw DatabaseError(.storage, "record \(lsn) is not available") }
+        guard let log else { throw RecordUnavailable(lsn: lsn) }
         return try log.withRecord(at: LSN(lsn)) { try body($0.kind, $0.payload) }
     }
 
     /// With a log: forgets the payloads it has written. It looks (the log's position is behind
     /// the log's lock) once per 64 records or 1 MiB appended, or at once with `now`: a written
     /// payload kept a little longer is read from here instead of from the log, the same bytes.
-    mutating func pruneWritten(now: Bool = false) {
+    package mutating func pruneWritten(now: Bool = false) {
         guard now || appendedSincePrune.records >= 64 || appendedSincePrune.bytes >= 1 << 20 else { return }
         appendedSincePrune = (0, 0)
         guard let log, let first = kept.first, first.lsn < log.writtenLSN.rawValue else { return }
@@ -77,10 +77,10 @@ struct RecordStore {
 
     /// In memory: whether the records kept have doubled since the last sweep (and hold at
     /// least 1 MiB), so that a sweep costs, amortized, O(1) per byte appended.
-    var sweepIsDue: Bool { log == nil && memoryBytes >= max(1 << 20, 2 * memoryBytesAfterSweep) }
+    package var sweepIsDue: Bool { log == nil && memoryBytes >= max(1 << 20, 2 * memoryBytesAfterSweep) }
 
     /// In memory: forgets every record not in `live` (what the model still refers to).
-    mutating func sweep(keeping live: Set<UInt64>) {
+    package mutating func sweep(keeping live: Set<UInt64>) {
         guard log == nil else { return }
         kept.removeAll(keeping: { live.contains($0) })
         memoryBytes = kept.payloadBytes + 32 * kept.count
@@ -88,5 +88,12 @@ struct RecordStore {
     }
 
     /// In memory: the records kept and their payload bytes.
-    var memoryRecords: (count: Int, bytes: Int) { log == nil ? (kept.count, kept.payloadBytes) : (0, 0) }
+    package var memoryRecords: (count: Int, bytes: Int) { log == nil ? (kept.count, kept.payloadBytes) : (0, 0) }
+}
+
+/// A record a memory store no longer keeps (it was swept): the model referred to a record it
+/// had let go of, which is a bug in the model, never a state of the data.
+package struct RecordUnavailable: Error, Sendable, CustomStringConvertible {
+    package var lsn: UInt64
+    package var description: String { "record \(lsn) is not available" }
 }

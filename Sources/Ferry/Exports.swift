@@ -1,0 +1,3 @@
+// The types every data model shares (``SnapshotMetadata``, ``MaintenanceRun``) are part of
+// this module's API.
+@_exported import FerryStore
