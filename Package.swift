@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "Ferry", targets: ["Ferry"]),
         .library(name: "FerryLog", targets: ["FerryLog"]),
+        .library(name: "FerryDocuments", targets: ["FerryDocuments"]),
         .executable(name: "ferry-dump", targets: ["ferry-dump"]),
         .executable(name: "ferry-bench", targets: ["ferry-bench"]),
         .executable(name: "ferry-demo", targets: ["ferry-demo"]),
@@ -53,6 +54,9 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+
+        // Documents: Cloud Firestore's data model on the same log and layer.
+        .target(name: "FerryDocuments", dependencies: ["FerryLog", "FerryStore"]),
 
         .executableTarget(
             name: "ferry-dump",
@@ -144,6 +148,10 @@ let package = Package(
             name: "ferry-torture-child",
             dependencies: ["Ferry", "FerryTortureSupport"],
             path: "Tests/ferry-torture-child"
+        ),
+        .testTarget(
+            name: "FerryDocumentsTests",
+            dependencies: ["FerryDocuments", "FerryStore", "FerryLog", "FerryTestSupport", "Ferry"]
         ),
         .testTarget(
             name: "FerryTortureTests",

@@ -1,0 +1,248 @@
+import FerryLog
+import FerryStore
+import Foundation
+
+/// One listener's standing query: every document it matches, in order (the limit is applied
+/// when a snapshot is made), and what its last snapshot showed.
+struct StandingQuery {
+    var query: QueryCore
+    var orders: [OrderBy]
+    var includeMetadataChanges: Bool
+    /// Every matching document, in the query's order.
+    var matching: [LocalDocument] = []
+    /// The documents of the last snapshot (after the limit), and its metadata.
+    var shown: [LocalDocument] = []
+    var shownHasPendingWrites = false
+    var delivered = false
+    /// A document listener: what it last showed (nil: nothing shown yet).
+    var shownDocument: LocalDocument??
+
+    func index(of doc: LocalDocument, in list: [LocalDocument]) -> (found: Bool, at: Int) {
+        var lo = 0, hi = list.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            let c = QueryCore.compare(list[mid], doc, orders)
+            if c < 0 { lo = mid + 1 } else if c > 0 { hi = mid } else { return list[mid].key == doc.key ? (true, mid) : (false, mid) }
+        }
+        return (false, lo)
+    }
+
+    /// Replaces `old` (the document's previous state) by `new` in ``matching``.
+    mutating func update(old: LocalDocument?, new: LocalDocument?) {
+        if let old, query.matches(old, orders: orders) {
+            let (found, i) = index(of: old, in: matching)
+            if found { matching.remove(at: i) } else if let j = matching.firstIndex(where: { $0.key == old.key }) { matching.remove(at: j) }
+        }
+        if let new, query.matches(new, orders: orders) {
+            matching.insert(new, at: index(of: new, in: matching).at)
+        }
+    }
+}
+
+/// What a listener gets: a query snapshot's parts, or a document's.
+enum ListenerEvent: Sendable {
+    case query(docs: [LocalDocument], changes: [ChangeData], fromCache: Bool, hasPendingWrites: Bool)
+    case document(LocalDocument?, key: ResourcePath, fromCache: Bool)
+    case failure(FirestoreErrorCode)
+}
+
+struct ChangeData: Sendable {
+    var type: ChangeKind
+    var doc: LocalDocument
+    var oldIndex: Int?
+    var newIndex: Int?
+}
+
+/// The document model's state, under the store's lock: the local view, the pending batches,
+/// the ledger, the records and the standing queries.
+struct DocumentEngine {
+    var records: RecordStore
+    var ledger = WriteLedger<FirestoreErrorCode>()
+    /// Pending write batches, oldest first (their ids are their records' LSNs).
+    var pending: [MutationBatch] = []
+    /// The local view: collection path → document id → document (server data with pending
+    /// writes applied; a deleted document is kept as known-missing).
+    var collections: [ResourcePath: [String: LocalDocument]] = [:]
+    var listeners: [Int: StandingQuery] = [:]
+    var nextListenerID = 1
+    var closed = false
+    var networkEnabled = true
+
+    init(records: RecordStore) { self.records = records }
+
+    func document(_ key: ResourcePath) -> LocalDocument? { collections[key.parent]?[key.last] }
+
+    /// Applies one record, live or in replay (the one apply function). Returns the documents
+    /// it changed, with their states before.
+    mutating func apply(kind: UInt8, lsn: Int64, payload: UnsafeRawBufferPointer) throws -> [(old: LocalDocument?, new: LocalDocument?)] {
+        guard let k = DocumentRecordKind(rawValue: kind) else {
+            throw FirestoreErrorCode(.dataLoss, kind < 32
+                ? "the store holds a record of kind \(kind), which is a Realtime Database record: open it with Ferry's Database, not Firestore"
+                : "the store holds a document record of unknown kind \(kind): it was written by a newer Ferry")
+        }
+        switch k {
+        case .writeBatch:
+            let batch = try DocumentRecords.decodeBatch(id: lsn, payload)
+            pending.append(batch)
+            var changed: [(LocalDocument?, LocalDocument?)] = []
+            for m in batch.mutations {
+                let old = document(m.key)
+                let new = m.applied(to: old, writeTime: batch.localWriteTime)
+                if let new { collections[m.key.parent, default: [:]][m.key.last] = new }
+                changed.append((old, new))
+            }
+            return changed
+        case .indexConfiguration:
+            return []
+        }
+    }
+
+    /// Every document of the local view the query's collection (or group) holds.
+    func candidates(_ q: QueryCore) -> [LocalDocument] {
+        if let key = q.documentKey { return document(key).map { [$0] } ?? [] }
+        if q.collectionGroup == nil { return Array(collections[q.path]?.values ?? [:].values) }
+        var out: [LocalDocument] = []
+        for (path, docs) in collections where path.last == q.collectionGroup && q.path.isPrefix(of: path) { out += docs.values }
+        return out
+    }
+
+    /// Runs a query over the local view: matching documents in order, the limit applied.
+    func run(_ q: QueryCore) -> [LocalDocument] {
+        let orders = q.orders
+        let docs = candidates(q).filter { q.matches($0, orders: orders) }
+            .sorted { QueryCore.compare($0, $1, orders) < 0 }
+        return Array(q.window(docs[...]))
+    }
+
+    /// Registers a standing query; returns its id and first event.
+    mutating func listen(_ q: QueryCore, includeMetadataChanges: Bool) -> (Int, ListenerEvent) {
+        let id = nextListenerID
+        nextListenerID += 1
+        var s = StandingQuery(query: q, orders: q.orders, includeMetadataChanges: includeMetadataChanges)
+        if let key = q.documentKey {
+            let d = document(key)
+            s.shownDocument = .some(d)
+            listeners[id] = s
+            return (id, .document(d, key: key, fromCache: true))
+        }
+        let orders = s.orders
+        s.matching = candidates(q).filter { q.matches($0, orders: orders) }.sorted { QueryCore.compare($0, $1, orders) < 0 }
+        let shown = Array(q.window(s.matching[...]))
+        s.shown = shown
+        s.shownHasPendingWrites = shown.contains(where: \.hasLocalMutations)
+        listeners[id] = s
+        let changes = shown.enumerated().map { ChangeData(type: .added, doc: $1, oldIndex: nil, newIndex: $0) }
+        return (id, .query(docs: shown, changes: changes, fromCache: true, hasPendingWrites: s.shownHasPendingWrites))
+    }
+
+    /// Updates the standing queries for changed documents; returns the events to deliver, in
+    /// the order the listeners were added.
+    mutating func notify(_ changed: [(old: LocalDocument?, new: LocalDocument?)]) -> [(Int, ListenerEvent)] {
+        guard !changed.isEmpty, !listeners.isEmpty else { return [] }
+        var events: [(Int, ListenerEvent)] = []
+        for id in listeners.keys.sorted() {
+            var s = listeners[id]!
+            let relevant = changed.filter { c in
+                let key = (c.new ?? c.old)!.key
+                return s.query.holds(key)
+            }
+            guard !relevant.isEmpty else { continue }
+            if let key = s.query.documentKey {
+                let now = document(key)
+                let before = s.shownDocument ?? nil
+                let dataChanged = before?.fields != now?.fields || (before == nil) != (now == nil)
+                let metaChanged = before?.hasLocalMutations != now?.hasLocalMutations
+                if dataChanged || (metaChanged && s.includeMetadataChanges) {
+                    s.shownDocument = .some(now)
+                    events.append((id, .document(now, key: key, fromCache: true)))
+                }
+                listeners[id] = s
+                continue
+            }
+            for c in relevant { s.update(old: c.old, new: c.new) }
+            let newShown = Array(s.query.window(s.matching[...]))
+            let (changes, anyMetadataOnly) = Self.diff(old: s.shown, new: newShown, orders: s.orders)
+            let hasPending = newShown.contains(where: \.hasLocalMutations)
+            let visible = s.includeMetadataChanges ? changes : changes.filter { $0.type != .metadata }
+            let raise = !visible.isEmpty || (s.includeMetadataChanges && (hasPending != s.shownHasPendingWrites || anyMetadataOnly))
+            if raise {
+                events.append((id, .query(docs: newShown, changes: visible, fromCache: true, hasPendingWrites: hasPending)))
+            }
+            s.shown = newShown
+            s.shownHasPendingWrites = hasPending
+            listeners[id] = s
+        }
+        return events
+    }
+
+    /// The changes from `old` to `new` (both in query order), with Firestore's indexes: removals
+    /// first, then additions and modifications, each group in query order, each index counted
+    /// as the changes before it leave the list.
+    static func diff(old: [LocalDocument], new: [LocalDocument], orders: [OrderBy]) -> ([ChangeData], Bool) {
+        var oldByKey: [ResourcePath: LocalDocument] = [:]
+        for d in old { oldByKey[d.key] = d }
+        var newByKey: [ResourcePath: LocalDocument] = [:]
+        for d in new { newByKey[d.key] = d }
+        var removed: [LocalDocument] = [], added: [LocalDocument] = [], modified: [(LocalDocument, ChangeKind)] = []
+        var anyMetadata = false
+        for d in old where newByKey[d.key] == nil { removed.append(d) }
+        for d in new {
+            if let o = oldByKey[d.key] {
+                if o.fields != d.fields { modified.append((d, .modified)) } else if o.hasLocalMutations != d.hasLocalMutations {
+                    modified.append((d, .metadata))
+                    anyMetadata = true
+                }
+            } else { added.append(d) }
+        }
+        if removed.isEmpty && added.isEmpty && modified.isEmpty { return ([], false) }
+        // Replays the changes on the old list to find each one's indexes.
+        var tracker = old
+        func position(_ d: LocalDocument) -> Int? {
+            var lo = 0, hi = tracker.count
+            while lo < hi {
+                let mid = (lo + hi) / 2
+                let c = QueryCore.compare(tracker[mid], d, orders)
+                if c < 0 { lo = mid + 1 } else if c > 0 { hi = mid } else { return tracker[mid].key == d.key ? mid : tracker.firstIndex { $0.key == d.key } }
+            }
+            return tracker.firstIndex { $0.key == d.key }
+        }
+        func insertionPoint(_ d: LocalDocument) -> Int {
+            var lo = 0, hi = tracker.count
+            while lo < hi {
+                let mid = (lo + hi) / 2
+                if QueryCore.compare(tracker[mid], d, orders) < 0 { lo = mid + 1 } else { hi = mid }
+            }
+            return lo
+        }
+        var out: [ChangeData] = []
+        for d in removed {
+            let i = position(d)!
+            tracker.remove(at: i)
+            out.append(ChangeData(type: .removed, doc: d, oldIndex: i, newIndex: nil))
+        }
+        var rest: [(LocalDocument, ChangeKind)] = added.map { ($0, .added) } + modified
+        // Additions before modifications, each in query order (the SDK's order).
+        rest.sort { a, b in
+            if (a.1 == .added) != (b.1 == .added) { return a.1 == .added }
+            return QueryCore.compare(a.0, b.0, orders) < 0
+        }
+        for (d, type) in rest {
+            var oldIndex: Int?
+            if type != .added, let o = oldByKey[d.key], let i = position(o) {
+                oldIndex = i
+                tracker.remove(at: i)
+            }
+            let j = insertionPoint(d)
+            tracker.insert(d, at: j)
+            out.append(ChangeData(type: type, doc: d, oldIndex: oldIndex, newIndex: j))
+        }
+        return (out, anyMetadata)
+    }
+}
+
+/// How a document changed between two snapshots of a standing query.
+enum ChangeKind: Sendable {
+    case added, modified, removed
+    /// Only the document's metadata changed (shown as `modified` to the app).
+    case metadata
+}

@@ -1,0 +1,315 @@
+import FerryLog
+import FerryStore
+import Foundation
+
+/// Where a document store keeps its data (Firebase's cache settings).
+public enum CacheSettings: Sendable {
+    /// On disk, in the directory given to ``Firestore/open(at:settings:)``, with a size limit
+    /// in bytes (``FirestoreSettings/defaultCacheSizeBytes`` by default, at least
+    /// ``FirestoreSettings/minimumCacheSizeBytes``, or ``FirestoreSettings/cacheSizeUnlimited``).
+    case persistent(sizeBytes: Int64)
+    /// In memory: nothing is written to disk, everything is gone when the store closes.
+    case memory
+}
+
+/// A document store's settings (Firebase's `FirestoreSettings`).
+public struct FirestoreSettings: Sendable {
+    /// 100 MB, the SDK's default cache size.
+    public static let defaultCacheSizeBytes: Int64 = 100 * 1024 * 1024
+    /// 1 MB, the SDK's smallest cache size.
+    public static let minimumCacheSizeBytes: Int64 = 1024 * 1024
+    /// No size limit (Firebase's `FirestoreCacheSizeUnlimited`).
+    public static let cacheSizeUnlimited: Int64 = -1
+
+    public var cacheSettings: CacheSettings = .persistent(sizeBytes: defaultCacheSizeBytes)
+    /// The queue listeners are called on (a private serial queue by default).
+    public var dispatchQueue: DispatchQueue?
+    /// `fsync` before a write returns (the default), or write without waiting for the disk.
+    public var durability: Durability = .fsync
+
+    public init() {}
+}
+
+/// Where a read is answered from (Firebase's `FirestoreSource`).
+public enum FirestoreSource: Sendable {
+    /// The server when it can be reached, else the local cache.
+    case `default`
+    /// The server only: fails with ``FirestoreErrorCode/Code/unavailable`` when it cannot be reached.
+    case server
+    /// The local cache only (with pending writes applied).
+    case cache
+}
+
+/// What reads show for a `serverTimestamp()` the server has not set yet.
+public enum ServerTimestampBehavior: Sendable {
+    /// `NSNull`.
+    case none
+    /// The local time of the write.
+    case estimate
+    /// The field's value before the write (`NSNull` if it had none).
+    case previous
+}
+
+/// A document store: Cloud Firestore's model (collections, documents, queries, listeners) on
+/// Ferry's log (Firebase's `Firestore`).
+///
+/// Every write is one record in the log, durable when its `await` returns, and pending until a
+/// server acknowledges it. Reads and listeners see pending writes at once (latency
+/// compensation). Without a server connection, every snapshot is from the cache.
+public final class Firestore: Sendable {
+    let state: FerryMutex<DocumentEngine>
+    let log: WriteAheadLog?
+    /// The store directory (nil in memory).
+    public let path: String?
+    public let settings: FirestoreSettings
+    let queue: DispatchQueue
+    let callbacks = FerryMutex<[Int: @Sendable (ListenerEvent) -> Void]>([:])
+
+    private init(engine: sending DocumentEngine, log: WriteAheadLog?, path: String?, settings: FirestoreSettings) {
+        state = FerryMutex(engine)
+        self.log = log
+        self.path = path
+        self.settings = settings
+        queue = settings.dispatchQueue ?? DispatchQueue(label: "ferry.documents.listeners")
+    }
+
+    /// Opens (creating if absent) the document store in the directory `path`, replaying its log.
+    ///
+    /// - Throws: ``FirestoreErrorCode`` — `unavailable` when another process holds the store,
+    ///   `dataLoss` for a damaged or foreign store (naming the record), `invalidArgument` for bad settings.
+    public static func open(at path: String, settings: FirestoreSettings = FirestoreSettings()) throws -> Firestore {
+        if case .persistent(let size) = settings.cacheSettings, size != cacheSizeUnlimited, size < FirestoreSettings.minimumCacheSizeBytes {
+            throw FirestoreErrorCode(.invalidArgument, "cacheSizeBytes must be at least \(FirestoreSettings.minimumCacheSizeBytes) (1 MB) or FirestoreSettings.cacheSizeUnlimited; it is \(size)")
+        }
+        if case .memory = settings.cacheSettings { return inMemory(settings: settings) }
+        let log: WriteAheadLog
+        do {
+            log = try WriteAheadLog.open(at: path, options: LogOptions(durability: settings.durability))
+        } catch let e as LogError {
+            throw FirestoreErrorCode(e.code == .storeInUse ? .unavailable : .dataLoss, "cannot open the document store at \(path): \(e)")
+        }
+        var engine = DocumentEngine(records: RecordStore(log: log))
+        do {
+            try log.forEachRecord { r in
+                do {
+                    _ = try engine.apply(kind: r.kind, lsn: Int64(r.lsn.rawValue), payload: r.payload)
+                } catch let e as FirestoreErrorCode {
+                    let place = log.location(of: r.lsn)
+                    throw FirestoreErrorCode(e.code, "record \(r.lsn) of \(path) (\(place.map { "\($0.file), offset \($0.frameOffset)" } ?? "?")) cannot be replayed: \(e.message)")
+                }
+            }
+        } catch {
+            log.release()
+            throw error as? FirestoreErrorCode ?? FirestoreErrorCode(.dataLoss, "replaying the document store at \(path) failed: \(error)")
+        }
+        return Firestore(engine: engine, log: log, path: path, settings: settings)
+    }
+
+    static let cacheSizeUnlimited = FirestoreSettings.cacheSizeUnlimited
+
+    /// A document store in memory (nothing written to disk).
+    public static func inMemory(settings: FirestoreSettings = FirestoreSettings()) -> Firestore {
+        var s = settings
+        s.cacheSettings = .memory
+        return Firestore(engine: DocumentEngine(records: RecordStore(log: nil)), log: nil, path: nil, settings: s)
+    }
+
+    // MARK: References
+
+    /// The collection at `collectionPath` (`"cities"`, `"cities/SF/landmarks"`).
+    public func collection(_ collectionPath: String) -> CollectionReference {
+        CollectionReference(firestore: self, pathResult: Result {
+            let p = try ResourcePath.parse(collectionPath, what: "collection path")
+            guard !p.isDocument else { throw FirestoreErrorCode(.invalidArgument, "\"\(collectionPath)\" names a document (an even number of segments), not a collection") }
+            return p
+        })
+    }
+
+    /// The document at `documentPath` (`"cities/SF"`).
+    public func document(_ documentPath: String) -> DocumentReference {
+        DocumentReference(firestore: self, keyResult: Result {
+            let p = try ResourcePath.parse(documentPath, what: "document path")
+            guard p.isDocument else { throw FirestoreErrorCode(.invalidArgument, "\"\(documentPath)\" names a collection (an odd number of segments), not a document") }
+            return p
+        })
+    }
+
+    /// Every collection named `collectionID`, wherever it is (a collection-group query).
+    public func collectionGroup(_ collectionID: String) -> Query {
+        var core = QueryCore(path: ResourcePath([]))
+        core.collectionGroup = collectionID
+        let invalid: FirestoreErrorCode? = collectionID.contains("/")
+            ? FirestoreErrorCode(.invalidArgument, "a collection group id must not contain '/' (\(collectionID))") : nil
+        return Query(firestore: self, core: core, invalid: invalid)
+    }
+
+    /// A batch of writes applied together (one record).
+    public func batch() -> WriteBatch { WriteBatch(firestore: self) }
+
+    // MARK: Transactions and network
+
+    /// Runs a transaction. Transactions need the server (they read at its latest state);
+    /// offline, or with no server connected, this fails at once with
+    /// ``FirestoreErrorCode/Code/unavailable`` and `body` is not called. Use a ``WriteBatch``
+    /// for writes that must be kept offline.
+    public func runTransaction<T>(_ body: (Transaction) throws -> T) async throws -> T {
+        try checkOpen()
+        throw FirestoreErrorCode(.unavailable, "transactions need the server, and this store is offline (no server connected); a WriteBatch is kept and sent later")
+    }
+
+    /// Stops using the network: reads and listeners are served from the cache and writes are
+    /// kept until ``enableNetwork()``.
+    public func disableNetwork() async { state.withLock { $0.networkEnabled = false } }
+    /// Uses the network again.
+    public func enableNetwork() async { state.withLock { $0.networkEnabled = true } }
+
+    /// Returns once every write made before the call has been acknowledged by the server (or
+    /// rejected). Offline, it waits; cancel the task to stop waiting.
+    public func waitForPendingWrites() async throws {
+        let last = try state.withLock { e -> Int64? in
+            guard !e.closed else { throw Self.closedError }
+            return e.pending.last?.id
+        }
+        guard let last else { return }
+        try await waitForAnswer(last)
+    }
+
+    func waitForAnswer(_ batchID: Int64) async throws {
+        let token = state.withLock { $0.ledger.newToken() }
+        try await withTaskCancellationHandler {
+            try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
+                let wait = state.withLock { e -> WriteLedger<FirestoreErrorCode>.Wait in
+                    if e.closed { return .failed(Self.closedError) }
+                    let pending = e.pending.contains { $0.id == batchID }
+                    return e.ledger.wait(for: batchID, token: token, pending: pending, c)
+                }
+                switch wait {
+                case .waiting: if Task.isCancelled { if let c = state.withLock({ $0.ledger.cancel(batchID, token: token) }) { c.resume(throwing: CancellationError()) } }
+                case .answered(let error, _): if let error { c.resume(throwing: error) } else { c.resume() }
+                case .failed(let error): c.resume(throwing: error)
+                case .cancelled: c.resume(throwing: CancellationError())
+                }
+            }
+        } onCancel: {
+            if let c = state.withLock({ $0.ledger.cancel(batchID, token: token) }) { c.resume(throwing: CancellationError()) }
+        }
+    }
+
+    /// Closes the store: listeners stop, waits end with `failedPrecondition`, and the log is
+    /// closed (every write already returned is on disk).
+    public func terminate() async throws {
+        let wasOpen = state.withLock { e -> Bool in
+            defer { e.closed = true; e.listeners = [:] }
+            if !e.closed { e.ledger.endAll(Self.closedError) }
+            return !e.closed
+        }
+        callbacks.withLock { $0 = [:] }
+        guard wasOpen, let log else { return }
+        do { try await log.close() } catch { throw FirestoreErrorCode(.dataLoss, "closing the document store failed: \(error)") }
+    }
+
+    /// Deletes the store's files, pending writes included. Only on a terminated store
+    /// (`failedPrecondition` otherwise).
+    public func clearPersistence() async throws {
+        guard state.withLock({ $0.closed }) else {
+            throw FirestoreErrorCode(.failedPrecondition, "clearPersistence() needs a terminated store: call terminate() first")
+        }
+        guard let path else { return }
+        do { try FileManager.default.removeItem(atPath: path) } catch {
+            throw FirestoreErrorCode(.internal, "cannot delete \(path): \(error)")
+        }
+    }
+
+    static let closedError = FirestoreErrorCode(.failedPrecondition, "the document store was terminated")
+
+    func checkOpen() throws {
+        if state.withLock({ $0.closed }) { throw Self.closedError }
+    }
+
+    // MARK: Writes
+
+    /// Writes a batch: one record, applied to the local view and the listeners at once;
+    /// returns once it is durable.
+    func write(_ mutations: [Mutation]) async throws {
+        guard !mutations.isEmpty else { return }
+        for m in mutations where m.operation != .delete {
+            let size = UserData.documentSize(path: m.key, fields: m.fields)
+            if size > UserData.maxDocumentBytes {
+                throw FirestoreErrorCode(.invalidArgument, "document \(m.key) would be \(size) bytes; Firestore's limit is \(UserData.maxDocumentBytes) (1 MiB)")
+            }
+        }
+        let time = Timestamp().truncatedToMicroseconds
+        let payload = DocumentRecords.encode(MutationBatch(id: 0, localWriteTime: time, mutations: mutations))
+        let (lsn, events) = try state.withLock { e -> (UInt64, [(Int, ListenerEvent)]) in
+            guard !e.closed else { throw Self.closedError }
+            let lsn: UInt64
+            do { lsn = try e.records.append(kind: DocumentRecordKind.writeBatch.rawValue, payload) } catch {
+                throw FirestoreErrorCode(.unavailable, "the write could not be logged: \(error)")
+            }
+            let changed = try payload.withUnsafeBytes { try e.apply(kind: DocumentRecordKind.writeBatch.rawValue, lsn: Int64(lsn), payload: $0) }
+            e.records.pruneWritten()
+            return (lsn, e.notify(changed))
+        }
+        deliver(events)
+        if let log {
+            do { try await log.awaitDurability(of: LSN(lsn)...LSN(lsn)) } catch {
+                throw FirestoreErrorCode(.dataLoss, "the write was not made durable: \(error)")
+            }
+        }
+    }
+
+    // MARK: Reads and listeners
+
+    func read<T: Sendable>(_ body: (DocumentEngine) throws -> T) throws -> T {
+        try state.withLock { e in
+            guard !e.closed else { throw Self.closedError }
+            return try body(e)
+        }
+    }
+
+    func addListener(_ q: QueryCore, includeMetadataChanges: Bool, _ callback: @escaping @Sendable (ListenerEvent) -> Void) -> ListenerRegistration {
+        let registered = state.withLock { e -> (Int, ListenerEvent)? in
+            guard !e.closed else { return nil }
+            let (id, first) = e.listen(q, includeMetadataChanges: includeMetadataChanges)
+            callbacks.withLock { $0[id] = callback }
+            return (id, first)
+        }
+        guard let (id, first) = registered else {
+            queue.async { callback(.failure(Self.closedError)) }
+            return ListenerRegistration(remove: {})
+        }
+        deliver([(id, first)])
+        return ListenerRegistration { [weak self] in
+            guard let self else { return }
+            self.state.withLock { e in
+                e.listeners[id] = nil
+                self.callbacks.withLock { $0[id] = nil }
+            }
+        }
+    }
+
+    /// Calls listeners on the delivery queue, in order; a listener removed before its turn
+    /// is not called.
+    func deliver(_ events: [(Int, ListenerEvent)]) {
+        guard !events.isEmpty else { return }
+        queue.async { [self] in
+            for (id, event) in events {
+                guard let cb = callbacks.withLock({ $0[id] }) else { continue }
+                cb(event)
+            }
+        }
+    }
+}
+
+/// A listener's handle (Firebase's `ListenerRegistration`): ``remove()`` stops it.
+public final class ListenerRegistration: Sendable {
+    private let onRemove: @Sendable () -> Void
+    init(remove: @escaping @Sendable () -> Void) { onRemove = remove }
+    /// Stops the listener: it is not called again once this returns (a call under way on the
+    /// delivery queue may finish).
+    public func remove() { onRemove() }
+}
+
+/// A transaction's reads and writes. Ferry runs transactions only with a server connected
+/// (see ``Firestore/runTransaction(_:)``).
+public final class Transaction: Sendable {}

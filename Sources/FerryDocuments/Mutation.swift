@@ -1,0 +1,106 @@
+import Foundation
+
+/// A document as the local view holds it: its fields (nil: known not to exist), and whether
+/// pending local writes made it so.
+struct LocalDocument: Sendable, Equatable {
+    var key: ResourcePath
+    /// The fields; nil when the document is known not to exist (deleted).
+    var fields: [String: FieldValueData]?
+    /// Local writes not yet acknowledged by the server touch it.
+    var hasLocalMutations: Bool
+    /// When the server last changed it (nil: not from the server).
+    var updateTime: Timestamp?
+    var createTime: Timestamp?
+
+    var exists: Bool { fields != nil }
+}
+
+/// One write of a batch (Firestore's mutations): set, patch (update or merge) or delete.
+struct Mutation: Sendable, Equatable {
+    enum Operation: UInt8, Sendable {
+        case set = 1, patch = 2, delete = 3
+    }
+    var operation: Operation
+    var key: ResourcePath
+    var fields: [String: FieldValueData] = [:]
+    /// Patch: the fields written (absent from `fields`: deleted).
+    var mask: [FieldPath] = []
+    var transforms: [(FieldPath, FieldTransform)] = []
+    /// Patch from `updateData`: the document must exist.
+    var mustExist = false
+
+    static func == (a: Mutation, b: Mutation) -> Bool {
+        a.operation == b.operation && a.key == b.key && a.fields == b.fields && a.mask == b.mask && a.mustExist == b.mustExist
+            && a.transforms.map(\.0) == b.transforms.map(\.0) && a.transforms.map(\.1) == b.transforms.map(\.1)
+    }
+
+    /// The document after this mutation, applied locally at `writeTime` over `doc` (nil: not
+    /// cached, which is not the same as known not to exist).
+    func applied(to doc: LocalDocument?, writeTime: Timestamp) -> LocalDocument? {
+        let before = doc?.fields
+        switch operation {
+        case .delete:
+            return LocalDocument(key: key, fields: nil, hasLocalMutations: true, updateTime: doc?.updateTime, createTime: doc?.createTime)
+        case .set:
+            var out = fields
+            applyTransforms(&out, before: before, writeTime: writeTime)
+            return LocalDocument(key: key, fields: out, hasLocalMutations: true, updateTime: doc?.updateTime, createTime: doc?.createTime)
+        case .patch:
+            if mustExist && before == nil {
+                // An update of a document the cache does not show: nothing changes locally (the
+                // server will answer NOT_FOUND).
+                return doc
+            }
+            var out = before ?? [:]
+            let source = FieldValueData.map(fields)
+            for path in mask {
+                setField(&out, path.segments[...], source.value(at: path))
+            }
+            applyTransforms(&out, before: before, writeTime: writeTime)
+            return LocalDocument(key: key, fields: out, hasLocalMutations: true, updateTime: doc?.updateTime, createTime: doc?.createTime)
+        }
+    }
+
+    private func applyTransforms(_ out: inout [String: FieldValueData], before: [String: FieldValueData]?, writeTime: Timestamp) {
+        for (path, t) in transforms {
+            let previous = before.flatMap { FieldValueData.map($0).value(at: path) }
+            setField(&out, path.segments[...], Self.localResult(t, previous: previous, writeTime: writeTime))
+        }
+    }
+
+    /// What a transform shows locally over the field's `previous` value.
+    static func localResult(_ t: FieldTransform, previous: FieldValueData?, writeTime: Timestamp) -> FieldValueData {
+        switch t {
+        case .serverTimestamp:
+            // A pending timestamp over another keeps the first one's previous value.
+            if case .pendingServerTimestamp(_, let p)? = previous { return .pendingServerTimestamp(local: writeTime, previous: p) }
+            return .pendingServerTimestamp(local: writeTime, previous: previous)
+        case .increment(let n):
+            let base: FieldValueData = previous.flatMap { $0.isNumber ? $0 : nil } ?? .integer(0)
+            switch (base, n) {
+            case (.integer(let a), .integer(let b)):
+                let (r, o) = a.addingReportingOverflow(b)
+                return .integer(o ? (b > 0 ? .max : .min) : r)
+            case (.integer(let a), .double(let b)): return .double(Double(a) + b)
+            case (.double(let a), .integer(let b)): return .double(a + Double(b))
+            case (.double(let a), .double(let b)): return .double(a + b)
+            default: return n
+            }
+        case .arrayUnion(let elements):
+            var arr: [FieldValueData] = if case .array(let a)? = previous { a } else { [] }
+            for e in elements where !arr.contains(e) { arr.append(e) }
+            return .array(arr)
+        case .arrayRemove(let elements):
+            guard case .array(let a)? = previous else { return .array([]) }
+            return .array(a.filter { !elements.contains($0) })
+        }
+    }
+}
+
+/// A batch of mutations written together (one record: its LSN is the batch id).
+struct MutationBatch: Sendable, Equatable {
+    var id: Int64
+    /// The local time of the write: pending server timestamps show it.
+    var localWriteTime: Timestamp
+    var mutations: [Mutation]
+}

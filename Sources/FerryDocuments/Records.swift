@@ -1,0 +1,171 @@
+import Foundation
+
+/// The kinds of records the document store writes to the log. They start at 32, so that a
+/// Realtime Database store (kinds 1–11) and a document store are never taken for each other.
+enum DocumentRecordKind: UInt8, CaseIterable {
+    /// A batch of local writes (set, patch, delete); its LSN is the batch id.
+    case writeBatch = 32
+    /// A local index configuration replaced the previous one (`setIndexConfiguration`).
+    case indexConfiguration = 33
+}
+
+/// Little-endian writer of record payloads.
+struct PayloadWriter {
+    var bytes: [UInt8] = []
+    mutating func u8(_ v: UInt8) { bytes.append(v) }
+    mutating func u32(_ v: UInt32) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+    mutating func i64(_ v: Int64) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+    mutating func f64(_ v: Double) { withUnsafeBytes(of: v.bitPattern.littleEndian) { bytes.append(contentsOf: $0) } }
+    mutating func string(_ s: String) { u32(UInt32(s.utf8.count)); bytes.append(contentsOf: s.utf8) }
+    mutating func data(_ d: Data) { u32(UInt32(d.count)); bytes.append(contentsOf: d) }
+    mutating func path(_ p: ResourcePath) { u32(UInt32(p.segments.count)); for s in p.segments { string(s) } }
+    mutating func fieldPath(_ p: FieldPath) { u32(UInt32(p.segments.count)); for s in p.segments { string(s) } }
+
+    /// A value: a tag byte, then its body.
+    mutating func value(_ v: FieldValueData) {
+        switch v {
+        case .null: u8(0)
+        case .bool(let b): u8(b ? 2 : 1)
+        case .integer(let i): u8(3); i64(i)
+        case .double(let d): u8(4); f64(d)
+        case .timestamp(let t): u8(5); i64(t.seconds); u32(UInt32(bitPattern: t.nanoseconds))
+        case .pendingServerTimestamp: preconditionFailure("a pending server timestamp is never written to a record")
+        case .string(let s): u8(6); string(s)
+        case .bytes(let d): u8(7); data(d)
+        case .reference(let r): u8(8); string(r)
+        case .geoPoint(let g): u8(9); f64(g.latitude); f64(g.longitude)
+        case .array(let a): u8(10); u32(UInt32(a.count)); for e in a { value(e) }
+        case .map(let m): u8(11); fields(m)
+        }
+    }
+
+    /// A map's fields, in key order (so equal maps write equal bytes).
+    mutating func fields(_ m: [String: FieldValueData]) {
+        u32(UInt32(m.count))
+        for k in m.keys.sorted(by: FieldValueData.utf8Less) { string(k); value(m[k]!) }
+    }
+}
+
+/// Reader of record payloads: every read checks that the bytes are there.
+struct PayloadReader {
+    let bytes: UnsafeRawBufferPointer
+    var offset = 0
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    var atEnd: Bool { offset == bytes.count }
+    private mutating func take(_ n: Int) throws -> UnsafeRawBufferPointer {
+        guard n >= 0, bytes.count - offset >= n else {
+            throw FirestoreErrorCode(.dataLoss, "a document record ends early (needs \(n) bytes at offset \(offset) of \(bytes.count))")
+        }
+        defer { offset += n }
+        return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n])
+    }
+    mutating func u8() throws -> UInt8 { try take(1)[0] }
+    mutating func u32() throws -> UInt32 { UInt32(littleEndian: try take(4).loadUnaligned(as: UInt32.self)) }
+    mutating func i64() throws -> Int64 { Int64(littleEndian: try take(8).loadUnaligned(as: Int64.self)) }
+    mutating func f64() throws -> Double { Double(bitPattern: UInt64(littleEndian: try take(8).loadUnaligned(as: UInt64.self))) }
+    mutating func string() throws -> String {
+        let b = try take(Int(try u32()))
+        guard let s = String(validating: b, as: UTF8.self) else { throw FirestoreErrorCode(.dataLoss, "a document record holds a string that is not UTF-8 (offset \(offset))") }
+        return s
+    }
+    mutating func data() throws -> Data { Data(try take(Int(try u32()))) }
+    mutating func count(max: Int = 1 << 24) throws -> Int {
+        let n = Int(try u32())
+        guard n <= max, n <= bytes.count - offset else { throw FirestoreErrorCode(.dataLoss, "a document record holds an impossible count \(n) (offset \(offset))") }
+        return n
+    }
+    mutating func path() throws -> ResourcePath { ResourcePath(try (0..<count()).map { _ in try string() }) }
+    mutating func fieldPath() throws -> FieldPath { FieldPath(try (0..<count()).map { _ in try string() }) }
+
+    mutating func value(depth: Int = 0) throws -> FieldValueData {
+        guard depth <= 64 else { throw FirestoreErrorCode(.dataLoss, "a document record nests values too deep (offset \(offset))") }
+        switch try u8() {
+        case 0: return .null
+        case 1: return .bool(false)
+        case 2: return .bool(true)
+        case 3: return .integer(try i64())
+        case 4: return .double(try f64())
+        case 5: return .timestamp(Timestamp(seconds: try i64(), nanoseconds: Int32(bitPattern: try u32())))
+        case 6: return .string(try string())
+        case 7: return .bytes(try data())
+        case 8: return .reference(try string())
+        case 9: return .geoPoint(GeoPoint(latitude: try f64(), longitude: try f64()))
+        case 10: return .array(try (0..<count()).map { _ in try value(depth: depth + 1) })
+        case 11: return .map(try fields(depth: depth + 1))
+        case let t: throw FirestoreErrorCode(.dataLoss, "a document record holds a value of unknown type \(t) (offset \(offset - 1))")
+        }
+    }
+
+    mutating func fields(depth: Int = 0) throws -> [String: FieldValueData] {
+        let n = try count()
+        var m: [String: FieldValueData] = [:]
+        m.reserveCapacity(n)
+        for _ in 0..<n { let k = try string(); m[k] = try value(depth: depth) }
+        return m
+    }
+}
+
+/// The payloads of document records (FORMAT.md, *Document records*).
+enum DocumentRecords {
+    static let version: UInt8 = 1
+
+    static func encode(_ batch: MutationBatch) -> [UInt8] {
+        var w = PayloadWriter()
+        w.u8(version)
+        w.i64(batch.localWriteTime.micros)
+        w.u32(UInt32(batch.mutations.count))
+        for m in batch.mutations {
+            w.u8(m.operation.rawValue)
+            w.path(m.key)
+            guard m.operation != .delete else { continue }
+            w.u8(m.mustExist ? 1 : 0)
+            w.fields(m.fields)
+            w.u32(UInt32(m.mask.count))
+            for p in m.mask { w.fieldPath(p) }
+            w.u32(UInt32(m.transforms.count))
+            for (p, t) in m.transforms {
+                w.fieldPath(p)
+                switch t {
+                case .serverTimestamp: w.u8(1)
+                case .increment(let n): w.u8(2); w.value(n)
+                case .arrayUnion(let e): w.u8(3); w.value(.array(e))
+                case .arrayRemove(let e): w.u8(4); w.value(.array(e))
+                }
+            }
+        }
+        return w.bytes
+    }
+
+    static func decodeBatch(id: Int64, _ payload: UnsafeRawBufferPointer) throws -> MutationBatch {
+        var r = PayloadReader(payload)
+        let v = try r.u8()
+        guard v == version else { throw FirestoreErrorCode(.dataLoss, "a write batch record of version \(v), which this build does not read (it reads \(version))") }
+        let time = Timestamp(micros: try r.i64())
+        var mutations: [Mutation] = []
+        for _ in 0..<(try r.count()) {
+            guard let op = Mutation.Operation(rawValue: try r.u8()) else { throw FirestoreErrorCode(.dataLoss, "a write batch record holds an unknown operation") }
+            var m = Mutation(operation: op, key: try r.path())
+            if op != .delete {
+                m.mustExist = try r.u8() == 1
+                m.fields = try r.fields()
+                m.mask = try (0..<r.count()).map { _ in try r.fieldPath() }
+                for _ in 0..<(try r.count()) {
+                    let p = try r.fieldPath()
+                    let t: FieldTransform
+                    switch try r.u8() {
+                    case 1: t = .serverTimestamp
+                    case 2: t = .increment(try r.value())
+                    case 3: guard case .array(let e) = try r.value() else { throw FirestoreErrorCode(.dataLoss, "an array union without an array") }; t = .arrayUnion(e)
+                    case 4: guard case .array(let e) = try r.value() else { throw FirestoreErrorCode(.dataLoss, "an array removal without an array") }; t = .arrayRemove(e)
+                    case let k: throw FirestoreErrorCode(.dataLoss, "a write batch record holds an unknown transform \(k)")
+                    }
+                    m.transforms.append((p, t))
+                }
+            }
+            mutations.append(m)
+        }
+        guard r.atEnd else { throw FirestoreErrorCode(.dataLoss, "a write batch record has \(payload.count - r.offset) bytes after its end") }
+        return MutationBatch(id: id, localWriteTime: time, mutations: mutations)
+    }
+}
