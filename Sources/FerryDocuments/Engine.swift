@@ -88,7 +88,8 @@ struct DocumentEngine {
             for m in batch.mutations {
                 let old = document(m.key)
                 let new = m.applied(to: old, writeTime: batch.localWriteTime)
-                if let new { collections[m.key.parent, default: [:]][m.key.last] = new }
+                guard let new, new != old else { continue }  // an update of a document not cached
+                collections[m.key.parent, default: [:]][m.key.last] = new
                 changed.append((old, new))
             }
             return changed
