@@ -61,7 +61,7 @@ let package = Package(
         .executableTarget(
             name: "ferry-dump",
             dependencies: [
-                "FerryLog", "Ferry",
+                "FerryLog", "Ferry", "FerryDocuments",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -151,7 +151,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryDocumentsTests",
-            dependencies: ["FerryDocuments", "FerryStore", "FerryLog", "FerryTestSupport", "Ferry"]
+            dependencies: ["FerryDocuments", "FerryStore", "FerryLog", "FerryTestSupport", "Ferry", "ferry-dump"]
         ),
         .testTarget(
             name: "FerryTortureTests",

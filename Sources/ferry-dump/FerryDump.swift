@@ -1,5 +1,6 @@
 import ArgumentParser
 @_spi(Tools) import Ferry
+@_spi(Tools) import FerryDocuments
 import FerryLog
 import Foundation
 
@@ -130,6 +131,7 @@ extension FerryDump {
             do {
                 try inspection.forEachRecord(from: LSN(from), through: to.map { LSN($0) }) { r in
                     let decoded = RecordDescription.describe(kind: r.kind, payload: r.payload)
+                        ?? DocumentTools.describe(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload)
                     if store.json {
                         try printJSON(Row(lsn: r.lsn.rawValue, kind: r.kind, size: r.payload.count, payload: hexString(r.payload), decoded: decoded))
                     } else {
@@ -202,6 +204,8 @@ extension FerryDump {
             var syncCursor: Int64?
             /// The database's statistics (as `Database.statistics`), from a replay of the log.
             var database: StoreStatistics?
+            /// A document store's statistics, from a replay of the log.
+            var documents: DocumentTools.Replayer.Statistics?
         }
 
         func run() throws {
@@ -219,6 +223,15 @@ extension FerryDump {
                 syncCursor: (try? RecordDescription.syncCursor { body in
                     try inspection.forEachRecord { r in try body(r.kind, r.payload) }
                 }) ?? nil)
+            if try isDocumentStore(inspection) {
+                let replayer = DocumentTools.Replayer()
+                do {
+                    try inspection.forEachRecord { r in try replayer.apply(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload) }
+                    report.documents = replayer.statistics
+                } catch {
+                    printError("ferry-dump: note: the document statistics are missing: the replay stopped: \(error)")
+                }
+            } else {
             let replayer = StateReplayer()
             do {
                 try inspection.forEachRecord { r in try replayer.apply(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload) }
@@ -230,6 +243,7 @@ extension FerryDump {
             } catch {
                 printError("ferry-dump: note: the database's statistics are missing: the replay stopped: \(error)")
             }
+            }
             if store.json {
                 try printJSON(report)
             } else {
@@ -240,6 +254,10 @@ extension FerryDump {
                 print("record bytes:        \(report.uncompressedBodyBytes) uncompressed, \(report.storedBodyBytes) stored")
                 print("compression ratio:   \(String(format: "%.2f", report.compressionRatio))x")
                 print("sync cursor:         \(report.syncCursor.map { "writes up to \($0) answered by the server" } ?? "-")")
+                if let d = report.documents {
+                    print("documents:           \(d.documents) in \(d.collections) collections (\(d.deletedDocuments) known deleted)")
+                    print("pending writes:      \(d.pendingWrites) in \(d.pendingBatches) batches")
+                }
                 if let d = report.database {
                     print("checkpoint bytes:    \(d.checkpointBytes) (segments + checkpoint: \(d.bytesOnDisk))")
                     print("pending writes:      \(d.pendingWrites), \(d.pendingWriteBytes) bytes" + (d.oldestPendingWriteAge.map { String(format: ", oldest %.0f s old", $0) } ?? ""))
@@ -274,6 +292,7 @@ extension FerryDump {
 
         func run() throws {
             let inspection = try store.inspect(deep: false)
+            if try isDocumentStore(inspection) { return try documentsAt(inspection) }
             let replayer = StateReplayer()
             var last: UInt64?
             do {
@@ -325,4 +344,48 @@ func directoryBytes(_ path: String) -> Int64 {
         if let size = try? FileManager.default.attributesOfItem(atPath: path + "/" + rel)[.size] as? NSNumber { total += size.int64Value }
     }
     return total
+}
+
+/// Whether the store's records are a document store's (its first record's kind tells).
+func isDocumentStore(_ inspection: LogInspection) throws -> Bool {
+    var first: UInt8?
+    do {
+        try inspection.forEachRecord { r in
+            if first == nil { first = r.kind }
+            throw StopWalk()
+        }
+    } catch is StopWalk {}
+    return first.map(DocumentTools.isDocumentKind) ?? false
+}
+
+struct StopWalk: Error {}
+
+extension FerryDump.At {
+    /// `at` for a document store: the document at `--path`, or a collection's documents.
+    func documentsAt(_ inspection: LogInspection) throws {
+        let replayer = DocumentTools.Replayer()
+        var last: UInt64?
+        do {
+            try inspection.forEachRecord(through: lsn.map { LSN($0) }) { r in
+                try replayer.apply(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload)
+                last = r.lsn.rawValue
+            }
+        } catch {
+            printError("ferry-dump: replay stopped: \(error)")
+            throw ExitCode(ExitStatus.corruption)
+        }
+        struct DocReport: Encodable { var lsn: UInt64?; var path: String; var document: String?; var documents: [String]?; var statistics: DocumentTools.Replayer.Statistics }
+        let segments = path.split(separator: "/").count
+        var report = DocReport(lsn: last, path: path, statistics: replayer.statistics)
+        do {
+            if segments % 2 == 0 && segments > 0 { report.document = try replayer.document(at: path) } else if segments > 0 { report.documents = try replayer.documents(in: path) }
+        } catch {
+            printError("ferry-dump: \(error)")
+            throw ExitCode(64)
+        }
+        if store.json { return try printJSON(report) }
+        print("document store after LSN \(last.map(String.init) ?? "-"): \(report.statistics.documents) documents, \(report.statistics.pendingWrites) pending writes")
+        if let d = report.documents { print("  \(path): \(d.count) documents: \(d.prefix(50).joined(separator: ", "))\(d.count > 50 ? ", …" : "")") }
+        if segments % 2 == 0 && segments > 0 { print("  \(path): \(report.document ?? "(not cached)")") }
+    }
 }

@@ -1,0 +1,100 @@
+import FerryLog
+import FerryStore
+import Foundation
+
+/// What tools (`ferry-dump`) need to read a document store's log: record descriptions and a
+/// replay with the model's own apply function. Not for apps.
+@_spi(Tools) public enum DocumentTools {
+    /// Whether `kind` is a document record kind.
+    public static func isDocumentKind(_ kind: UInt8) -> Bool { DocumentRecordKind(rawValue: kind) != nil }
+
+    /// A one-line description of a document record (nil: not a document record).
+    public static func describe(kind: UInt8, lsn: UInt64, payload: UnsafeRawBufferPointer) -> String? {
+        guard let k = DocumentRecordKind(rawValue: kind) else { return nil }
+        switch k {
+        case .indexConfiguration:
+            return "index configuration (\(payload.count) bytes)"
+        case .writeBatch:
+            do {
+                let b = try DocumentRecords.decodeBatch(id: Int64(lsn), payload)
+                return "write batch \(lsn) at \(b.localWriteTime.micros) µs: " + b.mutations.map(describe).joined(separator: "; ")
+            } catch {
+                return "damaged write batch: \(error)"
+            }
+        }
+    }
+
+    static func describe(_ m: Mutation) -> String {
+        let transforms = m.transforms.isEmpty ? "" : " transforms {" + m.transforms.map { "\($0.0): \($0.1)" }.joined(separator: ", ") + "}"
+        switch m.operation {
+        case .delete: return "delete \(m.key)"
+        case .set: return "set \(m.key) \(json(.map(m.fields)))" + transforms
+        case .patch:
+            return (m.mustExist ? "update " : "merge ") + "\(m.key) \(json(.map(m.fields))) mask [\(m.mask.map(\.description).joined(separator: ", "))]" + transforms
+        }
+    }
+
+    /// A value as JSON-like text (typed values tagged: `{"$timestamp": …}`).
+    static func json(_ v: FieldValueData) -> String {
+        switch v {
+        case .null: "null"
+        case .bool(let b): "\(b)"
+        case .integer(let i): "\(i)"
+        case .double(let d): d.isNaN ? "NaN" : d.isInfinite ? (d > 0 ? "Infinity" : "-Infinity") : "\(d)"
+        case .timestamp(let t): "{\"$timestamp\": \"\(t.seconds).\(String(format: "%06d", t.nanoseconds / 1000))\"}"
+        case .pendingServerTimestamp(let t, _): "{\"$serverTimestamp\": \"pending, local \(t.seconds)\"}"
+        case .string(let s): quoted(s)
+        case .bytes(let d): "{\"$bytes\": \"\(d.base64EncodedString())\"}"
+        case .reference(let r): "{\"$ref\": \(quoted(r))}"
+        case .geoPoint(let g): "{\"$geo\": [\(g.latitude), \(g.longitude)]}"
+        case .array(let a): "[" + a.map(json).joined(separator: ", ") + "]"
+        case .map(let m): "{" + m.keys.sorted(by: FieldValueData.utf8Less).map { quoted($0) + ": " + json(m[$0]!) }.joined(separator: ", ") + "}"
+        }
+    }
+
+    static func quoted(_ s: String) -> String {
+        let data = (try? JSONSerialization.data(withJSONObject: [s], options: [.withoutEscapingSlashes])) ?? Data()
+        let t = String(decoding: data, as: UTF8.self)
+        return String(t.dropFirst().dropLast())
+    }
+
+    /// Rebuilds a document store's state by replaying records with the model's apply function.
+    public final class Replayer {
+        var engine = DocumentEngine(records: RecordStore(log: nil))
+        public init() {}
+
+        public func apply(kind: UInt8, lsn: UInt64, payload: UnsafeRawBufferPointer) throws {
+            _ = try engine.apply(kind: kind, lsn: Int64(lsn), payload: payload)
+        }
+
+        /// The document at `path` as the local view shows it: its JSON, "(deleted)", or nil
+        /// when the store knows nothing of it.
+        public func document(at path: String) throws -> String? {
+            let key = try ResourcePath.parse(path, what: "document path")
+            guard key.isDocument else { throw FirestoreErrorCode(.invalidArgument, "\(path) names a collection, not a document") }
+            guard let d = engine.document(key) else { return nil }
+            return d.fields.map { json(.map($0)) + (d.hasLocalMutations ? " (pending writes)" : "") } ?? "(deleted)"
+        }
+
+        /// The ids of a collection's documents that exist.
+        public func documents(in path: String) throws -> [String] {
+            let p = try ResourcePath.parse(path, what: "collection path")
+            return (engine.collections[p] ?? [:]).values.filter(\.exists).map(\.key.last).sorted(by: FieldValueData.utf8Less)
+        }
+
+        public struct Statistics: Encodable, Sendable {
+            public var documents: Int
+            public var deletedDocuments: Int
+            public var collections: Int
+            public var pendingBatches: Int
+            public var pendingWrites: Int
+        }
+
+        public var statistics: Statistics {
+            let all = engine.collections.values.flatMap(\.values)
+            return Statistics(documents: all.filter(\.exists).count, deletedDocuments: all.filter { !$0.exists }.count,
+                              collections: engine.collections.values.filter { !$0.isEmpty }.count,
+                              pendingBatches: engine.pending.count, pendingWrites: engine.pending.reduce(0) { $0 + $1.mutations.count })
+        }
+    }
+}
