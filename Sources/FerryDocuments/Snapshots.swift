@@ -131,3 +131,46 @@ public final class QuerySnapshot: @unchecked Sendable {
         }
     }
 }
+
+/// Where a listener's snapshots come from (Firebase's `ListenSource`).
+public enum ListenSource: Sendable {
+    /// The cache and, when connected, the server.
+    case `default`
+    /// The local cache only (with pending writes): never waits for the server.
+    case cache
+}
+
+/// A listener's options (Firebase's `SnapshotListenOptions`).
+public struct SnapshotListenOptions: Sendable {
+    public private(set) var includeMetadataChanges = false
+    public private(set) var source: ListenSource = .default
+    public init() {}
+    public func withIncludeMetadataChanges(_ include: Bool) -> SnapshotListenOptions {
+        var o = self
+        o.includeMetadataChanges = include
+        return o
+    }
+    public func withSource(_ source: ListenSource) -> SnapshotListenOptions {
+        var o = self
+        o.source = source
+        return o
+    }
+}
+
+extension Query {
+    /// Listens with `options` (a `.cache` source listens to the cache alone).
+    @discardableResult
+    public func addSnapshotListener(options: SnapshotListenOptions,
+                                    listener: @escaping @Sendable (QuerySnapshot?, (any Error)?) -> Void) -> ListenerRegistration {
+        addSnapshotListener(includeMetadataChanges: options.includeMetadataChanges, listener)
+    }
+}
+
+extension DocumentReference {
+    /// Listens with `options` (a `.cache` source listens to the cache alone).
+    @discardableResult
+    public func addSnapshotListener(options: SnapshotListenOptions,
+                                    listener: @escaping @Sendable (DocumentSnapshot?, (any Error)?) -> Void) -> ListenerRegistration {
+        addSnapshotListener(includeMetadataChanges: options.includeMetadataChanges, listener)
+    }
+}

@@ -260,3 +260,21 @@ struct SplitMix: RandomNumberGenerator {
         return z ^ (z >> 31)
     }
 }
+
+extension QueryAndListenerTests {
+    @Test func aCacheSourceListenerAndMetadataChangesWork() async throws {
+        let db = Firestore.inMemory()
+        let snaps = Snapshots<QuerySnapshot>()
+        db.collection("c").addSnapshotListener(options: SnapshotListenOptions().withSource(.cache).withIncludeMetadataChanges(true)) { snaps.add($0, $1) }
+        let first = try await snaps.wait(for: 1)
+        #expect(first[0].isEmpty && first[0].metadata.isFromCache && !first[0].metadata.hasPendingWrites)
+        try await db.document("c/a").setData(["x": 1])
+        let second = try await snaps.wait(for: 2)
+        #expect(ids(second[1]) == ["a"] && second[1].metadata.hasPendingWrites)
+        #expect(second[1].documentChanges(includeMetadataChanges: true).map(\.type) == [.added])
+        await db.disableNetwork()
+        try await db.document("c/b").setData(["x": 2])  // writes are kept while the network is off
+        #expect(ids(try await snaps.wait(for: 3)[2]) == ["a", "b"])
+        await db.enableNetwork()
+    }
+}
