@@ -27,6 +27,16 @@ struct StandingQuery {
         return (false, lo)
     }
 
+    /// Whether a document's change can change a limited query's window: it was in it, or it
+    /// now matches and sorts inside the window's edge (or the window is not full).
+    func reaches(old: LocalDocument?, new: LocalDocument?, limit: Int) -> Bool {
+        let key = (new ?? old)!.key
+        if matching.contains(where: { $0.key == key }) { return true }
+        guard let new, query.matches(new, orders: orders) else { return false }
+        guard matching.count >= limit, let first = matching.first, let last = matching.last else { return true }
+        return query.limitType == .first ? QueryCore.compare(new, last, orders) < 0 : QueryCore.compare(new, first, orders) > 0
+    }
+
     /// Replaces `old` (the document's previous state) by `new` in ``matching``.
     mutating func update(old: LocalDocument?, new: LocalDocument?) {
         if let old, query.matches(old, orders: orders) {
@@ -67,6 +77,14 @@ struct DocumentEngine {
     var nextListenerID = 1
     var closed = false
     var networkEnabled = true
+    /// The local indexes (configured and automatic), kept current with the view; while
+    /// ``indexesStale`` (during replay) they are built once at the end instead.
+    var indexes: [LocalIndex] = []
+    var indexesStale = false
+    /// Whether a query that scans many more documents than it returns creates an index.
+    var autoIndexCreation = false
+    /// How the last query ran (tests and statistics).
+    var lastRun = QueryRun()
 
     init(records: RecordStore) { self.records = records }
 
@@ -89,13 +107,52 @@ struct DocumentEngine {
                 let old = document(m.key)
                 let new = m.applied(to: old, writeTime: batch.localWriteTime)
                 guard let new, new != old else { continue }  // an update of a document not cached
-                collections[m.key.parent, default: [:]][m.key.last] = new
+                setDocument(old: old, new: new)
                 changed.append((old, new))
             }
             return changed
         case .indexConfiguration:
+            let definitions = try DocumentRecords.decodeIndexes(payload)
+            installIndexes(definitions)
             return []
         }
+    }
+
+    /// Puts a document's new state in the view and the indexes.
+    mutating func setDocument(old: LocalDocument?, new: LocalDocument) {
+        collections[new.key.parent, default: [:]][new.key.last] = new
+        guard !indexesStale else { return }
+        for i in indexes.indices where indexes[i].definition.collectionGroup == new.key.parent.last {
+            indexes[i].update(old: old, new: new)
+        }
+    }
+
+    /// Replaces the indexes by `definitions`, keeping those already built.
+    mutating func installIndexes(_ definitions: [IndexDefinition]) {
+        var kept: [LocalIndex] = []
+        for d in definitions {
+            if let existing = indexes.first(where: { $0.definition.collectionGroup == d.collectionGroup && $0.definition.segments == d.segments }) {
+                kept.append(existing)
+            } else {
+                var ix = LocalIndex(d)
+                if !indexesStale { ix.build(documents(inGroup: d.collectionGroup)) }
+                kept.append(ix)
+            }
+        }
+        indexes = kept
+    }
+
+    /// Builds every index from the view (after a replay).
+    mutating func buildIndexes() {
+        indexesStale = false
+        for i in indexes.indices { indexes[i].build(documents(inGroup: indexes[i].definition.collectionGroup)) }
+    }
+
+    /// Every document (existing) of collections named `group`.
+    func documents(inGroup group: String) -> [LocalDocument] {
+        var out: [LocalDocument] = []
+        for (path, docs) in collections where path.last == group { out += docs.values.filter(\.exists) }
+        return out
     }
 
     /// Every document of the local view the query's collection (or group) holds.
@@ -107,12 +164,24 @@ struct DocumentEngine {
         return out
     }
 
-    /// Runs a query over the local view: matching documents in order, the limit applied.
-    func run(_ q: QueryCore) -> [LocalDocument] {
-        let orders = q.orders
-        let docs = candidates(q).filter { q.matches($0, orders: orders) }
-            .sorted { QueryCore.compare($0, $1, orders) < 0 }
-        return Array(q.window(docs[...]))
+    /// Runs a query over the local view (through indexes where they serve it): matching
+    /// documents in order, the limit applied. A scan that read many more documents than it
+    /// returned creates an index when auto-creation is on (the SDK's rule: at least 100 read
+    /// and more than 3.4 times the results).
+    mutating func run(_ q: QueryCore) -> [LocalDocument] {
+        let (docs, run) = execute(q)
+        lastRun = run
+        if autoIndexCreation, run.indexes.isEmpty, run.documentsRead >= 100, Double(run.documentsRead) > 3.4 * Double(docs.count),
+           let d = Self.automaticIndex(for: q),
+           !indexes.contains(where: { $0.definition.collectionGroup == d.collectionGroup && $0.definition.segments == d.segments }) {
+            var ix = LocalIndex(d)
+            ix.build(documents(inGroup: d.collectionGroup))
+            indexes.append(ix)
+            // Kept with the others, so that a reopen builds it again (an index is derived
+            // state: losing this record costs a rebuild, never data).
+            _ = try? records.append(kind: DocumentRecordKind.indexConfiguration.rawValue, DocumentRecords.encode(indexes.map(\.definition)))
+        }
+        return docs
     }
 
     /// Registers a standing query; returns its id and first event.
@@ -127,7 +196,12 @@ struct DocumentEngine {
             return (id, .document(d, key: key, fromCache: true))
         }
         let orders = s.orders
-        s.matching = candidates(q).filter { q.matches($0, orders: orders) }.sorted { QueryCore.compare($0, $1, orders) < 0 }
+        if q.limit != nil {
+            // A limited query keeps its window only, and runs again when a change reaches it.
+            s.matching = run(q)
+        } else {
+            s.matching = execute(q).docs
+        }
         let shown = Array(q.window(s.matching[...]))
         s.shown = shown
         s.shownHasPendingWrites = shown.contains(where: \.hasLocalMutations)
@@ -160,7 +234,11 @@ struct DocumentEngine {
                 listeners[id] = s
                 continue
             }
-            for c in relevant { s.update(old: c.old, new: c.new) }
+            if let limit = s.query.limit {
+                if relevant.contains(where: { s.reaches(old: $0.old, new: $0.new, limit: limit) }) { s.matching = run(s.query) }
+            } else {
+                for c in relevant { s.update(old: c.old, new: c.new) }
+            }
             let newShown = Array(s.query.window(s.matching[...]))
             let (changes, anyMetadataOnly) = Self.diff(old: s.shown, new: newShown, orders: s.orders)
             let hasPending = newShown.contains(where: \.hasLocalMutations)

@@ -89,6 +89,7 @@ public final class Firestore: Sendable {
             throw FirestoreErrorCode(e.code == .storeInUse ? .unavailable : .dataLoss, "cannot open the document store at \(path): \(e)")
         }
         var engine = DocumentEngine(records: RecordStore(log: log))
+        engine.indexesStale = true
         do {
             try log.forEachRecord { r in
                 do {
@@ -102,6 +103,7 @@ public final class Firestore: Sendable {
             log.release()
             throw error as? FirestoreErrorCode ?? FirestoreErrorCode(.dataLoss, "replaying the document store at \(path) failed: \(error)")
         }
+        engine.buildIndexes()
         return Firestore(engine: engine, log: log, path: path, settings: settings)
     }
 
@@ -145,6 +147,41 @@ public final class Firestore: Sendable {
 
     /// A batch of writes applied together (one record).
     public func batch() -> WriteBatch { WriteBatch(firestore: self) }
+
+    // MARK: Local indexes
+
+    /// Replaces the configured local indexes by those of `json`, in Firestore's index
+    /// definition format (`indexes` with `collectionGroup`, `queryScope` and `fields` of
+    /// `fieldPath` + `order` or `arrayConfig`; `fieldOverrides`). Each index is built at once
+    /// over the cached documents and kept current with every write; queries use the best one.
+    /// Automatic indexes stay. A malformed definition is refused whole with `invalidArgument`.
+    public func setIndexConfiguration(_ json: String) async throws {
+        let configured = try IndexDefinition.parseConfiguration(json)
+        try await changeIndexes { current in current.filter(\.automatic) + configured }
+    }
+
+    /// The local index manager of a persistent store (nil for a memory cache, as in the SDK).
+    public var persistentCacheIndexManager: PersistentCacheIndexManager? {
+        log == nil ? nil : PersistentCacheIndexManager(firestore: self)
+    }
+
+    func changeIndexes(_ change: @escaping ([IndexDefinition]) -> [IndexDefinition]) async throws {
+        let lsn = try state.withLock { e -> UInt64 in
+            guard !e.closed else { throw Self.closedError }
+            let definitions = change(e.indexes.map(\.definition))
+            let payload = DocumentRecords.encode(definitions)
+            let lsn: UInt64
+            do { lsn = try e.records.append(kind: DocumentRecordKind.indexConfiguration.rawValue, payload) } catch {
+                throw FirestoreErrorCode(.unavailable, "the index configuration could not be logged: \(error)")
+            }
+            _ = try payload.withUnsafeBytes { try e.apply(kind: DocumentRecordKind.indexConfiguration.rawValue, lsn: Int64(lsn), payload: $0) }
+            return lsn
+        }
+        if let log { try? await log.awaitDurability(of: LSN(lsn)...LSN(lsn)) }
+    }
+
+    /// The local indexes now (for statistics and tests).
+    var indexDefinitions: [IndexDefinition] { state.withLock { $0.indexes.map(\.definition) } }
 
     // MARK: Transactions and network
 
@@ -260,10 +297,10 @@ public final class Firestore: Sendable {
 
     // MARK: Reads and listeners
 
-    func read<T: Sendable>(_ body: (DocumentEngine) throws -> T) throws -> T {
+    func read<T: Sendable>(_ body: (inout DocumentEngine) throws -> T) throws -> T {
         try state.withLock { e in
             guard !e.closed else { throw Self.closedError }
-            return try body(e)
+            return try body(&e)
         }
     }
 
@@ -313,3 +350,18 @@ public final class ListenerRegistration: Sendable {
 /// A transaction's reads and writes. Ferry runs transactions only with a server connected
 /// (see ``Firestore/runTransaction(_:)``).
 public final class Transaction: Sendable {}
+
+/// Automatic local indexes (Firebase's `PersistentCacheIndexManager`). Unlike the SDK's, an
+/// index is complete as soon as it is made: it is built at once over the cached documents.
+public final class PersistentCacheIndexManager: Sendable {
+    let firestore: Firestore
+    init(firestore: Firestore) { self.firestore = firestore }
+
+    /// From now on (until the store closes), a query that read at least 100 documents and
+    /// more than 3.4 times what it returned creates an index for itself.
+    public func enableIndexAutoCreation() { firestore.state.withLock { $0.autoIndexCreation = true } }
+    /// Stops creating indexes (those made stay).
+    public func disableIndexAutoCreation() { firestore.state.withLock { $0.autoIndexCreation = false } }
+    /// Deletes every local index, configured and automatic.
+    public func deleteAllIndexes() async throws { try await firestore.changeIndexes { _ in [] } }
+}

@@ -5,7 +5,7 @@ import Foundation
 enum DocumentRecordKind: UInt8, CaseIterable {
     /// A batch of local writes (set, patch, delete); its LSN is the batch id.
     case writeBatch = 32
-    /// A local index configuration replaced the previous one (`setIndexConfiguration`).
+    /// The local indexes' definitions (configured and automatic), replacing the previous set.
     case indexConfiguration = 33
 }
 
@@ -135,6 +135,49 @@ enum DocumentRecords {
             }
         }
         return w.bytes
+    }
+
+    /// The index definitions (all of them: a record replaces the previous set).
+    static func encode(_ indexes: [IndexDefinition]) -> [UInt8] {
+        var w = PayloadWriter()
+        w.u8(version)
+        w.u32(UInt32(indexes.count))
+        for d in indexes {
+            w.string(d.collectionGroup)
+            w.u8(d.automatic ? 1 : 0)
+            w.u32(UInt32(d.segments.count))
+            for s in d.segments {
+                w.fieldPath(s.field)
+                w.u8(s.kind == .ascending ? 1 : s.kind == .descending ? 2 : 3)
+            }
+        }
+        return w.bytes
+    }
+
+    static func decodeIndexes(_ payload: UnsafeRawBufferPointer) throws -> [IndexDefinition] {
+        var r = PayloadReader(payload)
+        let v = try r.u8()
+        guard v == version else { throw FirestoreErrorCode(.dataLoss, "an index configuration record of version \(v), which this build does not read") }
+        var out: [IndexDefinition] = []
+        for _ in 0..<(try r.count()) {
+            let group = try r.string()
+            let automatic = try r.u8() == 1
+            var segments: [IndexSegment] = []
+            for _ in 0..<(try r.count()) {
+                let p = try r.fieldPath()
+                let k: IndexSegment.Kind
+                switch try r.u8() {
+                case 1: k = .ascending
+                case 2: k = .descending
+                case 3: k = .contains
+                case let x: throw FirestoreErrorCode(.dataLoss, "an index configuration record holds an unknown segment kind \(x)")
+                }
+                segments.append(IndexSegment(field: p, kind: k))
+            }
+            out.append(IndexDefinition(collectionGroup: group, segments: segments, automatic: automatic))
+        }
+        guard r.atEnd else { throw FirestoreErrorCode(.dataLoss, "an index configuration record has bytes after its end") }
+        return out
     }
 
     static func decodeBatch(id: Int64, _ payload: UnsafeRawBufferPointer) throws -> MutationBatch {

@@ -1,0 +1,221 @@
+/// How a query was answered (for tests, statistics and auto-indexing).
+struct QueryRun {
+    /// The indexes used (empty: a scan of the collection or group).
+    var indexes: [IndexDefinition] = []
+    /// Documents (or index entries) read.
+    var documentsRead = 0
+}
+
+/// A field filter of a conjunction.
+typealias FieldFilter = (path: FieldPath, op: FilterOperator, value: FieldValueData)
+
+extension FilterNode {
+    /// The filter as an OR of ANDs of field filters (nil: more than `limit` branches).
+    func disjunctiveNormalForm(limit: Int = 64) -> [[FieldFilter]]? {
+        switch self {
+        case .field(let p, let o, let v): return [[(p, o, v)]]
+        case .or(let fs):
+            var out: [[FieldFilter]] = []
+            for f in fs {
+                guard let d = f.disjunctiveNormalForm(limit: limit) else { return nil }
+                out += d
+                if out.count > limit { return nil }
+            }
+            return out
+        case .and(let fs):
+            var out: [[FieldFilter]] = [[]]
+            for f in fs {
+                guard let d = f.disjunctiveNormalForm(limit: limit) else { return nil }
+                out = out.flatMap { a in d.map { a + $0 } }
+                if out.count > limit { return nil }
+            }
+            return out
+        }
+    }
+}
+
+/// How one index answers one conjunction: the value prefixes to look up, a range on the
+/// next segment, and how many segments the filters constrain.
+struct IndexProbe {
+    var index: Int
+    var prefixes: [[FieldValueData]]
+    var range: ValueRange?
+    var constrained: Int
+}
+
+extension DocumentEngine {
+    /// The collection group a query reads.
+    func group(of q: QueryCore) -> String { q.collectionGroup ?? q.path.last }
+
+    /// The best index for a conjunction (nil: none constrains it). An index holds no entry for
+    /// a document missing one of its fields, so it serves only a query that needs every one of
+    /// them: filtered, or ordered by (and an array segment only an `array-contains` filter).
+    func probe(_ branch: [FieldFilter], orders: [OrderBy], group: String) -> IndexProbe? {
+        var best: IndexProbe?
+        let required = Set(branch.map(\.path) + orders.map(\.field))
+        let arrayFiltered = Set(branch.filter { $0.op == .arrayContains || $0.op == .arrayContainsAny }.map(\.path))
+        for (i, ix) in indexes.enumerated() where ix.definition.collectionGroup == group {
+            guard ix.definition.segments.allSatisfy({ $0.kind == .contains ? arrayFiltered.contains($0.field) : required.contains($0.field) }) else { continue }
+            var prefixes: [[FieldValueData]] = [[]]
+            var range: ValueRange?
+            var constrained = 0
+            segments: for seg in ix.definition.segments {
+                let on = branch.filter { $0.path == seg.field && !$0.path.isDocumentID }
+                var values: [FieldValueData]
+                if seg.kind == .contains {
+                    if let f = on.first(where: { $0.op == .arrayContains }) { values = [f.value] } else if let f = on.first(where: { $0.op == .arrayContainsAny }), case .array(let a) = f.value { values = a } else { break segments }
+                } else if let f = on.first(where: { $0.op == .equal }) {
+                    values = [f.value]
+                } else if let f = on.first(where: { $0.op == .in }), case .array(let a) = f.value {
+                    values = a
+                } else {
+                    var r = ValueRange()
+                    for f in on {
+                        switch f.op {
+                        case .greaterThan: r.lower = (f.value, false)
+                        case .greaterThanOrEqual: r.lower = (f.value, true)
+                        case .lessThan: r.upper = (f.value, false)
+                        case .lessThanOrEqual: r.upper = (f.value, true)
+                        default: break
+                        }
+                    }
+                    if r.lower != nil || r.upper != nil {
+                        // A range is typed: `> 5` matches numbers only, so the scan ends with the type.
+                        if let (v, _) = r.lower, r.upper == nil { r.upper = (Self.typeCeiling(v), false) }
+                        if let (v, _) = r.upper, r.lower == nil { r.lower = (Self.typeFloor(v), true) }
+                        range = r
+                        constrained += 1
+                    }
+                    break segments
+                }
+                prefixes = prefixes.flatMap { p in values.map { p + [$0] } }
+                constrained += 1
+                if prefixes.count > 256 { return nil }
+            }
+            if constrained > 0, constrained > (best?.constrained ?? 0) {
+                best = IndexProbe(index: i, prefixes: prefixes, range: range, constrained: constrained)
+            }
+        }
+        return best
+    }
+
+    /// The smallest value of `v`'s type (a bound below every value of that type).
+    static func typeFloor(_ v: FieldValueData) -> FieldValueData {
+        switch v {
+        case .null: .null
+        case .bool: .bool(false)
+        case .integer, .double: .double(.nan)
+        case .timestamp: .timestamp(Timestamp(seconds: .min, nanoseconds: 0))
+        case .pendingServerTimestamp: .pendingServerTimestamp(local: Timestamp(seconds: .min, nanoseconds: 0), previous: nil)
+        case .string: .string("")
+        case .bytes: .bytes(.init())
+        case .reference: .reference("")
+        case .geoPoint: .geoPoint(GeoPoint(latitude: -.infinity, longitude: -.infinity))
+        case .array: .array([])
+        case .map: .map([:])
+        }
+    }
+
+    /// The smallest value of the next type (a bound above every value of `v`'s type).
+    static func typeCeiling(_ v: FieldValueData) -> FieldValueData {
+        switch v {
+        case .null: .bool(false)
+        case .bool: .double(.nan)
+        case .integer, .double: .timestamp(Timestamp(seconds: .min, nanoseconds: 0))
+        case .timestamp: .pendingServerTimestamp(local: Timestamp(seconds: .min, nanoseconds: 0), previous: nil)
+        case .pendingServerTimestamp: .string("")
+        case .string: .bytes(.init())
+        case .bytes: .reference("")
+        case .reference: .geoPoint(GeoPoint(latitude: -.infinity, longitude: -.infinity))
+        case .geoPoint: .array([])
+        case .array: .map([:])
+        case .map: .map(["\u{10FFFF}\u{10FFFF}\u{10FFFF}": .null])
+        }
+    }
+
+    /// Runs a query: through indexes when every branch of its filter has one, else by a scan.
+    func execute(_ q: QueryCore) -> (docs: [LocalDocument], run: QueryRun) {
+        let orders = q.orders
+        var run = QueryRun()
+        if q.documentKey == nil, !indexes.isEmpty, let branches = (q.filter ?? .and([])).disjunctiveNormalForm() {
+            let g = group(of: q)
+            let probes = branches.map { probe($0, orders: orders, group: g) }
+            if !probes.isEmpty, probes.allSatisfy({ $0 != nil }) {
+                let ps = probes.map { $0! }
+                if ps.count == 1, ps[0].prefixes.count == 1, q.limit != nil, let ordered = orderedScan(q, ps[0], orders) {
+                    return (Array(q.window(ordered.docs[...])), QueryRun(indexes: [indexes[ps[0].index].definition], documentsRead: ordered.read))
+                }
+                var seen = Set<ResourcePath>()
+                var docs: [LocalDocument] = []
+                for p in ps {
+                    let ix = indexes[p.index]
+                    run.indexes.append(ix.definition)
+                    for prefix in p.prefixes {
+                        ix.scan(prefix: prefix, range: p.range, reverse: false) { e in
+                            run.documentsRead += 1
+                            if seen.insert(e.key).inserted, let d = document(e.key), q.matches(d, orders: orders) { docs.append(d) }
+                            return true
+                        }
+                    }
+                }
+                docs.sort { QueryCore.compare($0, $1, orders) < 0 }
+                return (Array(q.window(docs[...])), run)
+            }
+        }
+        let all = candidates(q)
+        run.documentsRead = all.count
+        let docs = all.filter { q.matches($0, orders: orders) }.sorted { QueryCore.compare($0, $1, orders) < 0 }
+        return (Array(q.window(docs[...])), run)
+    }
+
+    /// A limited query whose order the index follows after its equality prefix: read entries in
+    /// order and stop after the limit (and the ties at its edge).
+    private func orderedScan(_ q: QueryCore, _ p: IndexProbe, _ orders: [OrderBy]) -> (docs: [LocalDocument], read: Int)? {
+        let ix = indexes[p.index]
+        let depth = p.prefixes[0].count
+        let fixed = Set(ix.definition.segments.prefix(depth).map(\.field))
+        let wanted = orders.filter { !$0.field.isDocumentID && !fixed.contains($0.field) }
+        let rest = Array(ix.definition.segments.dropFirst(depth))
+        guard !wanted.isEmpty, rest.count >= wanted.count, rest.allSatisfy({ $0.kind != .contains }) else { return nil }
+        var sameDirection: Bool?
+        for (o, s) in zip(wanted, rest) {
+            guard o.field == s.field else { return nil }
+            let same = o.descending == (s.kind == .descending)
+            if let d = sameDirection, d != same { return nil }
+            sameDirection = same
+        }
+        var reverse = !(sameDirection ?? true)
+        if q.limitType == .last { reverse.toggle() }
+        let limit = q.limit!
+        var docs: [LocalDocument] = []
+        var read = 0
+        var edge: [FieldValueData]?
+        ix.scan(prefix: p.prefixes[0], range: p.range, reverse: reverse) { e in
+            read += 1
+            let orderValues = Array(e.values[depth..<(depth + wanted.count)])
+            if let edge, orderValues.count == edge.count, zip(orderValues, edge).contains(where: { FieldValueData.compare($0, $1) != 0 }) { return false }
+            if let d = document(e.key), q.matches(d, orders: orders), !docs.contains(where: { $0.key == d.key }) {
+                docs.append(d)
+                if docs.count >= limit, edge == nil { edge = orderValues }
+            }
+            return true
+        }
+        docs.sort { QueryCore.compare($0, $1, orders) < 0 }
+        return (docs, read)
+    }
+
+    /// The index auto-creation would make for a query (nil: none helps, or it is an OR).
+    static func automaticIndex(for q: QueryCore) -> IndexDefinition? {
+        guard q.documentKey == nil, let branches = (q.filter ?? .and([])).disjunctiveNormalForm(), branches.count == 1 else { return nil }
+        var segments: [IndexSegment] = []
+        func add(_ s: IndexSegment) { if !segments.contains(where: { $0.field == s.field }) { segments.append(s) } }
+        for f in branches[0] where !f.path.isDocumentID && (f.op == .equal || f.op == .in) { add(IndexSegment(field: f.path, kind: .ascending)) }
+        if let f = branches[0].first(where: { !$0.path.isDocumentID && ($0.op == .arrayContains || $0.op == .arrayContainsAny) }) {
+            segments.append(IndexSegment(field: f.path, kind: .contains))
+        }
+        for o in q.orders where !o.field.isDocumentID { add(IndexSegment(field: o.field, kind: o.descending ? .descending : .ascending)) }
+        guard !segments.isEmpty else { return nil }
+        return IndexDefinition(collectionGroup: q.collectionGroup ?? q.path.last, segments: segments, automatic: true)
+    }
+}
+
