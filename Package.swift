@@ -106,7 +106,7 @@ let package = Package(
         .executableTarget(
             name: "ferry-bench",
             dependencies: [
-                "Ferry", "FerryLog", "CLZ4", "CCRC32C", "CLevelDB", "CSQLite", "FerrySync",
+                "Ferry", "FerryLog", "CLZ4", "CCRC32C", "CLevelDB", "CSQLite", "FerrySync", "FerryDocuments",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Benchmarks/ferry-bench"

@@ -7,7 +7,7 @@ struct FerryBench: AsyncParsableCommand {
         commandName: "ferry-bench",
         abstract: "Measure Ferry's workloads beside a raw ceiling (and, where they apply, LevelDB and SQLite) in one run.",
         discussion: "Build with -c release. Figures are medians over --runs, with [min–max] of ops/s. Nothing here asserts a speed; ratios are printed.",
-        subcommands: [LogBench.self, DBBench.self, CompareBench.self, DBOpen.self, DBMemory.self, CompareRun.self, CacheBench.self, SyncBench.self]
+        subcommands: [LogBench.self, DBBench.self, CompareBench.self, DBOpen.self, DBMemory.self, CompareRun.self, CacheBench.self, SyncBench.self, DocumentsBench.self, DocumentsRun.self]
     )
 }
 

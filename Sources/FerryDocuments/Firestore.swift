@@ -268,7 +268,23 @@ public final class Firestore: Sendable {
     /// Writes a batch: one record, applied to the local view and the listeners at once;
     /// returns once it is durable.
     func write(_ mutations: [Mutation]) async throws {
-        guard !mutations.isEmpty else { return }
+        guard let lsn = try writeNow(mutations), let log else { return }
+        do { try await log.awaitDurability(of: LSN(lsn)...LSN(lsn)) } catch {
+            throw FirestoreErrorCode(.dataLoss, "the write was not made durable: \(error)")
+        }
+    }
+
+    /// Makes every write made so far durable (for writes made with `setDataNow`).
+    public func sync() async throws {
+        try checkOpen()
+        guard let log else { return }
+        do { try await log.sync() } catch { throw FirestoreErrorCode(.dataLoss, "the writes were not made durable: \(error)") }
+    }
+
+    /// Writes a batch without waiting for the disk; returns its record's LSN (nil: nothing).
+    @discardableResult
+    func writeNow(_ mutations: [Mutation]) throws -> UInt64? {
+        guard !mutations.isEmpty else { return nil }
         for m in mutations where m.operation != .delete {
             let size = UserData.documentSize(path: m.key, fields: m.fields)
             if size > UserData.maxDocumentBytes {
@@ -288,11 +304,7 @@ public final class Firestore: Sendable {
             return (lsn, e.notify(changed))
         }
         deliver(events)
-        if let log {
-            do { try await log.awaitDurability(of: LSN(lsn)...LSN(lsn)) } catch {
-                throw FirestoreErrorCode(.dataLoss, "the write was not made durable: \(error)")
-            }
-        }
+        return lsn
     }
 
     // MARK: Reads and listeners

@@ -39,6 +39,13 @@ public final class DocumentReference: Sendable, Hashable, CustomStringConvertibl
         try await firestore.write([try Self.setMutation(key(), documentData, merge: false)])
     }
 
+    /// Replaces the document without waiting for the disk: the write is applied, seen by
+    /// listeners and ordered at once, and durable after a later ``Firestore/sync()`` (or any
+    /// awaited write). Like Firebase's `setData` without a completion.
+    public func setDataNow(_ documentData: [String: Any]) throws {
+        try firestore.writeNow([try Self.setMutation(key(), documentData, merge: false)])
+    }
+
     /// With `merge`, writes only the given fields into the document (creating it), leaving
     /// the others; `FieldValue.delete()` removes a field.
     public func setData(_ documentData: [String: Any], merge: Bool) async throws {
