@@ -100,22 +100,26 @@ struct DocumentEngine {
         }
         switch k {
         case .writeBatch:
-            let batch = try DocumentRecords.decodeBatch(id: lsn, payload)
-            pending.append(batch)
-            var changed: [(LocalDocument?, LocalDocument?)] = []
-            for m in batch.mutations {
-                let old = document(m.key)
-                let new = m.applied(to: old, writeTime: batch.localWriteTime)
-                guard let new, new != old else { continue }  // an update of a document not cached
-                setDocument(old: old, new: new)
-                changed.append((old, new))
-            }
-            return changed
+            return apply(try DocumentRecords.decodeBatch(id: lsn, payload))
         case .indexConfiguration:
             let definitions = try DocumentRecords.decodeIndexes(payload)
             installIndexes(definitions)
             return []
         }
+    }
+
+    /// Applies a write batch (decoded from its record in replay; as written, live).
+    mutating func apply(_ batch: MutationBatch) -> [(old: LocalDocument?, new: LocalDocument?)] {
+        pending.append(batch)
+        var changed: [(LocalDocument?, LocalDocument?)] = []
+        for m in batch.mutations {
+            let old = document(m.key)
+            let new = m.applied(to: old, writeTime: batch.localWriteTime)
+            guard let new, new != old else { continue }  // an update of a document not cached
+            setDocument(old: old, new: new)
+            changed.append((old, new))
+        }
+        return changed
     }
 
     /// Puts a document's new state in the view and the indexes.

@@ -292,14 +292,17 @@ public final class Firestore: Sendable {
             }
         }
         let time = Timestamp().truncatedToMicroseconds
-        let payload = DocumentRecords.encode(MutationBatch(id: 0, localWriteTime: time, mutations: mutations))
+        var batch = MutationBatch(id: 0, localWriteTime: time, mutations: mutations)
+        let payload = DocumentRecords.encode(batch)
         let (lsn, events) = try state.withLock { e -> (UInt64, [(Int, ListenerEvent)]) in
             guard !e.closed else { throw Self.closedError }
             let lsn: UInt64
             do { lsn = try e.records.append(kind: DocumentRecordKind.writeBatch.rawValue, payload) } catch {
                 throw FirestoreErrorCode(.unavailable, "the write could not be logged: \(error)")
             }
-            let changed = try payload.withUnsafeBytes { try e.apply(kind: DocumentRecordKind.writeBatch.rawValue, lsn: Int64(lsn), payload: $0) }
+            // The batch as written is what its record decodes to (the record tests hold this).
+            batch.id = Int64(lsn)
+            let changed = e.apply(batch)
             e.records.pruneWritten()
             return (lsn, e.notify(changed))
         }

@@ -274,3 +274,25 @@ import Testing
         await #expect(throws: CancellationError.self) { try await task.value }
     }
 }
+
+extension DocumentModelTests {
+    /// Live writes apply the batch as written and replay applies the decoded record: the two
+    /// must be the same batch.
+    @Test func aWriteBatchRecordDecodesToTheBatchWritten() throws {
+        let key = ResourcePath(["c", "d"])
+        let batch = MutationBatch(id: 7, localWriteTime: Timestamp(seconds: 9, nanoseconds: 5000), mutations: [
+            Mutation(operation: .set, key: key, fields: ["a": .map(["b": .array([.integer(1), .double(.nan), .bytes(Data([1, 2]))])]), "t": .timestamp(Timestamp(seconds: -3, nanoseconds: 1000))]),
+            Mutation(operation: .patch, key: key, fields: ["x": .geoPoint(GeoPoint(latitude: 1, longitude: -2))], mask: [FieldPath(["x"]), FieldPath(["y.z", "w"])],
+                     transforms: [(FieldPath(["n"]), .increment(.integer(3))), (FieldPath(["s"]), .serverTimestamp), (FieldPath(["arr"]), .arrayUnion([.string("q"), .null])), (FieldPath(["r"]), .arrayRemove([.reference("a/b")]))],
+                     mustExist: true),
+            Mutation(operation: .delete, key: ResourcePath(["c", "e", "f", "g"])),
+        ])
+        let payload = DocumentRecords.encode(batch)
+        let decoded = try payload.withUnsafeBytes { try DocumentRecords.decodeBatch(id: 7, $0) }
+        #expect(decoded == batch)
+        // A truncated record is refused, never misread.
+        for cut in [1, payload.count / 2, payload.count - 1] {
+            #expect(throws: FirestoreErrorCode.self) { try Array(payload.prefix(cut)).withUnsafeBytes { try DocumentRecords.decodeBatch(id: 7, $0) } }
+        }
+    }
+}
