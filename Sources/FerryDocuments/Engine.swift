@@ -175,12 +175,17 @@ struct DocumentEngine {
     mutating func run(_ q: QueryCore) -> [LocalDocument] {
         let (docs, run) = execute(q)
         lastRun = run
-        if autoIndexCreation, run.indexes.isEmpty, run.documentsRead >= 100, Double(run.documentsRead) > 3.4 * Double(docs.count),
-           let d = Self.automaticIndex(for: q),
-           !indexes.contains(where: { $0.definition.collectionGroup == d.collectionGroup && $0.definition.segments == d.segments }) {
-            var ix = LocalIndex(d)
-            ix.build(documents(inGroup: d.collectionGroup))
-            indexes.append(ix)
+        if autoIndexCreation, run.indexes.isEmpty, run.documentsRead >= 100, Double(run.documentsRead) > 3.4 * Double(docs.count) {
+            let made = Self.automaticIndexes(for: q).filter { d in
+                !indexes.contains(where: { $0.definition.collectionGroup == d.collectionGroup && $0.definition.segments == d.segments })
+            }
+            guard !made.isEmpty else { return docs }
+            let all = documents(inGroup: made[0].collectionGroup)
+            for d in made {
+                var ix = LocalIndex(d)
+                ix.build(all)
+                indexes.append(ix)
+            }
             // Kept with the others, so that a reopen builds it again (an index is derived
             // state: losing this record costs a rebuild, never data).
             _ = try? records.append(kind: DocumentRecordKind.indexConfiguration.rawValue, DocumentRecords.encode(indexes.map(\.definition)))

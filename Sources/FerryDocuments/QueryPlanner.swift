@@ -164,8 +164,46 @@ extension DocumentEngine {
         }
         let all = candidates(q)
         run.documentsRead = all.count
-        let docs = all.filter { q.matches($0, orders: orders) }.sorted { QueryCore.compare($0, $1, orders) < 0 }
-        return (Array(q.window(docs[...])), run)
+        return (Self.ordered(all.filter { q.matches($0, orders: orders) }, q, orders), run)
+    }
+
+    /// The matching documents in query order, the limit applied: each document's order values
+    /// taken once; with a limit, only the window is kept (a bounded selection, not a sort of
+    /// every match).
+    static func ordered(_ docs: [LocalDocument], _ q: QueryCore, _ orders: [OrderBy]) -> [LocalDocument] {
+        let keys: [[FieldValueData]] = docs.map { d in
+            let map = FieldValueData.map(d.fields ?? [:])
+            return orders.map { $0.field.isDocumentID ? .null : (map.value(at: $0.field) ?? .null) }
+        }
+        func less(_ i: Int, _ j: Int) -> Bool {
+            for (k, o) in orders.enumerated() {
+                var c = o.field.isDocumentID ? FieldValueData.compareSegments(docs[i].key.segments, docs[j].key.segments) : FieldValueData.compare(keys[i][k], keys[j][k])
+                if o.descending { c = -c }
+                if c != 0 { return c < 0 }
+            }
+            return false
+        }
+        var order = Array(docs.indices)
+        if let limit = q.limit, limit < docs.count / 4 {
+            // Keep the `limit` first (or last) in a sorted window, inserting by binary search.
+            let last = q.limitType == .last
+            var window: [Int] = []
+            window.reserveCapacity(limit + 1)
+            for i in order {
+                if window.count == limit {
+                    let edge = last ? window[0] : window[limit - 1]
+                    if last ? !less(edge, i) : !less(i, edge) { continue }
+                }
+                var lo = 0, hi = window.count
+                while lo < hi { let mid = (lo + hi) / 2; if less(window[mid], i) { lo = mid + 1 } else { hi = mid } }
+                window.insert(i, at: lo)
+                if window.count > limit { if last { window.removeFirst() } else { window.removeLast() } }
+            }
+            return window.map { docs[$0] }
+        }
+        order.sort(by: less)
+        let sorted = order.map { docs[$0] }
+        return Array(q.window(sorted[...]))
     }
 
     /// A limited query whose order the index follows after its equality prefix: read entries in
@@ -204,18 +242,23 @@ extension DocumentEngine {
         return (docs, read)
     }
 
-    /// The index auto-creation would make for a query (nil: none helps, or it is an OR).
-    static func automaticIndex(for q: QueryCore) -> IndexDefinition? {
-        guard q.documentKey == nil, let branches = (q.filter ?? .and([])).disjunctiveNormalForm(), branches.count == 1 else { return nil }
-        var segments: [IndexSegment] = []
-        func add(_ s: IndexSegment) { if !segments.contains(where: { $0.field == s.field }) { segments.append(s) } }
-        for f in branches[0] where !f.path.isDocumentID && (f.op == .equal || f.op == .in) { add(IndexSegment(field: f.path, kind: .ascending)) }
-        if let f = branches[0].first(where: { !$0.path.isDocumentID && ($0.op == .arrayContains || $0.op == .arrayContainsAny) }) {
-            segments.append(IndexSegment(field: f.path, kind: .contains))
+    /// The indexes auto-creation makes for a query: one per branch of its filter (an OR has
+    /// several), of its equality fields, its array field, then its orders.
+    static func automaticIndexes(for q: QueryCore) -> [IndexDefinition] {
+        guard q.documentKey == nil, let branches = (q.filter ?? .and([])).disjunctiveNormalForm() else { return [] }
+        var out: [IndexDefinition] = []
+        for branch in branches {
+            var segments: [IndexSegment] = []
+            func add(_ s: IndexSegment) { if !segments.contains(where: { $0.field == s.field }) { segments.append(s) } }
+            for f in branch where !f.path.isDocumentID && (f.op == .equal || f.op == .in) { add(IndexSegment(field: f.path, kind: .ascending)) }
+            if let f = branch.first(where: { !$0.path.isDocumentID && ($0.op == .arrayContains || $0.op == .arrayContainsAny) }) {
+                segments.append(IndexSegment(field: f.path, kind: .contains))
+            }
+            for o in q.orders where !o.field.isDocumentID { add(IndexSegment(field: o.field, kind: o.descending ? .descending : .ascending)) }
+            let d = IndexDefinition(collectionGroup: q.collectionGroup ?? q.path.last, segments: segments, automatic: true)
+            if !segments.isEmpty, !out.contains(d) { out.append(d) }
         }
-        for o in q.orders where !o.field.isDocumentID { add(IndexSegment(field: o.field, kind: o.descending ? .descending : .ascending)) }
-        guard !segments.isEmpty else { return nil }
-        return IndexDefinition(collectionGroup: q.collectionGroup ?? q.path.last, segments: segments, automatic: true)
+        return out
     }
 }
 

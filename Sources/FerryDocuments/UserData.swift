@@ -85,7 +85,8 @@ enum UserData {
             try checkFieldName(k)
             if let value = try parse(v, path: [k], context: ctx, depth: 1, into: &p) { p.fields[k] = value }
         }
-        if merge { p.mask = leafPaths(data, prefix: []) }
+        if merge { p.mask = leafPaths(data, prefix: []).sorted { FieldValueData.compareSegments($0.segments, $1.segments) < 0 } }
+        p.transforms.sort { FieldValueData.compareSegments($0.0.segments, $1.0.segments) < 0 }
         return p
     }
 
@@ -120,7 +121,9 @@ enum UserData {
         for a in mask { for b in mask where a != b && a.isPrefix(of: b) {
             throw FirestoreErrorCode(.invalidArgument, "field '\(a)' was specified multiple times: '\(b)' is below it")
         } }
-        p.mask = mask
+        // In field order, so that equal writes make equal records.
+        p.mask = mask.sorted { FieldValueData.compareSegments($0.segments, $1.segments) < 0 }
+        p.transforms.sort { FieldValueData.compareSegments($0.0.segments, $1.0.segments) < 0 }
         return p
     }
 
@@ -176,6 +179,15 @@ enum UserData {
             if path.isEmpty { throw FirestoreErrorCode(.invalidArgument, "\(fv) cannot be used here") }
             return nil
         }
+        // The common types first, by their exact type (a failed cast costs; testing an array
+        // against a class such as NSNull bridges it to Foundation first).
+        let exact = Swift.type(of: any)
+        if exact == String.self { return .string(any as! String) }
+        if exact == Int.self { return .integer(Int64(any as! Int)) }
+        if exact == Double.self { return .double(any as! Double) }
+        if exact == Bool.self { return .bool(any as! Bool) }
+        if exact == Dictionary<String, Any>.self { return try parseMap(any as! [String: Any], path: path, context: context, depth: depth, into: &p) }
+        if exact == Array<Any>.self { return try parseArray(any as! [Any], path: path, depth: depth) }
         switch any {
         case is NSNull: return .null
         case let b as Bool where type(of: any) == Bool.self: return .bool(b)
@@ -207,29 +219,36 @@ enum UserData {
             }
             return .geoPoint(g)
         case let r as DocumentReference: return .reference(r.path)
-        case let a as [Any?]:
-            var out: [FieldValueData] = []
-            out.reserveCapacity(a.count)
-            for (i, e) in a.enumerated() {
-                if e is [Any?] { throw FirestoreErrorCode(.invalidArgument, "field '\(FieldPath(path))': nested arrays are not supported (element \(i) is an array)") }
-                var inner = Parsed()
-                guard let v = try parse(e, path: path + ["\(i)"], context: .argument, depth: depth + 1, into: &inner) else {
-                    throw FirestoreErrorCode(.invalidArgument, "field '\(FieldPath(path))': FieldValue sentinels cannot be used inside arrays")
-                }
-                out.append(v)
-            }
-            return .array(out)
-        case let m as [String: Any?]:
-            var out: [String: FieldValueData] = [:]
-            for (k, v) in m {
-                try checkFieldName(k)
-                if let value = try parse(v, path: path + [k], context: context, depth: depth + 1, into: &p) { out[k] = value }
-            }
-            // An empty map written by a merge replaces what was there with an empty map.
-            return .map(out)
+        case let a as [Any?]: return try parseArray(a.map { $0 as Any }, path: path, depth: depth)
+        case let m as [String: Any?]: return try parseMap(m.mapValues { $0 as Any }, path: path, context: context, depth: depth, into: &p)
         default:
             throw FirestoreErrorCode(.invalidArgument, "field '\(FieldPath(path))': unsupported type \(type(of: any)) (use Bool, integers, Double, String, Data, Date, Timestamp, GeoPoint, DocumentReference, arrays, [String: Any] or NSNull)")
         }
+    }
+
+    private static func parseArray(_ a: [Any], path: [String], depth: Int) throws -> FieldValueData {
+        var out: [FieldValueData] = []
+        out.reserveCapacity(a.count)
+        for (i, e) in a.enumerated() {
+            if e is [Any] || e is [Any?] { throw FirestoreErrorCode(.invalidArgument, "field '\(FieldPath(path))': nested arrays are not supported (element \(i) is an array)") }
+            var inner = Parsed()
+            guard let v = try parse(e, path: path + ["\(i)"], context: .argument, depth: depth + 1, into: &inner) else {
+                throw FirestoreErrorCode(.invalidArgument, "field '\(FieldPath(path))': FieldValue sentinels cannot be used inside arrays")
+            }
+            out.append(v)
+        }
+        return .array(out)
+    }
+
+    private static func parseMap(_ m: [String: Any], path: [String], context: Context, depth: Int, into p: inout Parsed) throws -> FieldValueData {
+        var out: [String: FieldValueData] = [:]
+        out.reserveCapacity(m.count)
+        for (k, v) in m {
+            try checkFieldName(k)
+            if let value = try parse(v, path: path + [k], context: context, depth: depth + 1, into: &p) { out[k] = value }
+        }
+        // An empty map written by a merge replaces what was there with an empty map.
+        return .map(out)
     }
 
     private static func numberValue(_ n: NSNumber) -> FieldValueData {

@@ -134,9 +134,15 @@ import Testing
         // A small result of a small collection makes no index.
         _ = try await db.collection("tiny").whereField("a", isEqualTo: 1).getDocuments(source: .cache)
         #expect(db.indexDefinitions.count == 1)
+        // An OR makes one index per branch, and then runs through them.
+        let or = db.collection("posts").whereFilter(.orFilter([.whereField("author", isEqualTo: "a1"), .whereField("likes", isEqualTo: 3)]))
+        _ = try await or.getDocuments(source: .cache)
+        #expect(db.indexDefinitions.count == 3, "\(db.indexDefinitions)")
+        #expect(ids(try await or.getDocuments(source: .cache)) == ["p1", "p101", "p151", "p3", "p51"])
+        #expect(db.state.withLock { $0.lastRun.indexes.count } == 2)
         try await db.terminate()
         db = try store.open()
-        #expect(db.indexDefinitions.count == 1, "an automatic index is kept")
+        #expect(db.indexDefinitions.count == 3, "automatic indexes are kept")
         try await db.terminate()
         #expect(Firestore.inMemory().persistentCacheIndexManager == nil)
     }
