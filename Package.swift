@@ -151,7 +151,8 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryDocumentsTests",
-            dependencies: ["FerryDocuments", "FerryStore", "FerryLog", "FerryTestSupport", "Ferry", "ferry-dump"]
+            dependencies: ["FerryDocuments", "FerryStore", "FerryLog", "FerryTestSupport", "Ferry", "ferry-dump"],
+            exclude: ["Conformance"]
         ),
         .testTarget(
             name: "FerryTortureTests",

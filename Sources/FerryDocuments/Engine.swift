@@ -13,9 +13,21 @@ struct StandingQuery {
     /// The documents of the last snapshot (after the limit), and its metadata.
     var shown: [LocalDocument] = []
     var shownHasPendingWrites = false
-    var delivered = false
-    /// A document listener: what it last showed (nil: nothing shown yet).
-    var shownDocument: LocalDocument??
+    /// The target the query listens through.
+    var targetID = 0
+    /// The server said the target is current (and the store is online).
+    var current = false
+    /// Documents shown that the server has not confirmed (while current).
+    var limbo: Set<ResourcePath> = []
+    /// The last snapshot was consistent with the server (not from the cache).
+    var synced = false
+    /// The first snapshot was raised (an online listener waits for the server or for a
+    /// cached document first).
+    var raisedInitial = false
+    /// The target had results from the server before (it has a resume token).
+    var hasCachedResults = false
+    /// A listener of the cache alone (no target on the server).
+    var cacheOnly = false
 
     func index(of doc: LocalDocument, in list: [LocalDocument]) -> (found: Bool, at: Int) {
         var lo = 0, hi = list.count
@@ -52,7 +64,6 @@ struct StandingQuery {
 /// What a listener gets: a query snapshot's parts, or a document's.
 enum ListenerEvent: Sendable {
     case query(docs: [LocalDocument], changes: [ChangeData], fromCache: Bool, hasPendingWrites: Bool)
-    case document(LocalDocument?, key: ResourcePath, fromCache: Bool)
     case failure(FirestoreErrorCode)
 }
 
@@ -86,6 +97,33 @@ struct DocumentEngine {
     /// How the last query ran (tests and statistics).
     var lastRun = QueryRun()
 
+    // Sync (Sync.swift): the server's documents, the targets, what the server said since the
+    // last consistent snapshot, the online state and the requests for the server.
+    /// The server's documents (no pending writes applied; nil fields: deleted).
+    var remote: [ResourcePath: LocalDocument] = [:]
+    /// Pending batch ids per document, oldest first.
+    var batchesByKey: [ResourcePath: [Int64]] = [:]
+    var targets: [Int: TargetData] = [:]
+    /// Targets no listener uses now, kept (with their resume tokens) for a later listen.
+    var savedTargets: [QueryCore: TargetData] = [:]
+    var watch: [Int: WatchTargetState] = [:]
+    var pendingDocumentUpdates: [ResourcePath: WatchDocument] = [:]
+    var pendingDocumentTargets: [ResourcePath: Set<Int>] = [:]
+    var pendingTargetResets: Set<Int> = []
+    var nextTargetID = 2
+    var nextLimboTargetID = 1
+    var limboTargetByKey: [ResourcePath: Int] = [:]
+    /// Without a server connection the store is offline: listeners raise what the cache holds at once.
+    var onlineState: OnlineState = .offline
+    var lastRemoteVersion: Int64 = 0
+    /// A server connection (or the spec harness) listens to ``outbox``.
+    var remoteAttached = false
+    var outbox: [RemoteRequest] = []
+    /// The targets the server is asked to listen to now, with the resume token each was sent with.
+    var sentTargets: [Int: String] = [:]
+    /// A memory cache with eager collection (documents nothing needs are dropped at once).
+    var eagerGarbageCollection = false
+
     init(records: RecordStore) { self.records = records }
 
     func document(_ key: ResourcePath) -> LocalDocument? { collections[key.parent]?[key.last] }
@@ -113,6 +151,7 @@ struct DocumentEngine {
         pending.append(batch)
         var changed: [(LocalDocument?, LocalDocument?)] = []
         for m in batch.mutations {
+            if batchesByKey[m.key]?.last != batch.id { batchesByKey[m.key, default: []].append(batch.id) }
             let old = document(m.key)
             let new = m.applied(to: old, writeTime: batch.localWriteTime)
             guard let new, new != old else { continue }  // an update of a document not cached
@@ -193,72 +232,112 @@ struct DocumentEngine {
         return docs
     }
 
-    /// Registers a standing query; returns its id and first event.
-    mutating func listen(_ q: QueryCore, includeMetadataChanges: Bool) -> (Int, ListenerEvent) {
+    /// Registers a standing query; returns its id and first event (none when an online
+    /// listener has nothing cached yet: it waits for the server).
+    mutating func listen(_ q: QueryCore, includeMetadataChanges: Bool, cacheOnly: Bool = false) -> (Int, [(Int, ListenerEvent)]) {
         let id = nextListenerID
         nextListenerID += 1
         var s = StandingQuery(query: q, orders: q.orders, includeMetadataChanges: includeMetadataChanges)
-        if let key = q.documentKey {
-            let d = document(key)
-            s.shownDocument = .some(d)
-            listeners[id] = s
-            return (id, .document(d, key: key, fromCache: true))
-        }
-        let orders = s.orders
+        s.targetID = allocateTarget(q, cacheOnly: cacheOnly)
+        s.cacheOnly = cacheOnly
+        s.hasCachedResults = !(targets[s.targetID]?.resumeToken.isEmpty ?? true)
+        // Another listener of the same target lends its sync state.
+        if let mirror = listeners.values.first(where: { $0.targetID == s.targetID }) { s.current = mirror.current }
         if q.limit != nil {
             // A limited query keeps its window only, and runs again when a change reaches it.
             s.matching = run(q)
         } else {
             s.matching = execute(q).docs
         }
-        let shown = Array(q.window(s.matching[...]))
-        s.shown = shown
-        s.shownHasPendingWrites = shown.contains(where: \.hasLocalMutations)
+        s.shown = Array(q.window(s.matching[...]))
         listeners[id] = s
-        let changes = shown.enumerated().map { ChangeData(type: .added, doc: $1, oldIndex: nil, newIndex: $0) }
-        return (id, .query(docs: shown, changes: changes, fromCache: true, hasPendingWrites: s.shownHasPendingWrites))
+        let (limboAdded, _) = updateLimbo(id)
+        listeners[id]!.synced = listeners[id]!.current && listeners[id]!.limbo.isEmpty
+        let changes = s.shown.enumerated().map { ChangeData(type: .added, doc: $1, oldIndex: nil, newIndex: $0) }
+        let events = raiseIfDue(id, changes: changes, syncChanged: true)
+        for k in limboAdded { trackLimbo(k) }
+        return (id, events)
     }
 
-    /// Updates the standing queries for changed documents; returns the events to deliver, in
-    /// the order the listeners were added.
-    mutating func notify(_ changed: [(old: LocalDocument?, new: LocalDocument?)]) -> [(Int, ListenerEvent)] {
-        guard !changed.isEmpty, !listeners.isEmpty else { return [] }
-        var events: [(Int, ListenerEvent)] = []
-        for id in listeners.keys.sorted() {
-            var s = listeners[id]!
-            let relevant = changed.filter { c in
-                let key = (c.new ?? c.old)!.key
-                return s.query.holds(key)
-            }
-            guard !relevant.isEmpty else { continue }
-            if let key = s.query.documentKey {
-                let now = document(key)
-                let before = s.shownDocument ?? nil
-                let dataChanged = before?.fields != now?.fields || (before == nil) != (now == nil)
-                let metaChanged = before?.hasLocalMutations != now?.hasLocalMutations
-                if dataChanged || (metaChanged && s.includeMetadataChanges) {
-                    s.shownDocument = .some(now)
-                    events.append((id, .document(now, key: key, fromCache: true)))
-                }
-                listeners[id] = s
-                continue
-            }
-            if let limit = s.query.limit {
-                if relevant.contains(where: { s.reaches(old: $0.old, new: $0.new, limit: limit) }) { s.matching = run(s.query) }
-            } else {
-                for c in relevant { s.update(old: c.old, new: c.new) }
-            }
-            let newShown = Array(s.query.window(s.matching[...]))
-            let (changes, anyMetadataOnly) = Self.diff(old: s.shown, new: newShown, orders: s.orders)
-            let hasPending = newShown.contains(where: \.hasLocalMutations)
-            let visible = s.includeMetadataChanges ? changes : changes.filter { $0.type != .metadata }
-            let raise = !visible.isEmpty || (s.includeMetadataChanges && (hasPending != s.shownHasPendingWrites || anyMetadataOnly))
-            if raise {
-                events.append((id, .query(docs: newShown, changes: visible, fromCache: true, hasPendingWrites: hasPending)))
-            }
-            s.shown = newShown
+    /// A listener stopped.
+    mutating func removeListener(_ id: Int) {
+        guard let s = listeners.removeValue(forKey: id) else { return }
+        for k in s.limbo { releaseLimbo(k) }
+        releaseTarget(s.targetID)
+    }
+
+    /// Recomputes a view's limbo documents (only while current); returns those added and removed.
+    mutating func updateLimbo(_ id: Int) -> (added: Set<ResourcePath>, removed: Set<ResourcePath>) {
+        var s = listeners[id]!
+        guard s.current else { return ([], []) }
+        let remoteKeys = targets[s.targetID]?.remoteKeys ?? []
+        let limbo = Set(s.shown.filter { !remoteKeys.contains($0.key) && !$0.hasLocalMutations }.map(\.key))
+        let added = limbo.subtracting(s.limbo), removed = s.limbo.subtracting(limbo)
+        s.limbo = limbo
+        listeners[id] = s
+        return (added, removed)
+    }
+
+    /// Raises a listener's snapshot if Firestore would: its first when it is consistent with
+    /// the server, holds documents or earlier results, or the store is offline; later ones
+    /// when documents changed (metadata alone, and the sync state, with
+    /// `includeMetadataChanges`).
+    mutating func raiseIfDue(_ id: Int, changes: [ChangeData], syncChanged: Bool) -> [(Int, ListenerEvent)] {
+        var s = listeners[id]!
+        let fromCache = !s.synced
+        let hasPending = s.shown.contains(where: \.hasPendingWrites)
+        defer {
             s.shownHasPendingWrites = hasPending
             listeners[id] = s
+        }
+        if !s.raisedInitial {
+            guard !fromCache || !s.shown.isEmpty || s.hasCachedResults || onlineState == .offline || s.cacheOnly else { return [] }
+            s.raisedInitial = true
+            let all = s.shown.enumerated().map { ChangeData(type: .added, doc: $1, oldIndex: nil, newIndex: $0) }
+            return [(id, .query(docs: s.shown, changes: all, fromCache: fromCache, hasPendingWrites: hasPending))]
+        }
+        let visible = s.includeMetadataChanges ? changes : changes.filter { $0.type != .metadata }
+        let pendingChanged = hasPending != s.shownHasPendingWrites
+        guard !visible.isEmpty || ((syncChanged || pendingChanged) && s.includeMetadataChanges) else { return [] }
+        return [(id, .query(docs: s.shown, changes: visible, fromCache: fromCache, hasPendingWrites: hasPending))]
+    }
+
+    /// Updates the standing queries for changed documents (live writes).
+    mutating func notify(_ changed: [(old: LocalDocument?, new: LocalDocument?)]) -> [(Int, ListenerEvent)] {
+        emit(changed, targetChanges: [:])
+    }
+
+    /// Updates every standing query for changed documents and target changes; returns the
+    /// events to deliver, in the order the listeners were added.
+    mutating func emit(_ changed: [(old: LocalDocument?, new: LocalDocument?)], targetChanges: [Int: TargetChangeData]) -> [(Int, ListenerEvent)] {
+        guard !listeners.isEmpty, !changed.isEmpty || !targetChanges.isEmpty else { return [] }
+        var events: [(Int, ListenerEvent)] = []
+        for id in listeners.keys.sorted() {
+            guard var s = listeners[id] else { continue }
+            let relevant = changed.filter { c in s.query.holds((c.new ?? c.old)!.key) }
+            let targetChange = targetChanges[s.targetID]
+            guard !relevant.isEmpty || targetChange != nil else { continue }
+            if !relevant.isEmpty {
+                if let limit = s.query.limit {
+                    if relevant.contains(where: { s.reaches(old: $0.old, new: $0.new, limit: limit) }) { s.matching = run(s.query) }
+                } else {
+                    for c in relevant { s.update(old: c.old, new: c.new) }
+                }
+            }
+            if let targetChange { s.current = targetChange.current }
+            let newShown = Array(s.query.window(s.matching[...]))
+            let (changes, _) = Self.diff(old: s.shown, new: newShown, orders: s.orders)
+            s.shown = newShown
+            listeners[id] = s
+            let (limboAdded, limboRemoved) = updateLimbo(id)
+            let synced = listeners[id]!.current && listeners[id]!.limbo.isEmpty
+            let syncChanged = synced != listeners[id]!.synced
+            listeners[id]!.synced = synced
+            if !changes.isEmpty || syncChanged {
+                events += raiseIfDue(id, changes: changes, syncChanged: syncChanged)
+            }
+            for k in limboAdded { trackLimbo(k) }
+            for k in limboRemoved { releaseLimbo(k) }
         }
         return events
     }
@@ -276,7 +355,7 @@ struct DocumentEngine {
         for d in old where newByKey[d.key] == nil { removed.append(d) }
         for d in new {
             if let o = oldByKey[d.key] {
-                if o.fields != d.fields { modified.append((d, .modified)) } else if o.hasLocalMutations != d.hasLocalMutations {
+                if o.fields != d.fields { modified.append((d, .modified)) } else if o.hasPendingWrites != d.hasPendingWrites {
                     modified.append((d, .metadata))
                     anyMetadata = true
                 }

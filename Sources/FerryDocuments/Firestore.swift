@@ -319,10 +319,10 @@ public final class Firestore: Sendable {
         }
     }
 
-    func addListener(_ q: QueryCore, includeMetadataChanges: Bool, _ callback: @escaping @Sendable (ListenerEvent) -> Void) -> ListenerRegistration {
-        let registered = state.withLock { e -> (Int, ListenerEvent)? in
+    func addListener(_ q: QueryCore, includeMetadataChanges: Bool, cacheOnly: Bool = false, _ callback: @escaping @Sendable (ListenerEvent) -> Void) -> ListenerRegistration {
+        let registered = state.withLock { e -> (Int, [(Int, ListenerEvent)])? in
             guard !e.closed else { return nil }
-            let (id, first) = e.listen(q, includeMetadataChanges: includeMetadataChanges)
+            let (id, first) = e.listen(q, includeMetadataChanges: includeMetadataChanges, cacheOnly: cacheOnly)
             callbacks.withLock { $0[id] = callback }
             return (id, first)
         }
@@ -330,11 +330,11 @@ public final class Firestore: Sendable {
             queue.async { callback(.failure(Self.closedError)) }
             return ListenerRegistration(remove: {})
         }
-        deliver([(id, first)])
+        deliver(first)
         return ListenerRegistration { [weak self] in
             guard let self else { return }
             self.state.withLock { e in
-                e.listeners[id] = nil
+                e.removeListener(id)
                 self.callbacks.withLock { $0[id] = nil }
             }
         }

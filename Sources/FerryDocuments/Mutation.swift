@@ -11,8 +11,15 @@ struct LocalDocument: Sendable, Equatable {
     /// When the server last changed it (nil: not from the server).
     var updateTime: Timestamp?
     var createTime: Timestamp?
+    /// The server's version of it, in microseconds (0: not from the server, or changed by a
+    /// pending write).
+    var version: Int64 = 0
+    /// Its state comes from a write the server acknowledged, which no listen has confirmed yet.
+    var hasCommittedMutations = false
 
     var exists: Bool { fields != nil }
+    /// Local or acknowledged-but-unconfirmed writes make it what it is.
+    var hasPendingWrites: Bool { hasLocalMutations || hasCommittedMutations }
 }
 
 /// One write of a batch (Firestore's mutations): set, patch (update or merge) or delete.

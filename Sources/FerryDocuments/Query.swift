@@ -243,7 +243,6 @@ public class Query: @unchecked Sendable {
             case .query(let docs, let changes, let fromCache, let pending):
                 listener(QuerySnapshot(query: self, docs: docs, changes: changes, fromCache: fromCache, hasPendingWrites: pending), nil)
             case .failure(let e): listener(nil, e)
-            case .document: break
             }
         }
     }

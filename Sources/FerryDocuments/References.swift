@@ -117,9 +117,9 @@ public final class DocumentReference: Sendable, Hashable, CustomStringConvertibl
         let fs = firestore
         return firestore.addListener(core, includeMetadataChanges: includeMetadataChanges) { event in
             switch event {
-            case .document(let doc, let key, let fromCache): listener(DocumentSnapshot(firestore: fs, key: key, doc: doc, fromCache: fromCache), nil)
+            case .query(let docs, _, let fromCache, let pending):
+                listener(DocumentSnapshot(firestore: fs, key: k, doc: docs.first, fromCache: fromCache, hasPendingWrites: pending), nil)
             case .failure(let e): listener(nil, e)
-            case .query: break
             }
         }
     }

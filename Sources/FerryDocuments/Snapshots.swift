@@ -14,11 +14,11 @@ public class DocumentSnapshot: @unchecked Sendable, CustomStringConvertible {
     let doc: LocalDocument?
     public let metadata: SnapshotMetadata
 
-    init(firestore: Firestore, key: ResourcePath, doc: LocalDocument?, fromCache: Bool) {
+    init(firestore: Firestore, key: ResourcePath, doc: LocalDocument?, fromCache: Bool, hasPendingWrites: Bool? = nil) {
         self.firestore = firestore
         self.key = key
         self.doc = doc
-        metadata = SnapshotMetadata(fromCache: fromCache, hasPendingWrites: doc?.hasLocalMutations ?? false)
+        metadata = SnapshotMetadata(fromCache: fromCache, hasPendingWrites: hasPendingWrites ?? (doc?.hasPendingWrites ?? false))
     }
 
     /// Whether the document exists.

@@ -59,3 +59,15 @@ func same(_ a: Any?, _ b: Any?) -> Bool {
     default: return false
     }
 }
+
+/// A value behind a lock, shareable by reference (closures capture the box).
+final class Locked<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: T
+    init(_ value: T) { self.value = value }
+    func withLock<R>(_ body: (inout T) throws -> R) rethrows -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
