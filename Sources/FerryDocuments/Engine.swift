@@ -28,6 +28,11 @@ struct StandingQuery {
     var hasCachedResults = false
     /// A listener of the cache alone (no target on the server).
     var cacheOnly = false
+    /// The shown documents with pending writes: local ones, or acknowledged ones this view
+    /// showed as pending and no listen has confirmed yet.
+    var mutatedKeys: Set<ResourcePath> = []
+
+    func isPending(_ d: LocalDocument) -> Bool { d.hasLocalMutations || (mutatedKeys.contains(d.key) && d.hasCommittedMutations) }
 
     func index(of doc: LocalDocument, in list: [LocalDocument]) -> (found: Bool, at: Int) {
         var lo = 0, hi = list.count
@@ -123,6 +128,9 @@ struct DocumentEngine {
     var sentTargets: [Int: String] = [:]
     /// A memory cache with eager collection (documents nothing needs are dropped at once).
     var eagerGarbageCollection = false
+    /// At most this many limbo documents are resolved at once; the others wait in order.
+    var maxConcurrentLimboResolutions = 100
+    var enqueuedLimbo: [ResourcePath] = []
 
     init(records: RecordStore) { self.records = records }
 
@@ -250,6 +258,7 @@ struct DocumentEngine {
             s.matching = execute(q).docs
         }
         s.shown = Array(q.window(s.matching[...]))
+        s.mutatedKeys = Set(s.shown.filter(\.hasLocalMutations).map(\.key))
         listeners[id] = s
         let (limboAdded, _) = updateLimbo(id)
         listeners[id]!.synced = listeners[id]!.current && listeners[id]!.limbo.isEmpty
@@ -285,7 +294,7 @@ struct DocumentEngine {
     mutating func raiseIfDue(_ id: Int, changes: [ChangeData], syncChanged: Bool) -> [(Int, ListenerEvent)] {
         var s = listeners[id]!
         let fromCache = !s.synced
-        let hasPending = s.shown.contains(where: \.hasPendingWrites)
+        let hasPending = !s.mutatedKeys.isEmpty
         defer {
             s.shownHasPendingWrites = hasPending
             listeners[id] = s
@@ -326,8 +335,12 @@ struct DocumentEngine {
             }
             if let targetChange { s.current = targetChange.current }
             let newShown = Array(s.query.window(s.matching[...]))
-            let (changes, _) = Self.diff(old: s.shown, new: newShown, orders: s.orders)
+            let oldMutated = s.mutatedKeys
+            let newMutated = Set(newShown.filter { s.isPending($0) }.map(\.key))
+            let (changes, _) = Self.diff(old: s.shown, new: newShown, orders: s.orders,
+                                         wasPending: { oldMutated.contains($0) }, isPending: { newMutated.contains($0) })
             s.shown = newShown
+            s.mutatedKeys = newMutated
             listeners[id] = s
             let (limboAdded, limboRemoved) = updateLimbo(id)
             let synced = listeners[id]!.current && listeners[id]!.limbo.isEmpty
@@ -345,7 +358,8 @@ struct DocumentEngine {
     /// The changes from `old` to `new` (both in query order), with Firestore's indexes: removals
     /// first, then additions and modifications, each group in query order, each index counted
     /// as the changes before it leave the list.
-    static func diff(old: [LocalDocument], new: [LocalDocument], orders: [OrderBy]) -> ([ChangeData], Bool) {
+    static func diff(old: [LocalDocument], new: [LocalDocument], orders: [OrderBy],
+                     wasPending: (ResourcePath) -> Bool = { _ in false }, isPending: (ResourcePath) -> Bool = { _ in false }) -> ([ChangeData], Bool) {
         var oldByKey: [ResourcePath: LocalDocument] = [:]
         for d in old { oldByKey[d.key] = d }
         var newByKey: [ResourcePath: LocalDocument] = [:]
@@ -355,7 +369,7 @@ struct DocumentEngine {
         for d in old where newByKey[d.key] == nil { removed.append(d) }
         for d in new {
             if let o = oldByKey[d.key] {
-                if o.fields != d.fields { modified.append((d, .modified)) } else if o.hasPendingWrites != d.hasPendingWrites {
+                if o.fields != d.fields { modified.append((d, .modified)) } else if wasPending(o.key) != isPending(d.key) {
                     modified.append((d, .metadata))
                     anyMetadata = true
                 }

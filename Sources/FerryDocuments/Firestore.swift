@@ -64,6 +64,8 @@ public final class Firestore: Sendable {
     public let settings: FirestoreSettings
     let queue: DispatchQueue
     let callbacks = FerryMutex<[Int: @Sendable (ListenerEvent) -> Void]>([:])
+    let inSyncCallbacks = FerryMutex<[Int: @Sendable () -> Void]>([:])
+    let inSyncNext = FerryMutex(1)
 
     private init(engine: sending DocumentEngine, log: WriteAheadLog?, path: String?, settings: FirestoreSettings) {
         state = FerryMutex(engine)
@@ -341,7 +343,8 @@ public final class Firestore: Sendable {
     }
 
     /// Calls listeners on the delivery queue, in order; a listener removed before its turn
-    /// is not called.
+    /// is not called. Then the snapshots-in-sync listeners: every listener has seen the
+    /// same consistent state.
     func deliver(_ events: [(Int, ListenerEvent)]) {
         guard !events.isEmpty else { return }
         queue.async { [self] in
@@ -349,7 +352,18 @@ public final class Firestore: Sendable {
                 guard let cb = callbacks.withLock({ $0[id] }) else { continue }
                 cb(event)
             }
+            for cb in inSyncCallbacks.withLock({ $0.sorted { $0.key < $1.key }.map(\.value) }) { cb() }
         }
+    }
+
+    /// Calls `listener` now and after every change that listeners of this store were told
+    /// of, once they were all told (Firebase's `addSnapshotsInSyncListener`).
+    @discardableResult
+    public func addSnapshotsInSyncListener(_ listener: @escaping @Sendable () -> Void) -> ListenerRegistration {
+        let id = inSyncNext.withLock { n -> Int in defer { n += 1 }; return n }
+        inSyncCallbacks.withLock { $0[id] = listener }
+        queue.async { [self] in if inSyncCallbacks.withLock({ $0[id] }) != nil { listener() } }
+        return ListenerRegistration { [weak self] in self?.inSyncCallbacks.withLock { $0[id] = nil } }
     }
 }
 

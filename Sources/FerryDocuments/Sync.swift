@@ -216,14 +216,21 @@ extension DocumentEngine {
                     listeners[lid] = nil
                     events.append((lid, .failure(error)))
                 }
-                if let t = targets[id] {
-                    savedTargets[Self.targetKey(t.query)] = t
-                    // A limbo target refused: its document is taken as deleted.
-                    if t.limbo, let key = t.query.documentKey { limboTargetByKey[key] = nil }
-                }
+                let t = targets[id]
                 targets[id] = nil
                 watch[id] = nil
                 sentTargets[id] = nil
+                if let t {
+                    if t.limbo, let key = t.query.documentKey {
+                        // A limbo target refused: the document is taken as deleted.
+                        limboTargetByKey[key] = nil
+                        remote[key] = nil
+                        events += emit(recompute([key]), targetChanges: [:])
+                        pumpLimbo()
+                    } else {
+                        savedTargets[Self.targetKey(t.query)] = t
+                    }
+                }
                 continue
             }
             guard var w = watch[id] else { continue }
@@ -399,7 +406,9 @@ extension DocumentEngine {
         ledger.advanceCursor(through: batch.id)
         ledger.settle(batch.id, recordLSN: 0, nil)
         let changed = recompute(keys)
-        return (batch, emit(changed, targetChanges: [:]))
+        let events = emit(changed, targetChanges: [:])
+        if eagerGarbageCollection { collectGarbage() }
+        return (batch, events)
     }
 
     /// The server refused the oldest pending batch: it is reverted.
@@ -415,7 +424,9 @@ extension DocumentEngine {
         ledger.advanceCursor(through: batch.id)
         ledger.settle(batch.id, recordLSN: 0, error)
         let changed = recompute(keys)
-        return (batch, emit(changed, targetChanges: [:]))
+        let events = emit(changed, targetChanges: [:])
+        if eagerGarbageCollection { collectGarbage() }
+        return (batch, events)
     }
 
     static func resolvingServerTimestamps(_ fields: [String: FieldValueData], at t: Timestamp) -> [String: FieldValueData] {
@@ -460,7 +471,19 @@ extension DocumentEngine {
     }
 
     mutating func trackLimbo(_ key: ResourcePath) {
-        guard limboTargetByKey[key] == nil else { return }
+        guard limboTargetByKey[key] == nil, !enqueuedLimbo.contains(key) else { return }
+        enqueuedLimbo.append(key)
+        pumpLimbo()
+    }
+
+    /// Starts waiting limbo resolutions while fewer than the maximum run.
+    mutating func pumpLimbo() {
+        while limboTargetByKey.count < maxConcurrentLimboResolutions, !enqueuedLimbo.isEmpty {
+            startLimbo(enqueuedLimbo.removeFirst())
+        }
+    }
+
+    mutating func startLimbo(_ key: ResourcePath) {
         let id = nextLimboTargetID
         nextLimboTargetID += 2
         var q = QueryCore(path: key.parent)
@@ -472,9 +495,12 @@ extension DocumentEngine {
     }
 
     mutating func releaseLimbo(_ key: ResourcePath) {
-        guard !listeners.values.contains(where: { $0.limbo.contains(key) }), let id = limboTargetByKey.removeValue(forKey: key) else { return }
+        guard !listeners.values.contains(where: { $0.limbo.contains(key) }) else { return }
+        enqueuedLimbo.removeAll { $0 == key }
+        guard let id = limboTargetByKey.removeValue(forKey: key) else { return }
         targets[id] = nil
         sendUnlisten(id)
+        pumpLimbo()
     }
 
     /// Limbo documents the last snapshot resolved: their targets are released.
@@ -485,6 +511,7 @@ extension DocumentEngine {
             targets[id] = nil
             sendUnlisten(id)
         }
+        pumpLimbo()
         return []
     }
 
@@ -494,8 +521,10 @@ extension DocumentEngine {
     /// are dropped at once.
     mutating func collectGarbage() {
         var needed = Set(batchesByKey.keys)
-        for t in targets.values { needed.formUnion(t.remoteKeys) }
-        for s in listeners.values { for d in s.shown { needed.insert(d.key) } }
+        for t in targets.values {
+            needed.formUnion(t.remoteKeys)
+            if let key = t.query.documentKey { needed.insert(key) }
+        }
         for key in Array(remote.keys) where !needed.contains(key) {
             remote[key] = nil
             _ = recompute([key])

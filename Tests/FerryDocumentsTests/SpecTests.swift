@@ -71,6 +71,8 @@ final class SpecRunner: @unchecked Sendable {
     let callbacks = Locked<(acknowledged: [String], rejected: [String])>(([], []))
     var writes: [(batch: Int64, key: String)] = []
     let waitsResolved = Locked(0)
+    let inSync = Locked(0)
+    var inSyncRegistrations: [ListenerRegistration] = []
 
     init(_ body: [String: Any]) throws {
         self.body = body
@@ -87,10 +89,12 @@ final class SpecRunner: @unchecked Sendable {
         var settings = FirestoreSettings()
         settings.durability = .none
         let db = persistent ? try Firestore.open(at: dir.sub("store"), settings: settings) : Firestore.inMemory()
+        let maxLimbo = (body["config"] as? [String: Any])?["maxConcurrentLimboResolutions"] as? Int
         db.state.withLock { e in
             e.remoteAttached = true
             e.onlineState = .unknown
             e.eagerGarbageCollection = eager
+            if let maxLimbo { e.maxConcurrentLimboResolutions = maxLimbo }
         }
         return db
     }
@@ -104,6 +108,17 @@ final class SpecRunner: @unchecked Sendable {
             let got = events.withLock { e in defer { e = [] }; return e }
             let expected = step["expectedSnapshotEvents"] as? [[String: Any]] ?? []
             if let problem = compare(expected, got) { return "step \(i) \(Self.actionName(step)): \(problem)" }
+            if let n = step["expectedSnapshotsInSyncEvents"] as? Int {
+                let have = inSync.withLock { c in defer { c = 0 }; return c }
+                if have != n { return "step \(i) \(Self.actionName(step)): \(have) snapshots-in-sync events, expected \(n)" }
+            } else {
+                inSync.withLock { $0 = 0 }
+            }
+            if let n = step["expectedWaitForPendingWritesEvents"] as? Int {
+                let ok = eventuallyOnThisThread(timeout: .seconds(5)) { waitsResolved.withLock { $0 } == n }
+                if !ok { return "step \(i): \(waitsResolved.withLock { $0 }) waits for pending writes resolved, expected \(n)" }
+                waitsResolved.withLock { $0 = 0 }
+            }
             if let state = step["expectedState"] as? [String: Any], let problem = check(state) {
                 return "step \(i) \(Self.actionName(step)): state: \(problem)"
             }
@@ -141,7 +156,7 @@ final class SpecRunner: @unchecked Sendable {
         case "userSet", "userPatch":
             let a = v as! [Any]
             let path = a[0] as! String
-            let data = a[1] as! [String: Any]
+            let data = Self.sentinels(a[1]) as! [String: Any]
             let ref = db.document(path)
             if action == "userSet" { try await ref.setData(data) } else { try await ref.updateData(data) }
             trackWrite(path)
@@ -230,6 +245,11 @@ final class SpecRunner: @unchecked Sendable {
             Task { try? await db.waitForPendingWrites(); count.withLock { $0 += 1 } }
         case "drainQueue":
             break
+        case "addSnapshotsInSyncListener":
+            let count = inSync
+            inSyncRegistrations.append(db.addSnapshotsInSyncListener { count.withLock { $0 += 1 } })
+        case "removeSnapshotsInSyncListener":
+            if !inSyncRegistrations.isEmpty { inSyncRegistrations.removeLast().remove() }
         case "restart":
             return "restarts are not supported by the harness yet"
         default:
@@ -253,12 +273,21 @@ final class SpecRunner: @unchecked Sendable {
 
     // MARK: Parsing
 
+    /// The spec's stand-ins for special values: "<DELETE>" is `FieldValue.delete()`.
+    static func sentinels(_ v: Any) -> Any {
+        if let s = v as? String, s == "<DELETE>" { return FieldValue.delete() }
+        if let m = v as? [String: Any] { return m.mapValues(sentinels) }
+        if let a = v as? [Any] { return a.map(sentinels) }
+        return v
+    }
+
     static func canonical(_ q: [String: Any]) -> String {
         String(decoding: (try? JSONSerialization.data(withJSONObject: q, options: [.sortedKeys])) ?? Data(), as: UTF8.self)
     }
 
     static func query(_ q: [String: Any]) throws -> QueryCore {
-        let path = try ResourcePath.parse(q["path"] as? String ?? "", what: "path").segments
+        let raw = q["path"] as? String ?? ""
+        let path = raw.isEmpty ? [] : try ResourcePath.parse(raw, what: "path").segments
         var core: QueryCore
         if let group = q["collectionGroup"] as? String {
             core = QueryCore(path: ResourcePath(path))
@@ -362,7 +391,10 @@ final class SpecRunner: @unchecked Sendable {
             }
         }
         if let docs = state["activeLimboDocs"] as? [String], Set(docs) != limbo { return "limbo documents \(limbo.sorted()), expected \(docs.sorted())" }
-        if let n = state["numOutstandingWrites"] as? Int, n != pending { return "\(pending) outstanding writes, expected \(n)" }
+        let enqueued = db.state.withLock { $0.enqueuedLimbo.map(\.description) }
+        if let docs = state["enqueuedLimboDocs"] as? [String], docs.sorted() != enqueued.sorted() { return "enqueued limbo documents \(enqueued), expected \(docs)" }
+        // The SDK sends at most 10 writes at a time (its write pipeline); the rest wait in its queue.
+        if let n = state["numOutstandingWrites"] as? Int, n != min(pending, 10) { return "\(pending) outstanding writes, expected \(n)" }
         if let cb = state["userCallbacks"] as? [String: Any] {
             // Answers reach the callbacks through the ledger's waiters.
             let want = (cb["acknowledgedDocs"] as? [String] ?? [], cb["rejectedDocs"] as? [String] ?? [])
