@@ -264,7 +264,7 @@ struct DocumentEngine {
         listeners[id]!.synced = listeners[id]!.current && listeners[id]!.limbo.isEmpty
         let changes = s.shown.enumerated().map { ChangeData(type: .added, doc: $1, oldIndex: nil, newIndex: $0) }
         let events = raiseIfDue(id, changes: changes, syncChanged: true)
-        for k in limboAdded { trackLimbo(k) }
+        for k in limboAdded.sorted() { trackLimbo(k) }
         return (id, events)
     }
 
@@ -280,7 +280,9 @@ struct DocumentEngine {
         var s = listeners[id]!
         guard s.current else { return ([], []) }
         let remoteKeys = targets[s.targetID]?.remoteKeys ?? []
-        let limbo = Set(s.shown.filter { !remoteKeys.contains($0.key) && !$0.hasLocalMutations }.map(\.key))
+        // A document our own writes explain (pending, or acknowledged and not yet seen on the
+        // listen) is not in limbo.
+        let limbo = Set(s.shown.filter { !remoteKeys.contains($0.key) && !$0.hasPendingWrites }.map(\.key))
         let added = limbo.subtracting(s.limbo), removed = s.limbo.subtracting(limbo)
         s.limbo = limbo
         listeners[id] = s
@@ -318,7 +320,8 @@ struct DocumentEngine {
 
     /// Updates every standing query for changed documents and target changes; returns the
     /// events to deliver, in the order the listeners were added.
-    mutating func emit(_ changed: [(old: LocalDocument?, new: LocalDocument?)], targetChanges: [Int: TargetChangeData]) -> [(Int, ListenerEvent)] {
+    mutating func emit(_ changed: [(old: LocalDocument?, new: LocalDocument?)], targetChanges: [Int: TargetChangeData],
+                       resets: Set<Int> = []) -> [(Int, ListenerEvent)] {
         guard !listeners.isEmpty, !changed.isEmpty || !targetChanges.isEmpty else { return [] }
         var events: [(Int, ListenerEvent)] = []
         for id in listeners.keys.sorted() {
@@ -342,15 +345,18 @@ struct DocumentEngine {
             s.shown = newShown
             s.mutatedKeys = newMutated
             listeners[id] = s
-            let (limboAdded, limboRemoved) = updateLimbo(id)
-            let synced = listeners[id]!.current && listeners[id]!.limbo.isEmpty
+            // A target about to be listened to again from scratch (an existence filter
+            // mismatch) decides nothing about limbo, and is not consistent.
+            let pendingReset = resets.contains(s.targetID)
+            let (limboAdded, limboRemoved) = pendingReset ? ([], []) : updateLimbo(id)
+            let synced = listeners[id]!.current && listeners[id]!.limbo.isEmpty && !pendingReset
             let syncChanged = synced != listeners[id]!.synced
             listeners[id]!.synced = synced
             if !changes.isEmpty || syncChanged {
                 events += raiseIfDue(id, changes: changes, syncChanged: syncChanged)
             }
-            for k in limboAdded { trackLimbo(k) }
-            for k in limboRemoved { releaseLimbo(k) }
+            for k in limboAdded.sorted() { trackLimbo(k) }
+            for k in limboRemoved.sorted() { releaseLimbo(k) }
         }
         return events
     }

@@ -77,8 +77,11 @@ extension DocumentEngine {
     /// What the server sees of a query: a limit-to-last query is its limit-to-first mirror
     /// (orders reversed), so both share one target.
     static func targetKey(_ q: QueryCore) -> QueryCore {
-        guard q.limitType == .last, q.limit != nil else { return q }
         var m = q
+        guard q.limitType == .last, q.limit != nil else {
+            m.explicitOrders = q.orders
+            return m
+        }
         m.limitType = .first
         m.explicitOrders = q.orders.map { OrderBy(field: $0.field, descending: !$0.descending) }
         (m.start, m.end) = (q.end, q.start)
@@ -344,7 +347,7 @@ extension DocumentEngine {
             changed += recompute([key])
         }
         lastRemoteVersion = version
-        var events = emit(changed, targetChanges: changes)
+        var events = emit(changed, targetChanges: changes, resets: resets)
         // Existence-filter mismatches: listen again from scratch.
         for id in resets where isActive(id) {
             targets[id]!.resumeToken = ""
