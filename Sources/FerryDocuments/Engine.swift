@@ -151,6 +151,14 @@ struct DocumentEngine {
             let definitions = try DocumentRecords.decodeIndexes(payload)
             installIndexes(definitions)
             return []
+        case .remoteEvent:
+            return applyRemoteEvent(try DocumentRecords.decodeRemoteEvent(payload))
+        case .writeAnswer:
+            return applyAnswer(try DocumentRecords.decodeWriteAnswer(payload))
+        case .target:
+            let (id, q) = try DocumentRecords.decodeTarget(payload)
+            installTarget(id: id, query: q)
+            return []
         }
     }
 

@@ -306,6 +306,8 @@ public final class Firestore: Sendable {
             batch.id = Int64(lsn)
             let changed = e.apply(batch)
             e.records.pruneWritten()
+            // A memory store's state is the engine's: its records need not be kept.
+            if e.records.sweepIsDue { e.records.sweep(keeping: []) }
             return (lsn, e.notify(changed))
         }
         deliver(events)

@@ -7,6 +7,13 @@ enum DocumentRecordKind: UInt8, CaseIterable {
     case writeBatch = 32
     /// The local indexes' definitions (configured and automatic), replacing the previous set.
     case indexConfiguration = 33
+    /// A consistent snapshot from the server: its version, what changed in each target (its
+    /// documents, its resume token) and the documents that changed.
+    case remoteEvent = 34
+    /// The server answered the oldest pending batch: committed at a version, or refused.
+    case writeAnswer = 35
+    /// A listen target was made for a query (its id is kept for later listens and restarts).
+    case target = 36
 }
 
 /// Little-endian writer of record payloads.
@@ -210,5 +217,179 @@ enum DocumentRecords {
         }
         guard r.atEnd else { throw FirestoreErrorCode(.dataLoss, "a write batch record has \(payload.count - r.offset) bytes after its end") }
         return MutationBatch(id: id, localWriteTime: time, mutations: mutations)
+    }
+}
+
+/// A consistent snapshot from the server, as recorded (kind 34).
+struct RemoteEventRecord: Sendable {
+    struct Target: Sendable {
+        var id: Int
+        /// nil: unchanged; "": cleared (an existence-filter mismatch).
+        var resumeToken: String?
+        var added: [ResourcePath] = []
+        var removed: [ResourcePath] = []
+    }
+    enum DocumentState: UInt8, Sendable { case deleted = 0, found = 1, forgotten = 2 }
+    struct Document: Sendable {
+        var key: ResourcePath
+        var state: DocumentState
+        var version: Int64
+        var fields: [String: FieldValueData]?
+    }
+    var version: Int64
+    var targets: [Target] = []
+    var documents: [Document] = []
+}
+
+/// The server's answer to a batch, as recorded (kind 35).
+struct WriteAnswerRecord: Sendable {
+    var batchID: Int64
+    var version: Int64
+    /// nil: committed.
+    var rejection: FirestoreErrorCode?
+}
+
+extension DocumentRecords {
+    static func encode(_ r: RemoteEventRecord) -> [UInt8] {
+        var w = PayloadWriter()
+        w.u8(version)
+        w.i64(r.version)
+        w.u32(UInt32(r.targets.count))
+        for t in r.targets {
+            w.u32(UInt32(t.id))
+            if let token = t.resumeToken { w.u8(1); w.string(token) } else { w.u8(0) }
+            w.u32(UInt32(t.added.count)); for k in t.added { w.path(k) }
+            w.u32(UInt32(t.removed.count)); for k in t.removed { w.path(k) }
+        }
+        w.u32(UInt32(r.documents.count))
+        for d in r.documents {
+            w.path(d.key)
+            w.u8(d.state.rawValue)
+            w.i64(d.version)
+            if d.state == .found { w.fields(d.fields ?? [:]) }
+        }
+        return w.bytes
+    }
+
+    static func decodeRemoteEvent(_ payload: UnsafeRawBufferPointer) throws -> RemoteEventRecord {
+        var r = PayloadReader(payload)
+        guard try r.u8() == version else { throw FirestoreErrorCode(.dataLoss, "a remote event record of a version this build does not read") }
+        var e = RemoteEventRecord(version: try r.i64())
+        for _ in 0..<(try r.count()) {
+            var t = RemoteEventRecord.Target(id: Int(try r.u32()))
+            if try r.u8() == 1 { t.resumeToken = try r.string() }
+            t.added = try (0..<r.count()).map { _ in try r.path() }
+            t.removed = try (0..<r.count()).map { _ in try r.path() }
+            e.targets.append(t)
+        }
+        for _ in 0..<(try r.count()) {
+            let key = try r.path()
+            guard let state = RemoteEventRecord.DocumentState(rawValue: try r.u8()) else { throw FirestoreErrorCode(.dataLoss, "a remote event record holds an unknown document state") }
+            let v = try r.i64()
+            e.documents.append(.init(key: key, state: state, version: v, fields: state == .found ? try r.fields() : nil))
+        }
+        guard r.atEnd else { throw FirestoreErrorCode(.dataLoss, "a remote event record has bytes after its end") }
+        return e
+    }
+
+    static func encode(_ a: WriteAnswerRecord) -> [UInt8] {
+        var w = PayloadWriter()
+        w.u8(version)
+        w.i64(a.batchID)
+        w.i64(a.version)
+        if let e = a.rejection { w.u8(1); w.u32(UInt32(e.code.rawValue)); w.string(e.message) } else { w.u8(0) }
+        return w.bytes
+    }
+
+    static func decodeWriteAnswer(_ payload: UnsafeRawBufferPointer) throws -> WriteAnswerRecord {
+        var r = PayloadReader(payload)
+        guard try r.u8() == version else { throw FirestoreErrorCode(.dataLoss, "a write answer record of a version this build does not read") }
+        var a = WriteAnswerRecord(batchID: try r.i64(), version: try r.i64())
+        if try r.u8() == 1 {
+            let code = FirestoreErrorCode.Code(rawValue: Int(try r.u32())) ?? .unknown
+            a.rejection = FirestoreErrorCode(code, try r.string())
+        }
+        guard r.atEnd else { throw FirestoreErrorCode(.dataLoss, "a write answer record has bytes after its end") }
+        return a
+    }
+
+    static func encodeTarget(id: Int, query: QueryCore) -> [UInt8] {
+        var w = PayloadWriter()
+        w.u8(version)
+        w.u32(UInt32(id))
+        w.query(query)
+        return w.bytes
+    }
+
+    static func decodeTarget(_ payload: UnsafeRawBufferPointer) throws -> (id: Int, query: QueryCore) {
+        var r = PayloadReader(payload)
+        guard try r.u8() == version else { throw FirestoreErrorCode(.dataLoss, "a target record of a version this build does not read") }
+        let id = Int(try r.u32())
+        let q = try r.query()
+        guard r.atEnd else { throw FirestoreErrorCode(.dataLoss, "a target record has bytes after its end") }
+        return (id, q)
+    }
+}
+
+extension PayloadWriter {
+    mutating func query(_ q: QueryCore) {
+        path(q.path)
+        if let g = q.collectionGroup { u8(1); string(g) } else { u8(0) }
+        if let k = q.documentKey { u8(1); path(k) } else { u8(0) }
+        if let f = q.filter { u8(1); filter(f) } else { u8(0) }
+        u32(UInt32(q.explicitOrders.count))
+        for o in q.explicitOrders { orderField(o.field); u8(o.descending ? 1 : 0) }
+        if let l = q.limit { u8(q.limitType == .first ? 1 : 2); i64(Int64(l)) } else { u8(0) }
+        for b in [q.start, q.end] {
+            if let b { u8(1); u8(b.inclusive ? 1 : 0); value(.array(b.position)) } else { u8(0) }
+        }
+    }
+
+    mutating func orderField(_ p: FieldPath) {
+        u8(p.isDocumentID ? 1 : 0)
+        if !p.isDocumentID { fieldPath(p) }
+    }
+
+    mutating func filter(_ f: FilterNode) {
+        switch f {
+        case .field(let p, let op, let v): u8(0); orderField(p); string(op.rawValue); value(v)
+        case .and(let fs): u8(1); u32(UInt32(fs.count)); for x in fs { filter(x) }
+        case .or(let fs): u8(2); u32(UInt32(fs.count)); for x in fs { filter(x) }
+        }
+    }
+}
+
+extension PayloadReader {
+    mutating func query() throws -> QueryCore {
+        var q = QueryCore(path: try path())
+        if try u8() == 1 { q.collectionGroup = try string() }
+        if try u8() == 1 { q.documentKey = try path() }
+        if try u8() == 1 { q.filter = try filter(depth: 0) }
+        for _ in 0..<(try count()) { q.explicitOrders.append(OrderBy(field: try orderField(), descending: try u8() == 1)) }
+        switch try u8() {
+        case 0: break
+        case let t: q.limitType = t == 1 ? .first : .last; q.limit = Int(try i64())
+        }
+        for i in 0..<2 where try u8() == 1 {
+            let inclusive = try u8() == 1
+            guard case .array(let position) = try value() else { throw FirestoreErrorCode(.dataLoss, "a target record's cursor is not an array") }
+            if i == 0 { q.start = Bound(position: position, inclusive: inclusive) } else { q.end = Bound(position: position, inclusive: inclusive) }
+        }
+        return q
+    }
+
+    mutating func orderField() throws -> FieldPath { try u8() == 1 ? .documentID() : try fieldPath() }
+
+    mutating func filter(depth: Int) throws -> FilterNode {
+        guard depth < 64 else { throw FirestoreErrorCode(.dataLoss, "a target record nests filters too deep") }
+        switch try u8() {
+        case 0:
+            let p = try orderField()
+            guard let op = FilterOperator(rawValue: try string()) else { throw FirestoreErrorCode(.dataLoss, "a target record holds an unknown operator") }
+            return .field(p, op, try value())
+        case 1: return .and(try (0..<count()).map { _ in try filter(depth: depth + 1) })
+        case 2: return .or(try (0..<count()).map { _ in try filter(depth: depth + 1) })
+        case let t: throw FirestoreErrorCode(.dataLoss, "a target record holds an unknown filter \(t)")
+        }
     }
 }

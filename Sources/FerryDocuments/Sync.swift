@@ -67,7 +67,13 @@ extension DocumentEngine {
         if cacheOnly { return 0 }
         let key = Self.targetKey(q)
         if let active = targets.values.first(where: { !$0.limbo && Self.targetKey($0.query) == key }) { return active.id }
-        var t = savedTargets[key] ?? TargetData(id: takeTargetID(), query: q)
+        var t: TargetData
+        if let saved = savedTargets[key] {
+            t = saved
+        } else {
+            t = TargetData(id: takeTargetID(), query: q)
+            recordNow(.target, DocumentRecords.encodeTarget(id: t.id, query: q))
+        }
         t.query = q
         targets[t.id] = t
         sendListen(t)
@@ -227,8 +233,8 @@ extension DocumentEngine {
                     if t.limbo, let key = t.query.documentKey {
                         // A limbo target refused: the document is taken as deleted.
                         limboTargetByKey[key] = nil
-                        remote[key] = nil
-                        events += emit(recompute([key]), targetChanges: [:])
+                        let r = RemoteEventRecord(version: lastRemoteVersion, documents: [.init(key: key, state: .forgotten, version: 0)])
+                        if recordNow(.remoteEvent, DocumentRecords.encode(r)) { events += emit(applyRemoteEvent(r), targetChanges: [:]) }
                         pumpLimbo()
                     } else {
                         savedTargets[Self.targetKey(t.query)] = t
@@ -323,34 +329,29 @@ extension DocumentEngine {
         let resets = pendingTargetResets
         pendingTargetResets = []
 
-        // The targets' documents and resume tokens.
-        for (id, c) in changes {
-            targets[id]!.remoteKeys.subtract(c.removed)
-            targets[id]!.remoteKeys.formUnion(c.added)
-            if !c.resumeToken.isEmpty {
-                targets[id]!.resumeToken = c.resumeToken
-                targets[id]!.snapshotVersion = version
-            }
+        // What the snapshot changes, recorded, then applied by the function replay uses.
+        var record = RemoteEventRecord(version: version)
+        for (id, c) in changes.sorted(by: { $0.key < $1.key }) {
+            record.targets.append(.init(id: id, resumeToken: c.resumeToken.isEmpty ? nil : c.resumeToken,
+                                        added: c.added.sorted(), removed: c.removed.sorted()))
         }
-        // The documents.
-        var changed: [(old: LocalDocument?, new: LocalDocument?)] = []
-        for (key, doc) in updates {
-            let existing = remote[key]
-            let incoming = LocalDocument(key: key, fields: doc.fields, hasLocalMutations: false, version: doc.version == 0 ? version : doc.version)
-            let newer = existing == nil || incoming.version > existing!.version || (incoming.version == existing!.version && existing!.hasCommittedMutations)
+        for id in resets.sorted() where isActive(id) {
+            if let i = record.targets.firstIndex(where: { $0.id == id }) { record.targets[i].resumeToken = "" } else { record.targets.append(.init(id: id, resumeToken: "")) }
+        }
+        for (key, doc) in updates.sorted(by: { $0.key < $1.key }) {
             if doc.fields == nil && doc.version == 0 && !resolvedLimbo.contains(key) {
                 // A removal from a target, not a deletion: the cache keeps what it had.
                 continue
             }
-            guard newer else { continue }
-            remote[key] = incoming
-            changed += recompute([key])
+            let incomingVersion = doc.version == 0 ? version : doc.version
+            if let existing = remote[key], !(incomingVersion > existing.version || (incomingVersion == existing.version && existing.hasCommittedMutations)) { continue }
+            record.documents.append(.init(key: key, state: doc.fields == nil ? .deleted : .found, version: incomingVersion, fields: doc.fields))
         }
-        lastRemoteVersion = version
+        guard recordNow(.remoteEvent, DocumentRecords.encode(record)) else { return [] }
+        let changed = applyRemoteEvent(record)
         var events = emit(changed, targetChanges: changes, resets: resets)
         // Existence-filter mismatches: listen again from scratch.
         for id in resets where isActive(id) {
-            targets[id]!.resumeToken = ""
             outbox.append(.unlisten(targetID: id))
             watch[id] = WatchTargetState(pendingResponses: 1)
             sentTargets[id] = ""
@@ -389,47 +390,105 @@ extension DocumentEngine {
 
     /// The server committed the oldest pending batch at `version`.
     mutating func acknowledgeOldest(version: Int64) -> (batch: MutationBatch?, events: [(Int, ListenerEvent)]) {
-        guard !pending.isEmpty else { return (nil, []) }
-        let batch = pending.removeFirst()
-        var keys: [ResourcePath] = []
-        for m in batch.mutations {
-            batchesByKey[m.key]?.removeAll { $0 == batch.id }
-            if batchesByKey[m.key]?.isEmpty == true { batchesByKey[m.key] = nil }
-            keys.append(m.key)
-            let base = remote[m.key]
-            guard base.map({ $0.version < version }) ?? true else { continue }
-            if var committed = m.applied(to: base, writeTime: Timestamp(micros: version)) {
-                committed.fields = committed.fields.map { Self.resolvingServerTimestamps($0, at: Timestamp(micros: version)) }
-                committed.hasLocalMutations = false
-                committed.hasCommittedMutations = true
-                committed.version = version
-                remote[m.key] = committed
-            }
-        }
-        ledger.advanceCursor(through: batch.id)
-        ledger.settle(batch.id, recordLSN: 0, nil)
-        let changed = recompute(keys)
+        answerOldest(WriteAnswerRecord(batchID: 0, version: version))
+    }
+
+    /// The server refused the oldest pending batch: it is reverted.
+    mutating func rejectOldest(_ error: FirestoreErrorCode) -> (batch: MutationBatch?, events: [(Int, ListenerEvent)]) {
+        answerOldest(WriteAnswerRecord(batchID: 0, version: 0, rejection: error))
+    }
+
+    private mutating func answerOldest(_ answer: WriteAnswerRecord) -> (batch: MutationBatch?, events: [(Int, ListenerEvent)]) {
+        guard let batch = pending.first else { return (nil, []) }
+        var a = answer
+        a.batchID = batch.id
+        guard recordNow(.writeAnswer, DocumentRecords.encode(a)) else { return (nil, []) }
+        let changed = applyAnswer(a)
+        ledger.settle(batch.id, recordLSN: 0, a.rejection)
         let events = emit(changed, targetChanges: [:])
         if eagerGarbageCollection { collectGarbage() }
         return (batch, events)
     }
 
-    /// The server refused the oldest pending batch: it is reverted.
-    mutating func rejectOldest(_ error: FirestoreErrorCode) -> (batch: MutationBatch?, events: [(Int, ListenerEvent)]) {
-        guard !pending.isEmpty else { return (nil, []) }
-        let batch = pending.removeFirst()
+    /// Applies the server's answer to a batch (live and in replay): committed, its documents
+    /// become the server's at the commit version (acknowledged, until a listen confirms them);
+    /// refused, it is dropped. Either way the view shows what the remaining batches make of it.
+    mutating func applyAnswer(_ a: WriteAnswerRecord) -> [(old: LocalDocument?, new: LocalDocument?)] {
+        guard let i = pending.firstIndex(where: { $0.id == a.batchID }) else { return [] }
+        let batch = pending.remove(at: i)
         var keys: [ResourcePath] = []
         for m in batch.mutations {
             batchesByKey[m.key]?.removeAll { $0 == batch.id }
             if batchesByKey[m.key]?.isEmpty == true { batchesByKey[m.key] = nil }
             keys.append(m.key)
+            guard a.rejection == nil else { continue }
+            let base = remote[m.key]
+            guard base.map({ $0.version < a.version }) ?? true else { continue }
+            if var committed = m.applied(to: base, writeTime: Timestamp(micros: a.version)) {
+                committed.fields = committed.fields.map { Self.resolvingServerTimestamps($0, at: Timestamp(micros: a.version)) }
+                committed.hasLocalMutations = false
+                committed.hasCommittedMutations = true
+                committed.version = a.version
+                remote[m.key] = committed
+            }
         }
         ledger.advanceCursor(through: batch.id)
-        ledger.settle(batch.id, recordLSN: 0, error)
-        let changed = recompute(keys)
-        let events = emit(changed, targetChanges: [:])
-        if eagerGarbageCollection { collectGarbage() }
-        return (batch, events)
+        if let r = a.rejection { ledger.noteRejection(batch.id, r) }
+        return recompute(keys)
+    }
+
+    /// Applies a consistent snapshot (live and in replay): the targets' documents and resume
+    /// tokens, and the server's documents.
+    mutating func applyRemoteEvent(_ r: RemoteEventRecord) -> [(old: LocalDocument?, new: LocalDocument?)] {
+        for t in r.targets {
+            updateTarget(t.id) { d in
+                d.remoteKeys.subtract(t.removed)
+                d.remoteKeys.formUnion(t.added)
+                if let token = t.resumeToken {
+                    d.resumeToken = token
+                    if !token.isEmpty { d.snapshotVersion = r.version }
+                }
+            }
+        }
+        var changed: [(old: LocalDocument?, new: LocalDocument?)] = []
+        for d in r.documents {
+            switch d.state {
+            case .forgotten: remote[d.key] = nil
+            case .deleted: remote[d.key] = LocalDocument(key: d.key, fields: nil, hasLocalMutations: false, version: d.version)
+            case .found: remote[d.key] = LocalDocument(key: d.key, fields: d.fields, hasLocalMutations: false, version: d.version)
+            }
+            changed += recompute([d.key])
+        }
+        lastRemoteVersion = max(lastRemoteVersion, r.version)
+        return changed
+    }
+
+    /// Changes a target, listened to or kept for later.
+    mutating func updateTarget(_ id: Int, _ body: (inout TargetData) -> Void) {
+        if targets[id] != nil { body(&targets[id]!); return }
+        if let k = savedTargets.first(where: { $0.value.id == id })?.key {
+            body(&savedTargets[k]!)
+        }
+    }
+
+    /// A target recorded earlier (replay): kept for the next listen of its query.
+    mutating func installTarget(id: Int, query: QueryCore) {
+        let key = Self.targetKey(query)
+        if savedTargets[key] == nil, !targets.values.contains(where: { $0.id == id }) { savedTargets[key] = TargetData(id: id, query: query) }
+        nextTargetID = max(nextTargetID, id + 2 - id % 2)
+    }
+
+    /// Appends a record of the sync seam (its durability follows with the next sync of the
+    /// log); false when the log refused it (the change is then not applied).
+    @discardableResult
+    mutating func recordNow(_ kind: DocumentRecordKind, _ payload: [UInt8]) -> Bool {
+        do {
+            _ = try records.append(kind: kind.rawValue, payload)
+        } catch {
+            return false
+        }
+        if records.sweepIsDue { records.sweep(keeping: []) }
+        return true
     }
 
     static func resolvingServerTimestamps(_ fields: [String: FieldValueData], at t: Timestamp) -> [String: FieldValueData] {

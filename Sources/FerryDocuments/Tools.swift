@@ -14,6 +14,16 @@ import Foundation
         switch k {
         case .indexConfiguration:
             return "index configuration (\(payload.count) bytes)"
+        case .remoteEvent:
+            guard let e = try? DocumentRecords.decodeRemoteEvent(payload) else { return "damaged remote event" }
+            return "server snapshot at version \(e.version): " + (e.targets.map { "target \($0.id) +\($0.added.count) -\($0.removed.count)\($0.resumeToken.map { " token \($0.isEmpty ? "cleared" : $0)" } ?? "")" }
+                + e.documents.map { "\($0.state) \($0.key)@\($0.version)" + ($0.fields.map { " " + json(.map($0)) } ?? "") }).joined(separator: "; ")
+        case .writeAnswer:
+            guard let a = try? DocumentRecords.decodeWriteAnswer(payload) else { return "damaged write answer" }
+            return a.rejection.map { "write batch \(a.batchID) rejected: \($0)" } ?? "write batch \(a.batchID) committed at version \(a.version)"
+        case .target:
+            guard let t = try? DocumentRecords.decodeTarget(payload) else { return "damaged target" }
+            return "target \(t.id) for \(t.query.documentKey?.description ?? (t.query.collectionGroup.map { "group " + $0 } ?? t.query.path.description))"
         case .writeBatch:
             do {
                 let b = try DocumentRecords.decodeBatch(id: Int64(lsn), payload)

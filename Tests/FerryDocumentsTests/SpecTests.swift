@@ -251,7 +251,11 @@ final class SpecRunner: @unchecked Sendable {
         case "removeSnapshotsInSyncListener":
             if !inSyncRegistrations.isEmpty { inSyncRegistrations.removeLast().remove() }
         case "restart":
-            return "restarts are not supported by the harness yet"
+            // Close and open the same store: what was recorded comes back; listeners and
+            // waits do not (the app makes them again).
+            listeners = [:]
+            try await db.terminate()
+            db = try open()
         default:
             return "the step \(action) is not supported"
         }
