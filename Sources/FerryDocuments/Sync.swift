@@ -174,7 +174,9 @@ extension DocumentEngine {
 
     mutating func watchNoChange(_ ids: [Int], resumeToken: String) {
         markOnline()
-        for id in ids where isActive(id) && watch[id]?.pendingResponses == 0 {
+        // No target named: the token is the whole stream's, for every target.
+        let all = ids.isEmpty ? Array(watch.keys) : ids
+        for id in all where isActive(id) && watch[id]?.pendingResponses == 0 {
             if !resumeToken.isEmpty {
                 watch[id]!.resumeToken = resumeToken
                 watch[id]!.hasPendingChanges = true
@@ -331,9 +333,18 @@ extension DocumentEngine {
 
         // What the snapshot changes, recorded, then applied by the function replay uses.
         var record = RemoteEventRecord(version: version)
+        var memoryOnlyTokens: [Int: String] = [:]
         for (id, c) in changes.sorted(by: { $0.key < $1.key }) {
-            record.targets.append(.init(id: id, resumeToken: c.resumeToken.isEmpty ? nil : c.resumeToken,
-                                        added: c.added.sorted(), removed: c.removed.sorted()))
+            // A new token is recorded when the target had none, when documents changed, or
+            // when the recorded one is five minutes old (the SDK's rule: a restart resumes a
+            // little earlier rather than writing at every snapshot).
+            var token: String? = c.resumeToken.isEmpty ? nil : c.resumeToken
+            if let t = token, let old = targets[id], !old.resumeToken.isEmpty, c.added.isEmpty, c.removed.isEmpty, c.modified.isEmpty,
+               version - old.snapshotVersion < 300_000_000 {
+                memoryOnlyTokens[id] = t
+                token = nil
+            }
+            record.targets.append(.init(id: id, resumeToken: token, added: c.added.sorted(), removed: c.removed.sorted()))
         }
         for id in resets.sorted() where isActive(id) {
             if let i = record.targets.firstIndex(where: { $0.id == id }) { record.targets[i].resumeToken = "" } else { record.targets.append(.init(id: id, resumeToken: "")) }
@@ -349,6 +360,7 @@ extension DocumentEngine {
         }
         guard recordNow(.remoteEvent, DocumentRecords.encode(record)) else { return [] }
         let changed = applyRemoteEvent(record)
+        for (id, token) in memoryOnlyTokens { targets[id]?.resumeToken = token }
         var events = emit(changed, targetChanges: changes, resets: resets)
         // Existence-filter mismatches: listen again from scratch.
         for id in resets where isActive(id) {
