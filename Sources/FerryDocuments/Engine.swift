@@ -131,6 +131,8 @@ struct DocumentEngine {
     /// At most this many limbo documents are resolved at once; the others wait in order.
     var maxConcurrentLimboResolutions = 100
     var enqueuedLimbo: [ResourcePath] = []
+    /// The database's full name, which bloom filters hash document names under.
+    var databaseName = "projects/test-project/databases/(default)"
 
     init(records: RecordStore) { self.records = records }
 

@@ -274,7 +274,7 @@ extension DocumentEngine {
 
     /// An existence filter: the server holds `count` documents for the target. On a mismatch
     /// the target is reset and listened to again from scratch.
-    mutating func watchFilter(_ ids: [Int], count: Int) {
+    mutating func watchFilter(_ ids: [Int], count: Int, bloom: BloomFilter? = nil) {
         markOnline()
         for id in ids where targetListening(id) {
             let t = targets[id]!
@@ -290,6 +290,16 @@ extension DocumentEngine {
                 if c == .added { keys.insert(k) } else if c == .removed { keys.remove(k) }
             }
             if keys.count != count {
+                // A bloom filter of the names still matching lets the client drop the others
+                // instead of listening again from scratch (when it accounts for every one).
+                if let bloom, bloom.bitCount > 0 {
+                    var removed = 0
+                    for key in targets[id]!.remoteKeys.sorted() where !bloom.mightContain(databaseName + "/documents/" + key.description) {
+                        removeFromTarget(id, key, nil)
+                        removed += 1
+                    }
+                    if keys.count - removed == count { continue }
+                }
                 resetTarget(id)
                 pendingTargetResets.insert(id)
             }

@@ -192,7 +192,13 @@ final class SpecRunner: @unchecked Sendable {
         case "watchFilter":
             let w = v as! [String: Any]
             let ids = w["targetIds"] as! [Int], keys = w["keys"] as? [String] ?? []
-            db.syncStep { $0.watchFilter(ids, count: keys.count); return [] }
+            var bloom: BloomFilter?
+            if let b = w["bloomFilter"] as? [String: Any] {
+                let bits = b["bits"] as? [String: Any] ?? [:]
+                let bitmap = [UInt8](Data(base64Encoded: bits["bitmap"] as? String ?? "") ?? Data())
+                bloom = BloomFilter(bitmap: bitmap, padding: bits["padding"] as? Int ?? 0, hashCount: b["hashCount"] as? Int ?? 0)
+            }
+            db.syncStep { $0.watchFilter(ids, count: keys.count, bloom: bloom); return [] }
         case "watchReset":
             let ids = v as! [Int]
             db.syncStep { $0.watchReset(ids); return [] }
