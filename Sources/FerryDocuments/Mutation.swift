@@ -16,6 +16,9 @@ struct LocalDocument: Sendable, Equatable {
     var version: Int64 = 0
     /// Its state comes from a write the server acknowledged, which no listen has confirmed yet.
     var hasCommittedMutations = false
+    /// The server acknowledged an update of it without the cache holding it: its version is
+    /// known, its fields are not (it reads as not cached).
+    var unknown = false
 
     var exists: Bool { fields != nil }
     /// Local or acknowledged-but-unconfirmed writes make it what it is.

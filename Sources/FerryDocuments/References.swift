@@ -97,7 +97,7 @@ public final class DocumentReference: Sendable, Hashable, CustomStringConvertibl
         let k = try key()
         if source == .server { throw Query.serverUnavailable }
         let doc = try firestore.read { $0.document(k) }
-        guard let doc else {
+        guard let doc, !doc.unknown else {
             throw FirestoreErrorCode(.unavailable, "failed to get document \(k) from the cache: it is not cached (it may exist on the server, which is not reachable)")
         }
         return DocumentSnapshot(firestore: firestore, key: k, doc: doc, fromCache: true)

@@ -446,7 +446,10 @@ extension DocumentEngine {
             guard a.rejection == nil else { continue }
             let base = remote[m.key]
             guard base.map({ $0.version < a.version }) ?? true else { continue }
-            if var committed = m.applied(to: base, writeTime: Timestamp(micros: a.version)) {
+            if m.operation == .patch, m.mustExist, base?.fields == nil {
+                // An update the server applied to a document this cache does not hold.
+                remote[m.key] = LocalDocument(key: m.key, fields: nil, hasLocalMutations: false, version: a.version, hasCommittedMutations: true, unknown: true)
+            } else if var committed = m.applied(to: base, writeTime: Timestamp(micros: a.version)) {
                 committed.fields = committed.fields.map { Self.resolvingServerTimestamps($0, at: Timestamp(micros: a.version)) }
                 committed.hasLocalMutations = false
                 committed.hasCommittedMutations = true
