@@ -115,11 +115,11 @@ final class SpecRunner: @unchecked Sendable {
                 inSync.withLock { $0 = 0 }
             }
             if let n = step["expectedWaitForPendingWritesEvents"] as? Int {
-                let ok = eventuallyOnThisThread(timeout: .seconds(5)) { waitsResolved.withLock { $0 } == n }
+                let ok = await eventually { waitsResolved.withLock { $0 } == n }
                 if !ok { return "step \(i): \(waitsResolved.withLock { $0 }) waits for pending writes resolved, expected \(n)" }
                 waitsResolved.withLock { $0 = 0 }
             }
-            if let state = step["expectedState"] as? [String: Any], let problem = check(state) {
+            if let state = step["expectedState"] as? [String: Any], let problem = await check(state) {
                 return "step \(i) \(Self.actionName(step)): state: \(problem)"
             }
         }
@@ -393,7 +393,7 @@ final class SpecRunner: @unchecked Sendable {
         }
     }
 
-    func check(_ state: [String: Any]) -> String? {
+    func check(_ state: [String: Any]) async -> String? {
         let (targets, limbo, pending) = db.state.withLock { e in
             (e.sentTargets, Set(e.limboTargetByKey.keys.map(\.description)), e.pending.count)
         }
@@ -415,7 +415,8 @@ final class SpecRunner: @unchecked Sendable {
         if let cb = state["userCallbacks"] as? [String: Any] {
             // Answers reach the callbacks through the ledger's waiters.
             let want = (cb["acknowledgedDocs"] as? [String] ?? [], cb["rejectedDocs"] as? [String] ?? [])
-            let ok = eventuallyOnThisThread(timeout: .seconds(5)) {
+            // The answers reach the callbacks' tasks on the cooperative pool: wait by yielding.
+            let ok = await eventually {
                 let have = callbacks.withLock { $0 }
                 return have.acknowledged == want.0 && have.rejected == want.1
             }
