@@ -198,9 +198,26 @@ public final class Firestore: Sendable {
 
     /// Stops using the network: reads and listeners are served from the cache and writes are
     /// kept until ``enableNetwork()``.
-    public func disableNetwork() async { state.withLock { $0.networkEnabled = false } }
-    /// Uses the network again.
-    public func enableNetwork() async { state.withLock { $0.networkEnabled = true } }
+    public func disableNetwork() async {
+        syncStep { e in
+            guard e.networkEnabled else { return [] }
+            e.networkEnabled = false
+            e.connectionStopped()
+            return e.setOnline(.offline)
+        }
+    }
+
+    /// Uses the network again: the targets are listened to again, from their resume tokens.
+    public func enableNetwork() async {
+        syncStep { e in
+            guard !e.networkEnabled else { return [] }
+            e.networkEnabled = true
+            guard e.remoteAttached else { return [] }
+            let events = e.setOnline(.unknown)
+            e.resendTargets()
+            return events
+        }
+    }
 
     /// Returns once every write made before the call has been acknowledged by the server (or
     /// rejected). Offline, it waits; cancel the task to stop waiting.
@@ -224,7 +241,13 @@ public final class Firestore: Sendable {
                 }
                 switch wait {
                 case .waiting: if Task.isCancelled { if let c = state.withLock({ $0.ledger.cancel(batchID, token: token) }) { c.resume(throwing: CancellationError()) } }
-                case .answered(let error, _): if let error { c.resume(throwing: error) } else { c.resume() }
+                case .answered(let error, let lsn):
+                    // The answer counts once its record is durable.
+                    guard let log, lsn > 0 else { if let error { c.resume(throwing: error) } else { c.resume() }; break }
+                    Task {
+                        do { try await log.awaitDurability(of: LSN(UInt64(lsn))...LSN(UInt64(lsn))) } catch { c.resume(throwing: FirestoreErrorCode(.dataLoss, "the answer was not made durable: \(error)")); return }
+                        if let error { c.resume(throwing: error) } else { c.resume() }
+                    }
                 case .failed(let error): c.resume(throwing: error)
                 case .cancelled: c.resume(throwing: CancellationError())
                 }
@@ -296,8 +319,21 @@ public final class Firestore: Sendable {
         let time = Timestamp().truncatedToMicroseconds
         var batch = MutationBatch(id: 0, localWriteTime: time, mutations: mutations)
         let payload = DocumentRecords.encode(batch)
-        let (lsn, events) = try state.withLock { e -> (UInt64, [(Int, ListenerEvent)]) in
+        return try state.withLock { e -> UInt64 in
             guard !e.closed else { throw Self.closedError }
+            // The limit holds for the document the write leaves, not only for what it writes.
+            var after: [ResourcePath: LocalDocument?] = [:]
+            for m in mutations {
+                let before = after[m.key] ?? e.document(m.key)
+                let doc = m.applied(to: before, writeTime: time)
+                after[m.key] = .some(doc)
+                if let fields = doc?.fields {
+                    let size = UserData.documentSize(path: m.key, fields: fields)
+                    if size > UserData.maxDocumentBytes {
+                        throw FirestoreErrorCode(.invalidArgument, "document \(m.key) would be \(size) bytes after this write; Firestore's limit is \(UserData.maxDocumentBytes) (1 MiB)")
+                    }
+                }
+            }
             let lsn: UInt64
             do { lsn = try e.records.append(kind: DocumentRecordKind.writeBatch.rawValue, payload) } catch {
                 throw FirestoreErrorCode(.unavailable, "the write could not be logged: \(error)")
@@ -308,10 +344,10 @@ public final class Firestore: Sendable {
             e.records.pruneWritten()
             // A memory store's state is the engine's: its records need not be kept.
             if e.records.sweepIsDue { e.records.sweep(keeping: []) }
-            return (lsn, e.notify(changed))
+            // Queued under the lock, so that listeners get snapshots in the order of the writes.
+            deliver(e.notify(changed))
+            return lsn
         }
-        deliver(events)
-        return lsn
     }
 
     // MARK: Reads and listeners
@@ -324,17 +360,17 @@ public final class Firestore: Sendable {
     }
 
     func addListener(_ q: QueryCore, includeMetadataChanges: Bool, cacheOnly: Bool = false, _ callback: @escaping @Sendable (ListenerEvent) -> Void) -> ListenerRegistration {
-        let registered = state.withLock { e -> (Int, [(Int, ListenerEvent)])? in
+        let registered = state.withLock { e -> Int? in
             guard !e.closed else { return nil }
             let (id, first) = e.listen(q, includeMetadataChanges: includeMetadataChanges, cacheOnly: cacheOnly)
             callbacks.withLock { $0[id] = callback }
-            return (id, first)
+            deliver(first)  // before any later write's events (queued under the lock)
+            return id
         }
-        guard let (id, first) = registered else {
+        guard let id = registered else {
             queue.async { callback(.failure(Self.closedError)) }
             return ListenerRegistration(remove: {})
         }
-        deliver(first)
         return ListenerRegistration { [weak self] in
             guard let self else { return }
             self.state.withLock { e in

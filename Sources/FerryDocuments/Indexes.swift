@@ -42,6 +42,9 @@ struct IndexDefinition: Sendable, Hashable, CustomStringConvertible {
                 }
                 segments.append(IndexSegment(field: try FieldPath.parse(path), kind: try kind(fd, "indexes[\(i)].fields[\(j)]")))
             }
+            // The document name orders every index's ties already: a `__name__` field adds nothing.
+            segments.removeAll { $0.field.isDocumentID }
+            guard !segments.isEmpty else { continue }
             if segments.filter({ $0.kind == .contains }).count > 1 {
                 throw FirestoreErrorCode(.invalidArgument, "indexes[\(i)]: at most one field may have arrayConfig CONTAINS")
             }
@@ -52,6 +55,7 @@ struct IndexDefinition: Sendable, Hashable, CustomStringConvertible {
                 throw FirestoreErrorCode(.invalidArgument, "fieldOverrides[\(i)]: needs \"collectionGroup\" and \"fieldPath\" strings")
             }
             let field = try FieldPath.parse(path)
+            if field.isDocumentID { continue }
             for (j, ix) in ((e["indexes"] as? [Any]) ?? []).enumerated() {
                 guard let d = ix as? [String: Any] else { throw FirestoreErrorCode(.invalidArgument, "fieldOverrides[\(i)].indexes[\(j)]: must be an object") }
                 out.append(IndexDefinition(collectionGroup: group, segments: [IndexSegment(field: field, kind: try kind(d, "fieldOverrides[\(i)].indexes[\(j)]"))]))

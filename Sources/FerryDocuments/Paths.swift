@@ -8,8 +8,12 @@ struct ResourcePath: Sendable, Hashable, Comparable, CustomStringConvertible {
 
     /// Parses `a/b/c`, checking Firestore's name rules. `what` names the argument in errors.
     static func parse(_ string: String, what: String) throws -> ResourcePath {
-        let parts = string.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
-        guard !parts.isEmpty else { throw FirestoreErrorCode(.invalidArgument, "\(what) must not be empty") }
+        var trimmed = Substring(string)
+        if trimmed.hasPrefix("/") { trimmed = trimmed.dropFirst() }
+        if trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        guard !trimmed.isEmpty else { throw FirestoreErrorCode(.invalidArgument, "\(what) must not be empty") }
+        let parts = trimmed.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        if parts.contains(where: \.isEmpty) { throw FirestoreErrorCode(.invalidArgument, "\(what) \"\(string)\" has an empty segment ('//')") }
         for p in parts { try checkSegment(p, what: what) }
         return ResourcePath(parts)
     }

@@ -20,6 +20,11 @@ public struct Filter: @unchecked Sendable {
     public static func whereField(_ path: FieldPath, isLessThan value: Any) -> Filter { op(path, .lessThan, value) }
     public static func whereField(_ path: FieldPath, isGreaterThan value: Any) -> Filter { op(path, .greaterThan, value) }
     public static func whereField(_ path: FieldPath, in values: [Any]) -> Filter { op(path, .in, values) }
+    public static func whereField(_ path: FieldPath, isLessThanOrEqualTo value: Any) -> Filter { op(path, .lessThanOrEqual, value) }
+    public static func whereField(_ path: FieldPath, isGreaterThanOrEqualTo value: Any) -> Filter { op(path, .greaterThanOrEqual, value) }
+    public static func whereField(_ path: FieldPath, arrayContains value: Any) -> Filter { op(path, .arrayContains, value) }
+    public static func whereField(_ path: FieldPath, arrayContainsAny values: [Any]) -> Filter { op(path, .arrayContainsAny, values) }
+    public static func whereField(_ path: FieldPath, notIn values: [Any]) -> Filter { op(path, .notIn, values) }
 
     /// Documents matching every one of `filters`.
     public static func andFilter(_ filters: [Filter]) -> Filter { Filter { q in .and(try filters.map { try $0.make(q) }) } }
@@ -63,6 +68,9 @@ public class Query: @unchecked Sendable {
         let v: FieldValueData
         if path.isDocumentID {
             v = try documentIDValue(value, op)
+        } else if op.takesArray, let list = value as? [Any] {
+            // Each value on its own: an array may be one of the values `in` compares with.
+            v = .array(try list.map { try UserData.plain($0, depth: 1) })
         } else {
             v = try UserData.plain(value, depth: 1)
         }
@@ -123,6 +131,11 @@ public class Query: @unchecked Sendable {
     public func whereField(_ path: FieldPath, isLessThan value: Any) -> Query { whereFilter(.whereField(path, isLessThan: value)) }
     public func whereField(_ path: FieldPath, isGreaterThan value: Any) -> Query { whereFilter(.whereField(path, isGreaterThan: value)) }
     public func whereField(_ path: FieldPath, in values: [Any]) -> Query { whereFilter(.whereField(path, in: values)) }
+    public func whereField(_ path: FieldPath, isLessThanOrEqualTo value: Any) -> Query { whereFilter(.whereField(path, isLessThanOrEqualTo: value)) }
+    public func whereField(_ path: FieldPath, isGreaterThanOrEqualTo value: Any) -> Query { whereFilter(.whereField(path, isGreaterThanOrEqualTo: value)) }
+    public func whereField(_ path: FieldPath, arrayContains value: Any) -> Query { whereFilter(.whereField(path, arrayContains: value)) }
+    public func whereField(_ path: FieldPath, arrayContainsAny values: [Any]) -> Query { whereFilter(.whereField(path, arrayContainsAny: values)) }
+    public func whereField(_ path: FieldPath, notIn values: [Any]) -> Query { whereFilter(.whereField(path, notIn: values)) }
 
     /// Adds a filter (a field filter, or an AND / OR of filters).
     public func whereFilter(_ filter: Filter) -> Query { adding(filter.make) }
@@ -201,6 +214,9 @@ public class Query: @unchecked Sendable {
                 guard let v = map.value(at: o.field) else {
                     throw FirestoreErrorCode(.invalidArgument, "the cursor document \(snapshot.key) has no field '\(o.field)', which the query orders by")
                 }
+                if case .pendingServerTimestamp = v {
+                    throw FirestoreErrorCode(.invalidArgument, "the cursor document \(snapshot.key)'s field '\(o.field)' is a server timestamp the server has not set yet")
+                }
                 position.append(v)
             }
             let b = Bound(position: position, inclusive: inclusive)
@@ -233,12 +249,17 @@ public class Query: @unchecked Sendable {
     @discardableResult
     public func addSnapshotListener(includeMetadataChanges: Bool = false,
                                     _ listener: @escaping @Sendable (QuerySnapshot?, (any Error)?) -> Void) -> ListenerRegistration {
+        addSnapshotListener(includeMetadataChanges: includeMetadataChanges, cacheOnly: false, listener)
+    }
+
+    func addSnapshotListener(includeMetadataChanges: Bool, cacheOnly: Bool,
+                             _ listener: @escaping @Sendable (QuerySnapshot?, (any Error)?) -> Void) -> ListenerRegistration {
         let q: QueryCore
         do { q = try validated() } catch {
             firestore.queue.async { listener(nil, error) }
             return ListenerRegistration(remove: {})
         }
-        return firestore.addListener(q, includeMetadataChanges: includeMetadataChanges) { [self] event in
+        return firestore.addListener(q, includeMetadataChanges: includeMetadataChanges, cacheOnly: cacheOnly) { [self] event in
             switch event {
             case .query(let docs, let changes, let fromCache, let pending):
                 listener(QuerySnapshot(query: self, docs: docs, changes: changes, fromCache: fromCache, hasPendingWrites: pending), nil)

@@ -54,12 +54,12 @@ indirect enum FilterNode: Sendable, Hashable {
                 return a.contains { any.contains($0) }
             case .in:
                 guard case .array(let vs) = rhs else { return false }
-                return vs.contains { FieldValueData.compare($0, lhs) == 0 && $0.typeOrder == lhs.typeOrder }
+                return vs.contains(lhs)
             case .notIn:
                 guard case .array(let vs) = rhs else { return false }
                 if vs.contains(.null) { return false }
                 if case .null = lhs { return false }
-                return !vs.contains { FieldValueData.compare($0, lhs) == 0 && $0.typeOrder == lhs.typeOrder }
+                return !vs.contains(lhs)
             case .notEqual:
                 if case .null = lhs { return false }
                 return FieldValueData.compare(lhs, rhs) != 0 || lhs.typeOrder != rhs.typeOrder

@@ -81,7 +81,7 @@ extension DocumentEngine {
                     }
                     if r.lower != nil || r.upper != nil {
                         // A range is typed: `> 5` matches numbers only, so the scan ends with the type.
-                        if let (v, _) = r.lower, r.upper == nil { r.upper = (Self.typeCeiling(v), false) }
+                        if let (v, _) = r.lower, r.upper == nil, let ceiling = Self.typeCeiling(v) { r.upper = (ceiling, false) }
                         if let (v, _) = r.upper, r.lower == nil { r.lower = (Self.typeFloor(v), true) }
                         range = r
                         constrained += 1
@@ -116,8 +116,9 @@ extension DocumentEngine {
         }
     }
 
-    /// The smallest value of the next type (a bound above every value of `v`'s type).
-    static func typeCeiling(_ v: FieldValueData) -> FieldValueData {
+    /// The smallest value of the next type (a bound above every value of `v`'s type); nil for
+    /// maps, the last type (the scan then runs to the index's end).
+    static func typeCeiling(_ v: FieldValueData) -> FieldValueData? {
         switch v {
         case .null: .bool(false)
         case .bool: .double(.nan)
@@ -129,7 +130,7 @@ extension DocumentEngine {
         case .reference: .geoPoint(GeoPoint(latitude: -.infinity, longitude: -.infinity))
         case .geoPoint: .array([])
         case .array: .map([:])
-        case .map: .map(["\u{10FFFF}\u{10FFFF}\u{10FFFF}": .null])
+        case .map: nil
         }
     }
 

@@ -107,6 +107,11 @@ public final class DocumentReference: Sendable, Hashable, CustomStringConvertibl
     @discardableResult
     public func addSnapshotListener(includeMetadataChanges: Bool = false,
                                     _ listener: @escaping @Sendable (DocumentSnapshot?, (any Error)?) -> Void) -> ListenerRegistration {
+        addSnapshotListener(includeMetadataChanges: includeMetadataChanges, cacheOnly: false, listener)
+    }
+
+    func addSnapshotListener(includeMetadataChanges: Bool, cacheOnly: Bool,
+                             _ listener: @escaping @Sendable (DocumentSnapshot?, (any Error)?) -> Void) -> ListenerRegistration {
         let k: ResourcePath
         do { k = try key() } catch {
             firestore.queue.async { listener(nil, error) }
@@ -115,7 +120,7 @@ public final class DocumentReference: Sendable, Hashable, CustomStringConvertibl
         var core = QueryCore(path: k.parent)
         core.documentKey = k
         let fs = firestore
-        return firestore.addListener(core, includeMetadataChanges: includeMetadataChanges) { event in
+        return firestore.addListener(core, includeMetadataChanges: includeMetadataChanges, cacheOnly: cacheOnly) { event in
             switch event {
             case .query(let docs, _, let fromCache, let pending):
                 listener(DocumentSnapshot(firestore: fs, key: k, doc: docs.first, fromCache: fromCache, hasPendingWrites: pending), nil)

@@ -162,7 +162,7 @@ extension Query {
     @discardableResult
     public func addSnapshotListener(options: SnapshotListenOptions,
                                     listener: @escaping @Sendable (QuerySnapshot?, (any Error)?) -> Void) -> ListenerRegistration {
-        addSnapshotListener(includeMetadataChanges: options.includeMetadataChanges, listener)
+        addSnapshotListener(includeMetadataChanges: options.includeMetadataChanges, cacheOnly: options.source == .cache, listener)
     }
 }
 
@@ -171,6 +171,6 @@ extension DocumentReference {
     @discardableResult
     public func addSnapshotListener(options: SnapshotListenOptions,
                                     listener: @escaping @Sendable (DocumentSnapshot?, (any Error)?) -> Void) -> ListenerRegistration {
-        addSnapshotListener(includeMetadataChanges: options.includeMetadataChanges, listener)
+        addSnapshotListener(includeMetadataChanges: options.includeMetadataChanges, cacheOnly: options.source == .cache, listener)
     }
 }

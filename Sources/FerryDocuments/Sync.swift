@@ -64,7 +64,8 @@ extension DocumentEngine {
     /// The target a query listens through: shared with other listeners of the same query,
     /// reused (with its resume token) after an unlisten, else new (query targets even, from 2).
     mutating func allocateTarget(_ q: QueryCore, cacheOnly: Bool = false) -> Int {
-        if cacheOnly { return 0 }
+        // Without a server connection nothing is listened to there: no target is kept.
+        if cacheOnly || !remoteAttached { return 0 }
         let key = Self.targetKey(q)
         if let active = targets.values.first(where: { !$0.limbo && Self.targetKey($0.query) == key }) { return active.id }
         var t: TargetData
@@ -424,9 +425,9 @@ extension DocumentEngine {
         guard let batch = pending.first else { return (nil, []) }
         var a = answer
         a.batchID = batch.id
-        guard recordNow(.writeAnswer, DocumentRecords.encode(a)) else { return (nil, []) }
+        guard let lsn = recordLSN(.writeAnswer, DocumentRecords.encode(a)) else { return (nil, []) }
         let changed = applyAnswer(a)
-        ledger.settle(batch.id, recordLSN: 0, a.rejection)
+        ledger.settle(batch.id, recordLSN: Int64(lsn), a.rejection)
         let events = emit(changed, targetChanges: [:])
         if eagerGarbageCollection { collectGarbage() }
         return (batch, events)
@@ -507,13 +508,15 @@ extension DocumentEngine {
     /// log); false when the log refused it (the change is then not applied).
     @discardableResult
     mutating func recordNow(_ kind: DocumentRecordKind, _ payload: [UInt8]) -> Bool {
-        do {
-            _ = try records.append(kind: kind.rawValue, payload)
-        } catch {
-            return false
-        }
+        recordLSN(kind, payload) != nil
+    }
+
+    /// ``recordNow(_:_:)`` returning the record's LSN.
+    mutating func recordLSN(_ kind: DocumentRecordKind, _ payload: [UInt8]) -> UInt64? {
+        let lsn: UInt64
+        do { lsn = try records.append(kind: kind.rawValue, payload) } catch { return nil }
         if records.sweepIsDue { records.sweep(keeping: []) }
-        return true
+        return lsn
     }
 
     static func resolvingServerTimestamps(_ fields: [String: FieldValueData], at t: Timestamp) -> [String: FieldValueData] {
@@ -624,14 +627,27 @@ extension Firestore {
     /// Runs a sync step on the engine (what a server connection or the spec harness reports)
     /// and delivers the events it raised.
     func syncStep(_ body: (inout DocumentEngine) -> [(Int, ListenerEvent)]) {
-        let (events, settled) = state.withLock { e -> ([(Int, ListenerEvent)], [(waiter: AckWaiter, outcome: FirestoreErrorCode?)]) in
-            guard !e.closed else { return ([], []) }
-            return (body(&e), e.ledger.takeSettled())
+        let settled = state.withLock { e -> [(waiter: AckWaiter, outcome: FirestoreErrorCode?)] in
+            guard !e.closed else { return [] }
+            deliver(body(&e))  // queued under the lock: in order with writes' events
+            return e.ledger.takeSettled()
         }
-        for (w, outcome) in settled {
-            if let outcome { w.continuation.resume(throwing: outcome) } else { w.continuation.resume() }
+        guard !settled.isEmpty else { return }
+        func resume() {
+            for (w, outcome) in settled {
+                if let outcome { w.continuation.resume(throwing: outcome) } else { w.continuation.resume() }
+            }
         }
-        deliver(events)
+        // An answer is reported once its record is durable (a crash could otherwise take it
+        // back, and the write would be sent again).
+        guard let log else { return resume() }
+        Task {
+            do { try await log.sync() } catch {
+                for (w, _) in settled { w.continuation.resume(throwing: FirestoreErrorCode(.dataLoss, "the answer was not made durable: \(error)")) }
+                return
+            }
+            resume()
+        }
     }
 
     /// Waits until every event raised so far was delivered.

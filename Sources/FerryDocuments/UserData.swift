@@ -8,6 +8,8 @@ public final class FieldValue: Sendable, CustomStringConvertible {
         case increment(FieldValueData)
         case arrayUnion([FieldValueData])
         case arrayRemove([FieldValueData])
+        /// Elements that cannot be stored: the write using it fails with this error.
+        case invalid(FirestoreErrorCode)
     }
     let kind: Kind
     private init(_ kind: Kind) { self.kind = kind }
@@ -25,11 +27,15 @@ public final class FieldValue: Sendable, CustomStringConvertible {
     /// Appends each element the array does not hold yet (a field that is not an array becomes
     /// these elements).
     public static func arrayUnion(_ elements: [Any]) -> FieldValue {
-        FieldValue(.arrayUnion((try? elements.map { try UserData.plain($0, depth: 1) }) ?? []))
+        do { return FieldValue(.arrayUnion(try UserData.elements(elements))) } catch {
+            return FieldValue(.invalid(error as? FirestoreErrorCode ?? FirestoreErrorCode(.invalidArgument, "\(error)")))
+        }
     }
     /// Removes every element equal to one of these (a field that is not an array becomes `[]`).
     public static func arrayRemove(_ elements: [Any]) -> FieldValue {
-        FieldValue(.arrayRemove((try? elements.map { try UserData.plain($0, depth: 1) }) ?? []))
+        do { return FieldValue(.arrayRemove(try UserData.elements(elements))) } catch {
+            return FieldValue(.invalid(error as? FirestoreErrorCode ?? FirestoreErrorCode(.invalidArgument, "\(error)")))
+        }
     }
 
     public var description: String {
@@ -39,6 +45,7 @@ public final class FieldValue: Sendable, CustomStringConvertible {
         case .increment(let v): "FieldValue.increment(\(v))"
         case .arrayUnion(let v): "FieldValue.arrayUnion(\(v.count) elements)"
         case .arrayRemove(let v): "FieldValue.arrayRemove(\(v.count) elements)"
+        case .invalid(let e): "FieldValue (invalid: \(e.message))"
         }
     }
 }
@@ -66,6 +73,16 @@ enum UserData {
         /// The fields written (merge and update; nil: the whole document).
         var mask: [FieldPath]?
         var transforms: [(FieldPath, FieldTransform)] = []
+    }
+
+    /// Array elements for `arrayUnion` / `arrayRemove`: plain values, none an array (a field
+    /// cannot hold an array in an array).
+    static func elements(_ list: [Any]) throws -> [FieldValueData] {
+        try list.enumerated().map { i, e in
+            let v = try plain(e, depth: 1)
+            if case .array = v { throw FirestoreErrorCode(.invalidArgument, "element \(i) is an array: arrays cannot hold arrays") }
+            return v
+        }
     }
 
     /// A value with no special values (query arguments, array elements).
@@ -158,6 +175,8 @@ enum UserData {
         if let fv = any as? FieldValue {
             let fp = FieldPath(path)
             switch fv.kind {
+            case .invalid(let error):
+                throw FirestoreErrorCode(.invalidArgument, "field '\(fp)': \(error.message)")
             case .delete:
                 guard context == .update || context == .mergeSet else {
                     throw FirestoreErrorCode(.invalidArgument, "FieldValue.delete() can only be used with updateData() and setData() with merge (field '\(fp)')")
@@ -190,6 +209,9 @@ enum UserData {
         if exact == Array<Any>.self { return try parseArray(any as! [Any], path: path, depth: depth) }
         switch any {
         case is NSNull: return .null
+        // A Foundation number (from JSONSerialization or Objective-C) keeps its own type: a
+        // bridging cast to Int would take true for 1 and 2.0 for 2.
+        case let n as NSNumber where type(of: any) is NSNumber.Type: return numberValue(n)
         case let b as Bool where type(of: any) == Bool.self: return .bool(b)
         case let i as Int: return .integer(Int64(i))
         case let i as Int64: return .integer(i)

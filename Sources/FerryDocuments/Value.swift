@@ -101,8 +101,8 @@ indirect enum FieldValueData: Sendable, Hashable {
     var isNumber: Bool { typeOrder == 2 }
     var isNaN: Bool { if case .double(let d) = self { d.isNaN } else { false } }
 
-    /// Equality as Firestore's SDK decides it (`array-contains`, `in`, whether a document
-    /// changed): the same type and the same value, doubles bit for bit (so `1` is not `1.0`
+    /// Equality as Firestore's SDK decides it (`array-contains`, `in`, `not-in`, whether a
+    /// document changed): the same type and the same value, doubles bit for bit (so `1` is not `1.0`
     /// and NaN equals NaN). Ordering (``compare(_:_:)``) treats numbers as numbers instead.
     static func == (a: FieldValueData, b: FieldValueData) -> Bool {
         switch (a, b) {

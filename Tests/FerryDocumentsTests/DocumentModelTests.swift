@@ -241,7 +241,7 @@ import Testing
         #expect(ran.withLock { $0 } == false)
     }
 
-    @Test func aSecondOpenOfTheSameStoreIsRefusedAndATreeStoreIsNotTakenForDocuments() async throws {
+    @Test func aSecondOpenOfTheSameStoreIsRefusedUntilTheFirstTerminates() async throws {
         let store = try Store()
         let db = try store.open()
         do {
@@ -294,5 +294,45 @@ extension DocumentModelTests {
         for cut in [1, payload.count / 2, payload.count - 1] {
             #expect(throws: FirestoreErrorCode.self) { try Array(payload.prefix(cut)).withUnsafeBytes { try DocumentRecords.decodeBatch(id: 7, $0) } }
         }
+    }
+}
+
+extension DocumentModelTests {
+    @Test func foundationNumbersKeepTheirTypes() async throws {
+        let db = Firestore.inMemory()
+        let parsed = try JSONSerialization.jsonObject(with: Data(#"{"b": true, "i": 2, "d": 2.5, "z": 2.0}"#.utf8)) as! [String: Any]
+        try await db.document("c/n").setData(parsed)
+        let snap = try await db.document("c/n").getDocument(source: .cache)
+        #expect(snap.get("b") as? Bool == true && !(snap.get("b") is Int))
+        #expect(snap.get("i") as? Int == 2)
+        #expect(snap.get("d") as? Double == 2.5)
+    }
+
+    @Test func invalidArrayUnionElementsFailTheWrite() async throws {
+        let db = Firestore.inMemory()
+        try await db.document("c/a").setData(["tags": ["x"]])
+        do {
+            try await db.document("c/a").updateData(["tags": FieldValue.arrayUnion([[1, 2]])])
+            Issue.record("a nested array in arrayUnion was accepted")
+        } catch let e as FirestoreErrorCode { #expect(e.code == .invalidArgument) }
+        #expect(same(try await db.document("c/a").getDocument(source: .cache).get("tags"), ["x"]))
+    }
+
+    @Test func theSizeLimitHoldsForTheDocumentAWriteLeaves() async throws {
+        let db = Firestore.inMemory()
+        let half = String(repeating: "x", count: 600_000)
+        try await db.document("c/big").setData(["a": half])
+        do {
+            try await db.document("c/big").updateData(["b": half])
+            Issue.record("an update grew a document past 1 MiB")
+        } catch let e as FirestoreErrorCode { #expect(e.code == .invalidArgument && e.message.contains("after this write")) }
+        #expect(try await db.document("c/big").getDocument(source: .cache).get("b") == nil)
+    }
+
+    @Test func pathsWithEmptySegmentsAreRefused() async throws {
+        let db = Firestore.inMemory()
+        await #expect(throws: FirestoreErrorCode.self) { try await db.document("c//d/e").setData(["a": 1]) }
+        try await db.document("/c/d/").setData(["a": 1])  // a leading or trailing slash is allowed
+        #expect(try await db.document("c/d").getDocument(source: .cache).exists)
     }
 }

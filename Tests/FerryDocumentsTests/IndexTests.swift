@@ -163,3 +163,15 @@ import Testing
         #expect(db.indexDefinitions.count == 6, "the configuration before stays")
     }
 }
+
+extension IndexTests {
+    /// Exported index files often end with `__name__`: the document name orders every index
+    /// already, and the index still serves its queries.
+    @Test func anIndexEndingWithTheDocumentNameServesQueries() async throws {
+        let db = Firestore.inMemory()
+        for i in 0..<50 { try await db.collection("items").document("d\(i)").setData(["color": i % 5 == 0 ? "red" : "blue", "n": i]) }
+        try await db.setIndexConfiguration(#"{"indexes": [{"collectionGroup": "items", "queryScope": "COLLECTION", "fields": [{"fieldPath": "color", "order": "ASCENDING"}, {"fieldPath": "__name__", "order": "DESCENDING"}]}]}"#)
+        let r = try both(db, db.collection("items").whereField("color", isEqualTo: "red"))
+        #expect(r.indexed == r.scanned && r.indexed.count == 10 && r.used == 1)
+    }
+}

@@ -278,3 +278,50 @@ extension QueryAndListenerTests {
         await db.enableNetwork()
     }
 }
+
+extension QueryAndListenerTests {
+    @Test func inComparesWholeValuesIncludingArrays() async throws {
+        let db = Firestore.inMemory()
+        try await db.document("c/a").setData(["v": [1, 2]])
+        try await db.document("c/b").setData(["v": 1])
+        try await db.document("c/c").setData(["v": 1.0])
+        #expect(ids(try await db.collection("c").whereField("v", in: [[1, 2]]).getDocuments(source: .cache)) == ["a"])
+        // `in` compares as the SDK's Contains: an integer is not a double.
+        #expect(ids(try await db.collection("c").whereField("v", in: [1]).getDocuments(source: .cache)) == ["b"])
+        #expect(ids(try await db.collection("c").whereField("v", isEqualTo: 1).getDocuments(source: .cache)) == ["b", "c"])
+    }
+
+    @Test func aCursorFromAPendingServerTimestampIsRefused() async throws {
+        let db = Firestore.inMemory()
+        try await db.document("c/a").setData(["t": FieldValue.serverTimestamp()])
+        let snap = try await db.document("c/a").getDocument(source: .cache)
+        let q = db.collection("c").order(by: "t").start(afterDocument: snap)
+        await #expect(throws: FirestoreErrorCode.self) { try await q.getDocuments(source: .cache) }
+        let failed = Snapshots<QuerySnapshot>()
+        q.addSnapshotListener { failed.add($0, $1) }
+        #expect(await eventually { !failed.errors.isEmpty })
+    }
+
+    /// Writers on several tasks: the listener's snapshots come in the order of the writes,
+    /// so the last one it gets is the collection as it is.
+    @Test func concurrentWritersLeaveTheListenerOnTheLatestState() async throws {
+        let db = Firestore.inMemory()
+        let c = db.collection("w")
+        let snaps = Snapshots<QuerySnapshot>()
+        c.addSnapshotListener { snaps.add($0, $1) }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for w in 0..<4 {
+                group.addTask {
+                    for i in 0..<200 { try c.document("d\(i % 25)").setDataNow(["w": w, "i": i]) }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let fresh = try await c.getDocuments(source: .cache)
+        let want = fresh.documents.map { "\($0.documentID) \($0.data()["w"]!) \($0.data()["i"]!)" }
+        let ok = await eventually {
+            snaps.items.last.map { $0.documents.map { "\($0.documentID) \($0.data()["w"]!) \($0.data()["i"]!)" } } == want
+        }
+        #expect(ok, "the listener's last snapshot is not the collection's state")
+    }
+}
