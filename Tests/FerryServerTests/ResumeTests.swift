@@ -32,7 +32,9 @@ import Testing
             guard burst < 3 else { break }
             #expect(await eventually { count() >= burst * 80 + 10 })
             #expect(await eventually {
-                let n = proxy.cut { $0.contains("accept: text/event-stream") }
+                // A stream whose answer has begun (one cut before its first byte would resume
+                // from the same commit again, and say nothing of resuming).
+                let n = proxy.cut(answered: true) { $0.contains("accept: text/event-stream") }
                 cuts += n
                 return n > 0
             }, "a stream to cut")

@@ -333,12 +333,14 @@ final class CuttingProxy: @unchecked Sendable {
         }
     }
 
-    /// Cuts every open connection whose last request satisfies `matching`; returns how many
-    /// it cut.
+    /// Cuts every open connection whose last request satisfies `matching` (with `answered`,
+    /// only those whose answer has begun); returns how many it cut.
     @discardableResult
-    func cut(_ matching: (String) -> Bool) -> Int {
+    func cut(answered: Bool = false, _ matching: (String) -> Bool) -> Int {
         connections.withLock { all in
-            let picked = all.filter { k, c in !c.closed && !cutIDs.withLock { $0.contains(k) } && c.requests.last.map(matching) == true }
+            let picked = all.filter { k, c in
+                !c.closed && !cutIDs.withLock { $0.contains(k) } && c.requests.last.map(matching) == true && (!answered || !c.answers.isEmpty)
+            }
             cutIDs.withLock { $0.formUnion(picked.keys) }
             for (_, c) in picked {
                 shutdown(c.client, Int32(SHUT_RDWR))
