@@ -56,7 +56,7 @@ let package = Package(
         ),
 
         // Documents: Cloud Firestore's data model on the same log and layer.
-        .target(name: "FerryDocuments", dependencies: ["FerryLog", "FerryStore"]),
+        .target(name: "FerryDocuments", dependencies: ["FerryLog", "FerryStore", "CCRC32C"]),
 
         .executableTarget(
             name: "ferry-dump",

@@ -131,6 +131,8 @@ struct DocumentEngine {
     /// At most this many limbo documents are resolved at once; the others wait in order.
     var maxConcurrentLimboResolutions = 100
     var enqueuedLimbo: [ResourcePath] = []
+    /// Documents the last eviction dropped (statistics and tests).
+    var evictedLastRun = 0
     /// The database's full name, which bloom filters hash document names under.
     var databaseName = "projects/test-project/databases/(default)"
 
@@ -258,7 +260,7 @@ struct DocumentEngine {
         var s = StandingQuery(query: q, orders: q.orders, includeMetadataChanges: includeMetadataChanges)
         s.targetID = allocateTarget(q, cacheOnly: cacheOnly)
         s.cacheOnly = cacheOnly
-        s.hasCachedResults = !(targets[s.targetID]?.resumeToken.isEmpty ?? true)
+        s.hasCachedResults = !(targets[s.targetID]?.tokenToSend.isEmpty ?? true)
         // Another listener of the same target lends its sync state.
         if let mirror = listeners.values.first(where: { $0.targetID == s.targetID }) { s.current = mirror.current }
         if q.limit != nil {

@@ -65,6 +65,10 @@ public final class Firestore: Sendable {
     let queue: DispatchQueue
     let callbacks = FerryMutex<[Int: @Sendable (ListenerEvent) -> Void]>([:])
     let inSyncCallbacks = FerryMutex<[Int: @Sendable () -> Void]>([:])
+    /// The upkeep (checkpoints, eviction), the same owner the tree database uses.
+    let maintenance = Maintenance()
+    /// The checkpoint file's size, counted against the cache limit.
+    let checkpointBytes = FerryMutex(0)
     let inSyncNext = FerryMutex(1)
 
     private init(engine: sending DocumentEngine, log: WriteAheadLog?, path: String?, settings: FirestoreSettings) {
@@ -86,14 +90,33 @@ public final class Firestore: Sendable {
         if case .memory = settings.cacheSettings { return inMemory(settings: settings) }
         let log: WriteAheadLog
         do {
-            log = try WriteAheadLog.open(at: path, options: LogOptions(durability: settings.durability))
+            var options = LogOptions(durability: settings.durability)
+            // With a size limit, segments are an eighth of it (64 KiB to 8 MiB), so that the
+            // store stays within the limit and a segment.
+            if case .persistent(let size) = settings.cacheSettings, size != cacheSizeUnlimited {
+                options.segmentSize = Int(min(8 << 20, max(64 << 10, size / 8)))
+            }
+            log = try WriteAheadLog.open(at: path, options: options)
         } catch let e as LogError {
             throw FirestoreErrorCode(e.code == .storeInUse ? .unavailable : .dataLoss, "cannot open the document store at \(path): \(e)")
         }
         var engine = DocumentEngine(records: RecordStore(log: log))
         engine.indexesStale = true
+        var start = log.firstLSN
         do {
-            try log.forEachRecord { r in
+            if let bytes = try log.readSideFile(named: DocumentCheckpoint.fileName) {
+                do {
+                    let c = try DocumentCheckpoint.decode(bytes)
+                    engine.install(c)
+                    start = max(start, LSN(c.throughLSN))
+                } catch let e as FirestoreErrorCode where log.firstLSN.rawValue <= 1 {
+                    // Every record is still in the log: replay them all instead.
+                    _ = e
+                } catch let e as FirestoreErrorCode {
+                    throw FirestoreErrorCode(.dataLoss, "cannot open the document store at \(path): \(e.message); the log's records before it were deleted, so it cannot be rebuilt (nothing was changed)")
+                }
+            }
+            try log.forEachRecord(from: start) { r in
                 do {
                     _ = try engine.apply(kind: r.kind, lsn: Int64(r.lsn.rawValue), payload: r.payload)
                 } catch let e as FirestoreErrorCode {
@@ -106,7 +129,9 @@ public final class Firestore: Sendable {
             throw error as? FirestoreErrorCode ?? FirestoreErrorCode(.dataLoss, "replaying the document store at \(path) failed: \(error)")
         }
         engine.buildIndexes()
-        return Firestore(engine: engine, log: log, path: path, settings: settings)
+        let db = Firestore(engine: engine, log: log, path: path, settings: settings)
+        db.noteCheckpointSize()
+        return db
     }
 
     static let cacheSizeUnlimited = FirestoreSettings.cacheSizeUnlimited
@@ -267,6 +292,14 @@ public final class Firestore: Sendable {
         }
         callbacks.withLock { $0 = [:] }
         guard wasOpen, let log else { return }
+        // A checkpoint on close, so that the next open replays nothing.
+        await maintenance.run {}
+        if let snapshot = state.withLock({ e -> DocumentCheckpoint? in
+            e.records.sinceCheckpoint.records > 0 ? DocumentCheckpoint(e, throughLSN: log.nextLSN.rawValue) : nil
+        }) {
+            try? await log.sync()
+            try? log.writeSideFile(named: DocumentCheckpoint.fileName, contents: snapshot.encode())
+        }
         do { try await log.close() } catch { throw FirestoreErrorCode(.dataLoss, "closing the document store failed: \(error)") }
     }
 
@@ -319,7 +352,7 @@ public final class Firestore: Sendable {
         let time = Timestamp().truncatedToMicroseconds
         var batch = MutationBatch(id: 0, localWriteTime: time, mutations: mutations)
         let payload = DocumentRecords.encode(batch)
-        return try state.withLock { e -> UInt64 in
+        let lsn = try state.withLock { e -> UInt64 in
             guard !e.closed else { throw Self.closedError }
             // The limit holds for the document the write leaves, not only for what it writes.
             var after: [ResourcePath: LocalDocument?] = [:]
@@ -348,6 +381,8 @@ public final class Firestore: Sendable {
             deliver(e.notify(changed))
             return lsn
         }
+        upkeepIfDue()
+        return lsn
     }
 
     // MARK: Reads and listeners

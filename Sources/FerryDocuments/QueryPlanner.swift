@@ -140,6 +140,17 @@ extension DocumentEngine {
         var run = QueryRun()
         if q.documentKey == nil, !indexes.isEmpty, let branches = (q.filter ?? .and([])).disjunctiveNormalForm() {
             let g = group(of: q)
+            // No filter and a limit: an index in the query's order serves it from its start.
+            if branches.count == 1, branches[0].isEmpty, q.limit != nil,
+               let first = orders.first(where: { !$0.field.isDocumentID }) {
+                let fields = Set(orders.map(\.field))
+                if let i = indexes.firstIndex(where: { ix in
+                    ix.definition.collectionGroup == g && ix.definition.segments.first?.field == first.field
+                        && ix.definition.segments.allSatisfy { $0.kind != .contains && fields.contains($0.field) }
+                }), let ordered = orderedScan(q, IndexProbe(index: i, prefixes: [[]], range: nil, constrained: 0), orders) {
+                    return (Array(q.window(ordered.docs[...])), QueryRun(indexes: [indexes[i].definition], documentsRead: ordered.read))
+                }
+            }
             let probes = branches.map { probe($0, orders: orders, group: g) }
             if !probes.isEmpty, probes.allSatisfy({ $0 != nil }) {
                 let ps = probes.map { $0! }

@@ -68,6 +68,8 @@ struct PayloadReader {
         return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n])
     }
     mutating func u8() throws -> UInt8 { try take(1)[0] }
+    /// The next `n` bytes as they are.
+    mutating func raw(_ n: Int) throws -> UnsafeRawBufferPointer { try take(n) }
     mutating func u32() throws -> UInt32 { UInt32(littleEndian: try take(4).loadUnaligned(as: UInt32.self)) }
     mutating func i64() throws -> Int64 { Int64(littleEndian: try take(8).loadUnaligned(as: Int64.self)) }
     mutating func f64() throws -> Double { Double(bitPattern: UInt64(littleEndian: try take(8).loadUnaligned(as: UInt64.self))) }

@@ -6,6 +6,11 @@ struct TargetData: Sendable {
     var id: Int
     var query: QueryCore
     var resumeToken = ""
+    /// A newer token than the recorded one, kept in memory only (the five-minute rule): used
+    /// to listen again in this process, lost at a restart.
+    var liveResumeToken: String?
+    /// The token a listen is sent with.
+    var tokenToSend: String { liveResumeToken ?? resumeToken }
     /// The version of the last consistent snapshot that included this target (µs).
     var snapshotVersion: Int64 = 0
     /// The documents the server says the query matches.
@@ -105,8 +110,8 @@ extension DocumentEngine {
         var w = watch[t.id] ?? WatchTargetState()
         w.pendingResponses += 1
         watch[t.id] = w
-        sentTargets[t.id] = t.resumeToken
-        outbox.append(.listen(targetID: t.id, query: t.query, resumeToken: t.resumeToken))
+        sentTargets[t.id] = t.tokenToSend
+        outbox.append(.listen(targetID: t.id, query: t.query, resumeToken: t.tokenToSend))
     }
 
     mutating func sendUnlisten(_ id: Int) {
@@ -371,7 +376,7 @@ extension DocumentEngine {
         }
         guard recordNow(.remoteEvent, DocumentRecords.encode(record)) else { return [] }
         let changed = applyRemoteEvent(record)
-        for (id, token) in memoryOnlyTokens { targets[id]?.resumeToken = token }
+        for (id, token) in memoryOnlyTokens { targets[id]?.liveResumeToken = token }
         var events = emit(changed, targetChanges: changes, resets: resets)
         // Existence-filter mismatches: listen again from scratch.
         for id in resets where isActive(id) {
@@ -472,6 +477,7 @@ extension DocumentEngine {
                 d.remoteKeys.formUnion(t.added)
                 if let token = t.resumeToken {
                     d.resumeToken = token
+                    d.liveResumeToken = nil
                     if !token.isEmpty { d.snapshotVersion = r.version }
                 }
             }
@@ -632,6 +638,7 @@ extension Firestore {
             deliver(body(&e))  // queued under the lock: in order with writes' events
             return e.ledger.takeSettled()
         }
+        upkeepIfDue()
         guard !settled.isEmpty else { return }
         func resume() {
             for (w, outcome) in settled {

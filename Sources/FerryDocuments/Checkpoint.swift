@@ -1,0 +1,236 @@
+import CCRC32C
+import FerryLog
+import FerryStore
+import Foundation
+
+/// A document store's checkpoint: its whole state below an LSN, in one side file, so that an
+/// open replays only the records after it and the segments below it can be deleted.
+///
+/// The state is what the records built: the server's documents, the targets (with their
+/// documents and resume tokens), the pending batches, the ledger's cursor and the index
+/// definitions. The local view and the indexes are derived from them on load.
+struct DocumentCheckpoint {
+    static let fileName = "documents.checkpoint"
+    static let magic: [UInt8] = Array("FDCK".utf8)
+    static let version: UInt8 = 1
+
+    /// Records below this LSN are in the checkpoint.
+    var throughLSN: UInt64
+    var lastRemoteVersion: Int64
+    var nextTargetID: Int
+    var ackedThrough: Int64
+    var remote: [LocalDocument]
+    var targets: [TargetData]
+    var pending: [MutationBatch]
+    var indexes: [IndexDefinition]
+
+    /// The checkpoint of an engine's state (the caller holds the store's lock).
+    init(_ e: DocumentEngine, throughLSN: UInt64) {
+        self.throughLSN = throughLSN
+        lastRemoteVersion = e.lastRemoteVersion
+        nextTargetID = e.nextTargetID
+        ackedThrough = e.ledger.ackedThrough
+        remote = Array(e.remote.values)
+        // Targets listened to now and those kept for later, without limbo targets (those are
+        // made again from the views).
+        targets = Array(e.targets.values.filter { !$0.limbo }) + e.savedTargets.values.filter { t in e.targets[t.id] == nil }
+        pending = e.pending
+        indexes = e.indexes.map(\.definition)
+    }
+
+    func encode() -> [UInt8] {
+        var w = PayloadWriter()
+        w.bytes.append(contentsOf: Self.magic)
+        w.u8(Self.version)
+        w.i64(Int64(throughLSN))
+        w.i64(lastRemoteVersion)
+        w.u32(UInt32(nextTargetID))
+        w.i64(ackedThrough)
+        w.u32(UInt32(remote.count))
+        for d in remote.sorted(by: { $0.key < $1.key }) {
+            w.path(d.key)
+            w.i64(d.version)
+            w.u8((d.fields != nil ? 1 : 0) | (d.hasCommittedMutations ? 2 : 0) | (d.unknown ? 4 : 0))
+            if let f = d.fields { w.fields(f) }
+        }
+        w.u32(UInt32(targets.count))
+        for t in targets.sorted(by: { $0.id < $1.id }) {
+            w.u32(UInt32(t.id))
+            w.query(t.query)
+            w.string(t.resumeToken)
+            w.i64(t.snapshotVersion)
+            w.u32(UInt32(t.remoteKeys.count))
+            for k in t.remoteKeys.sorted() { w.path(k) }
+        }
+        w.u32(UInt32(pending.count))
+        for b in pending {
+            w.i64(b.id)
+            let payload = DocumentRecords.encode(b)
+            w.u32(UInt32(payload.count))
+            w.bytes.append(contentsOf: payload)
+        }
+        let ix = DocumentRecords.encode(indexes)
+        w.u32(UInt32(ix.count))
+        w.bytes.append(contentsOf: ix)
+        let crc = w.bytes.withUnsafeBytes { ferry_crc32c(0, $0.baseAddress, $0.count) }
+        w.u32(crc)
+        return w.bytes
+    }
+
+    static func decode(_ bytes: [UInt8]) throws -> DocumentCheckpoint {
+        guard bytes.count >= 9, Array(bytes.prefix(4)) == magic else {
+            throw FirestoreErrorCode(.dataLoss, "\(fileName) is not a document checkpoint (its first bytes are not \"FDCK\")")
+        }
+        let body = bytes.count - 4
+        let stored = bytes.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: body, as: UInt32.self)) }
+        let crc = bytes.withUnsafeBytes { ferry_crc32c(0, $0.baseAddress, body) }
+        guard crc == stored else { throw FirestoreErrorCode(.dataLoss, "\(fileName) fails its checksum (CRC32C \(String(crc, radix: 16)), stored \(String(stored, radix: 16))): it is damaged") }
+        return try bytes.withUnsafeBytes { all in
+            var r = PayloadReader(UnsafeRawBufferPointer(rebasing: all[4..<body]))
+            let v = try r.u8()
+            guard v == version else { throw FirestoreErrorCode(.dataLoss, "\(fileName) is of version \(v), which this build does not read") }
+            let through = UInt64(try r.i64())
+            let lastRemote = try r.i64()
+            let nextTarget = Int(try r.u32())
+            let acked = try r.i64()
+            var remote: [LocalDocument] = []
+            for _ in 0..<(try r.count()) {
+                let key = try r.path()
+                let version = try r.i64()
+                let flags = try r.u8()
+                let fields = flags & 1 != 0 ? try r.fields() : nil
+                remote.append(LocalDocument(key: key, fields: fields, hasLocalMutations: false, version: version,
+                                            hasCommittedMutations: flags & 2 != 0, unknown: flags & 4 != 0))
+            }
+            var targets: [TargetData] = []
+            for _ in 0..<(try r.count()) {
+                var t = TargetData(id: Int(try r.u32()), query: try r.query())
+                t.resumeToken = try r.string()
+                t.snapshotVersion = try r.i64()
+                t.remoteKeys = Set(try (0..<r.count()).map { _ in try r.path() })
+                targets.append(t)
+            }
+            var pending: [MutationBatch] = []
+            for _ in 0..<(try r.count()) {
+                let id = try r.i64()
+                pending.append(try DocumentRecords.decodeBatch(id: id, try r.raw(try r.count())))
+            }
+            let indexes = try DocumentRecords.decodeIndexes(try r.raw(try r.count()))
+            guard r.atEnd else { throw FirestoreErrorCode(.dataLoss, "\(fileName) has bytes after its end") }
+            var c = DocumentCheckpoint(throughLSN: through, lastRemoteVersion: lastRemote, nextTargetID: nextTarget, ackedThrough: acked,
+                                       remote: remote, targets: targets, pending: pending, indexes: indexes)
+            c.throughLSN = through
+            return c
+        }
+    }
+
+    init(throughLSN: UInt64, lastRemoteVersion: Int64, nextTargetID: Int, ackedThrough: Int64, remote: [LocalDocument],
+         targets: [TargetData], pending: [MutationBatch], indexes: [IndexDefinition]) {
+        self.throughLSN = throughLSN
+        self.lastRemoteVersion = lastRemoteVersion
+        self.nextTargetID = nextTargetID
+        self.ackedThrough = ackedThrough
+        self.remote = remote
+        self.targets = targets
+        self.pending = pending
+        self.indexes = indexes
+    }
+}
+
+extension DocumentEngine {
+    /// Installs a checkpoint into a fresh engine (before the replay of the records after it).
+    mutating func install(_ c: DocumentCheckpoint) {
+        lastRemoteVersion = c.lastRemoteVersion
+        nextTargetID = max(nextTargetID, c.nextTargetID)
+        ledger.advanceCursor(through: c.ackedThrough)
+        for d in c.remote {
+            remote[d.key] = d
+            setDocument(old: nil, new: d)
+        }
+        for t in c.targets { savedTargets[Self.targetKey(t.query)] = t }
+        for b in c.pending { _ = apply(b) }
+        installIndexes(c.indexes)
+    }
+
+    /// The documents nothing needs: not pending, not in a target listened to, not shown by a
+    /// listener. The cache limit drops them.
+    func evictableDocuments() -> [ResourcePath] {
+        var needed = Set(batchesByKey.keys)
+        for t in targets.values {
+            needed.formUnion(t.remoteKeys)
+            if let k = t.query.documentKey { needed.insert(k) }
+        }
+        for s in listeners.values { for d in s.shown { needed.insert(d.key) } }
+        return remote.keys.filter { !needed.contains($0) }
+    }
+
+    /// Drops documents nothing needs (the cache limit), and targets no listener uses; returns
+    /// how many documents it dropped.
+    mutating func evict() -> Int {
+        let victims = evictableDocuments()
+        for key in victims {
+            remote[key] = nil
+            _ = recompute([key])
+        }
+        savedTargets = [:]
+        return victims.count
+    }
+}
+
+extension Firestore {
+    /// Writes a checkpoint of the store's state (with `evicting`: after dropping what nothing
+    /// needs), then deletes the log segments it covers. Runs under the upkeep's lock.
+    func checkpoint(evicting: Bool = false) async throws {
+        guard let log else { return }
+        try await maintenance.run {
+            let snapshot = try state.withLock { e -> DocumentCheckpoint? in
+                guard !e.closed else { return nil }
+                if evicting { e.evictedLastRun = e.evict() }
+                e.records.sinceCheckpoint = (0, 0)
+                return DocumentCheckpoint(e, throughLSN: log.nextLSN.rawValue)
+            }
+            guard let snapshot else { return }
+            do {
+                // Everything the checkpoint holds is on disk first: an open then never finds the
+                // log ending below the checkpoint.
+                try await log.sync()
+                try log.writeSideFile(named: DocumentCheckpoint.fileName, contents: snapshot.encode())
+                try await log.roll()
+                try await log.deleteSegments(before: LSN(snapshot.throughLSN))
+            } catch {
+                throw FirestoreErrorCode(.dataLoss, "the checkpoint of \(path ?? "the store") failed: \(error)")
+            }
+        }
+    }
+
+    /// Starts a checkpoint in the background when enough was written since the last one, or an
+    /// eviction when the store is over its size limit.
+    func upkeepIfDue() {
+        guard let log else { return }
+        let (records, bytes) = state.withLock { $0.records.sinceCheckpoint }
+        if case .persistent(let size) = settings.cacheSettings, size != FirestoreSettings.cacheSizeUnlimited,
+           log.segmentBytes + Int64(checkpointBytes.withLock { $0 }) > size,
+           state.withLock({ !$0.evictableDocuments().isEmpty }) {
+            maintenance.schedule(.eviction) { [self] in
+                try? await checkpoint(evicting: true)
+                noteCheckpointSize()
+                return nil
+            }
+        } else if records >= Self.checkpointRecords || bytes >= Self.checkpointBytesLimit {
+            maintenance.schedule(.checkpoint) { [self] in
+                try? await checkpoint()
+                noteCheckpointSize()
+                return nil
+            }
+        }
+    }
+
+    func noteCheckpointSize() {
+        guard let log, let bytes = try? log.readSideFile(named: DocumentCheckpoint.fileName) else { return }
+        checkpointBytes.withLock { $0 = bytes.count }
+    }
+
+    /// A checkpoint after this many records or bytes of records.
+    static let checkpointRecords = 50_000
+    static let checkpointBytesLimit = 32 << 20
+}
