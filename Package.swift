@@ -56,7 +56,7 @@ let package = Package(
         ),
 
         // Documents: Cloud Firestore's data model on the same log and layer.
-        .target(name: "FerryDocuments", dependencies: ["FerryLog", "FerryStore", "CCRC32C"]),
+        .target(name: "FerryDocuments", dependencies: ["FerryLog", "FerryStore", "CCRC32C", "CLZ4"]),
 
         .executableTarget(
             name: "ferry-dump",

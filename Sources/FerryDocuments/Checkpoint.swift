@@ -1,4 +1,5 @@
 import CCRC32C
+import CLZ4
 import FerryLog
 import FerryStore
 import Foundation
@@ -12,7 +13,7 @@ import Foundation
 struct DocumentCheckpoint {
     static let fileName = "documents.checkpoint"
     static let magic: [UInt8] = Array("FDCK".utf8)
-    static let version: UInt8 = 1
+    static let version: UInt8 = 2
 
     /// Records below this LSN are in the checkpoint.
     var throughLSN: UInt64
@@ -38,10 +39,31 @@ struct DocumentCheckpoint {
         indexes = e.indexes.map(\.definition)
     }
 
+    /// The file: magic, version, the body's length u32 and its LZ4 block's length u32, the
+    /// block, then the CRC32C of everything before it.
     func encode() -> [UInt8] {
+        let body = encodeBody()
+        var out = Self.magic
+        out.append(Self.version)
         var w = PayloadWriter()
-        w.bytes.append(contentsOf: Self.magic)
-        w.u8(Self.version)
+        w.u32(UInt32(body.count))
+        let bound = Int(LZ4_compressBound(Int32(body.count)))
+        var block = [UInt8](repeating: 0, count: bound)
+        let n = body.withUnsafeBytes { src in
+            block.withUnsafeMutableBytes { dst in
+                LZ4_compress_default(src.baseAddress!.assumingMemoryBound(to: CChar.self), dst.baseAddress!.assumingMemoryBound(to: CChar.self), Int32(body.count), Int32(bound))
+            }
+        }
+        w.u32(UInt32(n))
+        out += w.bytes
+        out += block.prefix(Int(n))
+        let crc = out.withUnsafeBytes { ferry_crc32c(0, $0.baseAddress, $0.count) }
+        withUnsafeBytes(of: crc.littleEndian) { out.append(contentsOf: $0) }
+        return out
+    }
+
+    func encodeBody() -> [UInt8] {
+        var w = PayloadWriter()
         w.i64(Int64(throughLSN))
         w.i64(lastRemoteVersion)
         w.u32(UInt32(nextTargetID))
@@ -72,23 +94,29 @@ struct DocumentCheckpoint {
         let ix = DocumentRecords.encode(indexes)
         w.u32(UInt32(ix.count))
         w.bytes.append(contentsOf: ix)
-        let crc = w.bytes.withUnsafeBytes { ferry_crc32c(0, $0.baseAddress, $0.count) }
-        w.u32(crc)
         return w.bytes
     }
 
     static func decode(_ bytes: [UInt8]) throws -> DocumentCheckpoint {
-        guard bytes.count >= 9, Array(bytes.prefix(4)) == magic else {
+        guard bytes.count >= 17, Array(bytes.prefix(4)) == magic else {
             throw FirestoreErrorCode(.dataLoss, "\(fileName) is not a document checkpoint (its first bytes are not \"FDCK\")")
         }
         let body = bytes.count - 4
         let stored = bytes.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: body, as: UInt32.self)) }
         let crc = bytes.withUnsafeBytes { ferry_crc32c(0, $0.baseAddress, body) }
         guard crc == stored else { throw FirestoreErrorCode(.dataLoss, "\(fileName) fails its checksum (CRC32C \(String(crc, radix: 16)), stored \(String(stored, radix: 16))): it is damaged") }
-        return try bytes.withUnsafeBytes { all in
-            var r = PayloadReader(UnsafeRawBufferPointer(rebasing: all[4..<body]))
-            let v = try r.u8()
-            guard v == version else { throw FirestoreErrorCode(.dataLoss, "\(fileName) is of version \(v), which this build does not read") }
+        guard bytes[4] == version else { throw FirestoreErrorCode(.dataLoss, "\(fileName) is of version \(bytes[4]), which this build does not read") }
+        let (rawCount, blockCount) = bytes.withUnsafeBytes { ($0.loadUnaligned(fromByteOffset: 5, as: UInt32.self), $0.loadUnaligned(fromByteOffset: 9, as: UInt32.self)) }
+        guard 13 + Int(blockCount) == body else { throw FirestoreErrorCode(.dataLoss, "\(fileName) has a block of the wrong length") }
+        var raw = [UInt8](repeating: 0, count: Int(rawCount))
+        let n = bytes.withUnsafeBytes { src in
+            raw.withUnsafeMutableBytes { dst in
+                LZ4_decompress_safe(src.baseAddress!.advanced(by: 13).assumingMemoryBound(to: CChar.self), dst.baseAddress!.assumingMemoryBound(to: CChar.self), Int32(blockCount), Int32(rawCount))
+            }
+        }
+        guard n == Int32(rawCount) else { throw FirestoreErrorCode(.dataLoss, "\(fileName) does not decompress") }
+        return try raw.withUnsafeBytes { all in
+            var r = PayloadReader(all)
             let through = UInt64(try r.i64())
             let lastRemote = try r.i64()
             let nextTarget = Int(try r.u32())
@@ -216,7 +244,10 @@ extension Firestore {
                 noteCheckpointSize()
                 return nil
             }
-        } else if records >= Self.checkpointRecords || bytes >= Self.checkpointBytesLimit {
+        } else if records >= max(Self.checkpointRecords, state.withLock { $0.remote.count + $0.pending.count }),
+                  bytes >= max(Self.checkpointBytesLimit, checkpointBytes.withLock { $0 }) {
+            // Only once the records since the last checkpoint outweigh it: writing the whole
+            // state costs, amortized, a constant per byte written.
             maintenance.schedule(.checkpoint) { [self] in
                 try? await checkpoint()
                 noteCheckpointSize()
