@@ -298,7 +298,11 @@ public final class Firestore: Sendable {
             e.records.sinceCheckpoint.records > 0 ? DocumentCheckpoint(e, throughLSN: log.nextLSN.rawValue) : nil
         }) {
             try? await log.sync()
-            try? log.writeSideFile(named: DocumentCheckpoint.fileName, contents: snapshot.encode())
+            if (try? log.writeSideFile(named: DocumentCheckpoint.fileName, contents: snapshot.encode())) != nil {
+                // The segments it covers go, as after any checkpoint.
+                _ = try? await log.roll()
+                _ = try? await log.deleteSegments(before: LSN(snapshot.throughLSN))
+            }
         }
         do { try await log.close() } catch { throw FirestoreErrorCode(.dataLoss, "closing the document store failed: \(error)") }
     }
