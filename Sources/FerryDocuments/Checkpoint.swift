@@ -11,7 +11,7 @@ import Foundation
 /// documents and resume tokens), the pending batches, the ledger's cursor and the index
 /// definitions. The local view and the indexes are derived from them on load.
 struct DocumentCheckpoint {
-    static let fileName = "documents.checkpoint"
+    static let fileName = DocumentTools.checkpointFileName
     static let magic: [UInt8] = Array("FDCK".utf8)
     static let version: UInt8 = 2
 

@@ -100,6 +100,10 @@ public final class Firestore: Sendable {
         } catch let e as LogError {
             throw FirestoreErrorCode(e.code == .storeInUse ? .unavailable : .dataLoss, "cannot open the document store at \(path): \(e)")
         }
+        if (try? log.sideFiles(withPrefix: "checkpoint-"))?.isEmpty == false {
+            log.release()
+            throw FirestoreErrorCode(.dataLoss, "the store at \(path) is a Realtime Database store (it has the tree's checkpoints): open it with Ferry's Database, not Firestore")
+        }
         var engine = DocumentEngine(records: RecordStore(log: log))
         engine.indexesStale = true
         var start = log.firstLSN

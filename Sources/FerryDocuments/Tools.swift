@@ -5,6 +5,8 @@ import Foundation
 /// What tools (`ferry-dump`) need to read a document store's log: record descriptions and a
 /// replay with the model's own apply function. Not for apps.
 @_spi(Tools) public enum DocumentTools {
+    /// The side file a document store keeps its checkpoint in (its presence marks a document store).
+    public static let checkpointFileName = "documents.checkpoint"
     /// Whether `kind` is a document record kind.
     public static func isDocumentKind(_ kind: UInt8) -> Bool { DocumentRecordKind(rawValue: kind) != nil }
 
@@ -71,9 +73,22 @@ import Foundation
     /// Rebuilds a document store's state by replaying records with the model's apply function.
     public final class Replayer {
         var engine = DocumentEngine(records: RecordStore(log: nil))
-        public init() {}
+        /// Records below this LSN are in the checkpoint loaded (they are skipped).
+        public private(set) var startLSN: UInt64 = 0
+
+        /// A replayer starting from the store's checkpoint in `directory`, if it has one.
+        public init(directory: String? = nil) throws {
+            guard let directory else { return }
+            let path = directory + "/" + DocumentCheckpoint.fileName
+            guard FileManager.default.fileExists(atPath: path) else { return }
+            let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
+            let c = try DocumentCheckpoint.decode(bytes)
+            engine.install(c)
+            startLSN = c.throughLSN
+        }
 
         public func apply(kind: UInt8, lsn: UInt64, payload: UnsafeRawBufferPointer) throws {
+            guard lsn >= startLSN else { return }
             _ = try engine.apply(kind: kind, lsn: Int64(lsn), payload: payload)
         }
 

@@ -223,8 +223,8 @@ extension FerryDump {
                 syncCursor: (try? RecordDescription.syncCursor { body in
                     try inspection.forEachRecord { r in try body(r.kind, r.payload) }
                 }) ?? nil)
-            if try isDocumentStore(inspection) {
-                let replayer = DocumentTools.Replayer()
+            if try isDocumentStore(inspection, directory: store.directory) {
+                let replayer = try DocumentTools.Replayer(directory: store.directory)
                 do {
                     try inspection.forEachRecord { r in try replayer.apply(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload) }
                     report.documents = replayer.statistics
@@ -292,7 +292,7 @@ extension FerryDump {
 
         func run() throws {
             let inspection = try store.inspect(deep: false)
-            if try isDocumentStore(inspection) { return try documentsAt(inspection) }
+            if try isDocumentStore(inspection, directory: store.directory) { return try documentsAt(inspection) }
             let replayer = StateReplayer()
             var last: UInt64?
             do {
@@ -347,7 +347,8 @@ func directoryBytes(_ path: String) -> Int64 {
 }
 
 /// Whether the store's records are a document store's (its first record's kind tells).
-func isDocumentStore(_ inspection: LogInspection) throws -> Bool {
+func isDocumentStore(_ inspection: LogInspection, directory: String) throws -> Bool {
+    if FileManager.default.fileExists(atPath: directory + "/" + DocumentTools.checkpointFileName) { return true }
     var first: UInt8?
     do {
         try inspection.forEachRecord { r in
@@ -363,7 +364,11 @@ struct StopWalk: Error {}
 extension FerryDump.At {
     /// `at` for a document store: the document at `--path`, or a collection's documents.
     func documentsAt(_ inspection: LogInspection) throws {
-        let replayer = DocumentTools.Replayer()
+        let replayer: DocumentTools.Replayer
+        do { replayer = try DocumentTools.Replayer(directory: store.directory) } catch {
+            printError("ferry-dump: the document checkpoint cannot be read: \(error)")
+            throw ExitCode(ExitStatus.corruption)
+        }
         var last: UInt64?
         do {
             try inspection.forEachRecord(through: lsn.map { LSN($0) }) { r in

@@ -95,7 +95,13 @@ import Testing
         var db = try store.open()
         for i in 0..<50 { try await db.collection("c").document("d\(i)").setData(["i": i]) }
         let before = try await everything(db, "c")
-        try await db.terminate()  // writes a checkpoint; no segment was deleted
+        // A checkpoint written and the process gone before its segments were deleted.
+        let log = db.log!
+        let snapshot = db.state.withLock { e in e.closed = true; return DocumentCheckpoint(e, throughLSN: log.nextLSN.rawValue) }
+        try await log.sync()
+        try log.writeSideFile(named: DocumentCheckpoint.fileName, contents: snapshot.encode())
+        try await log.close()
+        #expect(log.firstLSN.rawValue == 1)
         let file = store.path + "/" + DocumentCheckpoint.fileName
         var bytes = try Files.read(file)
         bytes[10] ^= 0x01

@@ -18,7 +18,9 @@ import Testing
         batch.setData(["name": "LA"], forDocument: db.document("cities/LA"))
         batch.deleteDocument(db.document("cities/DC"))
         try await batch.commit()
-        try await db.terminate()
+        try await db.sync()
+        // (ferry-dump reads a store another process has open; closing it would write a
+        // checkpoint and delete the records it covers.)
 
         let records = try run(dump, ["records", store.path])
         #expect(records.status == 0)
@@ -40,6 +42,14 @@ import Testing
         let report = try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as! [String: Any]
         let docs = try #require(report["documents"] as? [String: Any])
         #expect(docs["documents"] as? Int == 2 && docs["deletedDocuments"] as? Int == 1 && docs["pendingWrites"] as? Int == 4)
+
+        // Closed, its records are in the checkpoint: `at` and `stats` read it.
+        try await db.terminate()
+        let after = try run(dump, ["at", store.path, "--path", "cities/SF"])
+        #expect(after.status == 0 && after.stdout.contains(#""pop": 860001"#), "\(after.stdout)")
+        let statsAfter = try run(dump, ["stats", "--json", store.path])
+        let reportAfter = try JSONSerialization.jsonObject(with: Data(statsAfter.stdout.utf8)) as! [String: Any]
+        #expect((reportAfter["documents"] as? [String: Any])?["pendingWrites"] as? Int == 4)
     }
 
     @Test func aTreeDatabaseRefusesADocumentStoreAndTheOtherWayRound() async throws {
@@ -51,7 +61,7 @@ import Testing
             _ = try Database.open(at: store.path)
             Issue.record("the tree database opened a document store")
         } catch let e as DatabaseError {
-            #expect(e.message.contains("kind 32"), "\(e)")
+            #expect(e.message.contains("document store"), "\(e)")
         }
 
         let tree = try TemporaryDirectory()
@@ -63,6 +73,19 @@ import Testing
             Issue.record("a tree store opened as documents")
         } catch let e as FirestoreErrorCode {
             #expect(e.code == .dataLoss && e.message.contains("Realtime Database"), "\(e)")
+        }
+        // A document store whose records are all still in the log is refused by its records.
+        let fresh = try TemporaryDirectory()
+        let d = try Firestore.open(at: fresh.path)
+        try d.document("c/d").setDataNow(["a": 1])
+        try await d.sync()
+        d.state.withLock { $0.closed = true }
+        try await d.log!.close()
+        do {
+            _ = try Database.open(at: fresh.path)
+            Issue.record("the tree database opened a document store's records")
+        } catch let e as DatabaseError {
+            #expect(e.message.contains("kind 32"), "\(e)")
         }
     }
 }

@@ -142,6 +142,12 @@ public final class Database: Sendable {
         } catch let e as LogError {
             throw DatabaseError(.storage, "cannot open the store at \(path): \(e)", underlying: e)
         }
+        // A document store (FerryDocuments) whose records were all compacted away still says
+        // what it is by its checkpoint.
+        if (try? log.sideFiles(withPrefix: "documents.checkpoint"))?.isEmpty == false {
+            log.release()
+            throw DatabaseError(.storage, "the store at \(path) is a document store (FerryDocuments): open it with Firestore, not Database", store: path)
+        }
         let engine = Engine(log: log, logger: options.logger)
         do {
             try engine.declareIndexes(options.indexes)
