@@ -35,7 +35,7 @@ struct DocumentCheckpoint {
         // Targets listened to now and those kept for later, without limbo targets (those are
         // made again from the views).
         targets = Array(e.targets.values.filter { !$0.limbo }) + e.savedTargets.values.filter { t in e.targets[t.id] == nil }
-        pending = e.pending
+        pending = Array(e.pending)
         indexes = e.indexes.map(\.definition)
     }
 
@@ -195,6 +195,7 @@ extension DocumentEngine {
     /// Drops documents nothing needs (the cache limit), and targets no listener uses; returns
     /// how many documents it dropped.
     mutating func evict() -> Int {
+        evictionMayFree = false
         let victims = evictableDocuments()
         for key in victims {
             remote[key] = nil
@@ -205,14 +206,31 @@ extension DocumentEngine {
     }
 }
 
+extension DocumentEngine {
+    /// Which upkeep the last change makes due, if any (the caller holds the store's lock): an
+    /// eviction when the store is over `limit` and something may be evictable, else a
+    /// checkpoint once the records since the last one outweigh it (at least 50,000 records and
+    /// 32 MiB) — writing the whole state then costs, amortized, a constant per byte written.
+    func upkeepDue(storeBytes: Int64, checkpointBytes: Int, limit: Int64?) -> Maintenance.Job? {
+        if let limit, storeBytes > limit, evictionMayFree { return .eviction }
+        let since = records.sinceCheckpoint
+        if since.records >= max(Firestore.checkpointRecords, remote.count + pending.count),
+           since.bytes >= max(Firestore.checkpointBytesLimit, checkpointBytes) {
+            return .checkpoint
+        }
+        return nil
+    }
+}
+
 extension Firestore {
     /// Writes a checkpoint of the store's state (with `evicting`: after dropping what nothing
-    /// needs), then deletes the log segments it covers. Runs under the upkeep's lock.
-    func checkpoint(evicting: Bool = false) async throws {
+    /// needs; with `closing`: of a terminated store, when anything was written since the last),
+    /// then deletes the log segments it covers. Runs under the upkeep's lock.
+    func checkpoint(evicting: Bool = false, closing: Bool = false) async throws {
         guard let log else { return }
         try await maintenance.run {
-            let snapshot = try state.withLock { e -> DocumentCheckpoint? in
-                guard !e.closed else { return nil }
+            let snapshot = state.withLock { e -> DocumentCheckpoint? in
+                if closing ? e.records.sinceCheckpoint.records == 0 : e.closed { return nil }
                 if evicting { e.evictedLastRun = e.evict() }
                 e.records.sinceCheckpoint = (0, 0)
                 return DocumentCheckpoint(e, throughLSN: log.nextLSN.rawValue)
@@ -222,7 +240,9 @@ extension Firestore {
                 // Everything the checkpoint holds is on disk first: an open then never finds the
                 // log ending below the checkpoint.
                 try await log.sync()
-                try log.writeSideFile(named: DocumentCheckpoint.fileName, contents: snapshot.encode())
+                let bytes = snapshot.encode()
+                try log.writeSideFile(named: DocumentCheckpoint.fileName, contents: bytes)
+                checkpointBytes.withLock { $0 = bytes.count }
                 try await log.roll()
                 try await log.deleteSegments(before: LSN(snapshot.throughLSN))
             } catch {
@@ -231,37 +251,26 @@ extension Firestore {
         }
     }
 
-    /// Starts a checkpoint in the background when enough was written since the last one, or an
-    /// eviction when the store is over its size limit.
-    func upkeepIfDue() {
-        guard let log else { return }
-        let (records, bytes) = state.withLock { $0.records.sinceCheckpoint }
-        if case .persistent(let size) = settings.cacheSettings, size != FirestoreSettings.cacheSizeUnlimited,
-           log.segmentBytes + Int64(checkpointBytes.withLock { $0 }) > size,
-           state.withLock({ !$0.evictableDocuments().isEmpty }) {
-            maintenance.schedule(.eviction) { [self] in
-                try? await checkpoint(evicting: true)
-                noteCheckpointSize()
-                return nil
-            }
-        } else if records >= max(Self.checkpointRecords, state.withLock { $0.remote.count + $0.pending.count }),
-                  bytes >= max(Self.checkpointBytesLimit, checkpointBytes.withLock { $0 }) {
-            // Only once the records since the last checkpoint outweigh it: writing the whole
-            // state costs, amortized, a constant per byte written.
-            maintenance.schedule(.checkpoint) { [self] in
-                try? await checkpoint()
-                noteCheckpointSize()
-                return nil
-            }
+    /// What ``DocumentEngine/upkeepDue(storeBytes:checkpointBytes:limit:)`` decides for the
+    /// store now (the caller holds the store's lock).
+    func upkeepDue(_ e: DocumentEngine) -> Maintenance.Job? {
+        guard let log else { return nil }
+        var limit: Int64?
+        if case .persistent(let size) = settings.cacheSettings, size != FirestoreSettings.cacheSizeUnlimited { limit = size }
+        let ckpt = checkpointBytes.withLock { $0 }
+        return e.upkeepDue(storeBytes: log.segmentBytes + Int64(ckpt), checkpointBytes: ckpt, limit: limit)
+    }
+
+    /// Starts a due upkeep job in the background (a job already scheduled is not doubled).
+    func startUpkeep(_ job: Maintenance.Job?) {
+        guard let job else { return }
+        maintenance.schedule(job) { [self] in
+            try? await checkpoint(evicting: job == .eviction)
+            return nil
         }
     }
 
-    func noteCheckpointSize() {
-        guard let log, let bytes = try? log.readSideFile(named: DocumentCheckpoint.fileName) else { return }
-        checkpointBytes.withLock { $0 = bytes.count }
-    }
-
-    /// A checkpoint after this many records or bytes of records.
+    /// A checkpoint after this many records or bytes of records (at the least).
     static let checkpointRecords = 50_000
     static let checkpointBytesLimit = 32 << 20
 }

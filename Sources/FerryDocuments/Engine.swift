@@ -85,7 +85,7 @@ struct DocumentEngine {
     var records: RecordStore
     var ledger = WriteLedger<FirestoreErrorCode>()
     /// Pending write batches, oldest first (their ids are their records' LSNs).
-    var pending: [MutationBatch] = []
+    var pending = PendingBatches()
     /// The local view: collection path → document id → document (server data with pending
     /// writes applied; a deleted document is kept as known-missing).
     var collections: [ResourcePath: [String: LocalDocument]] = [:]
@@ -133,6 +133,10 @@ struct DocumentEngine {
     var enqueuedLimbo: [ResourcePath] = []
     /// Documents the last eviction dropped (statistics and tests).
     var evictedLastRun = 0
+    /// Since the last eviction the server's documents grew or a target or listener went: an
+    /// eviction may free something (without this, a store over its limit with nothing to drop
+    /// would look for victims at every write).
+    var evictionMayFree = true
     /// The database's full name, which bloom filters hash document names under.
     var databaseName = "projects/test-project/databases/(default)"
 
@@ -283,6 +287,7 @@ struct DocumentEngine {
     /// A listener stopped.
     mutating func removeListener(_ id: Int) {
         guard let s = listeners.removeValue(forKey: id) else { return }
+        evictionMayFree = true
         for k in s.limbo { releaseLimbo(k) }
         releaseTarget(s.targetID)
     }
@@ -323,11 +328,6 @@ struct DocumentEngine {
         let pendingChanged = hasPending != s.shownHasPendingWrites
         guard !visible.isEmpty || ((syncChanged || pendingChanged) && s.includeMetadataChanges) else { return [] }
         return [(id, .query(docs: s.shown, changes: visible, fromCache: fromCache, hasPendingWrites: hasPending))]
-    }
-
-    /// Updates the standing queries for changed documents (live writes).
-    mutating func notify(_ changed: [(old: LocalDocument?, new: LocalDocument?)]) -> [(Int, ListenerEvent)] {
-        emit(changed, targetChanges: [:])
     }
 
     /// Updates every standing query for changed documents and target changes; returns the

@@ -107,8 +107,10 @@ public final class Firestore: Sendable {
         var engine = DocumentEngine(records: RecordStore(log: log))
         engine.indexesStale = true
         var start = log.firstLSN
+        var checkpointSize = 0
         do {
             if let bytes = try log.readSideFile(named: DocumentCheckpoint.fileName) {
+                checkpointSize = bytes.count
                 do {
                     let c = try DocumentCheckpoint.decode(bytes)
                     engine.install(c)
@@ -134,7 +136,7 @@ public final class Firestore: Sendable {
         }
         engine.buildIndexes()
         let db = Firestore(engine: engine, log: log, path: path, settings: settings)
-        db.noteCheckpointSize()
+        db.checkpointBytes.withLock { $0 = checkpointSize }
         return db
     }
 
@@ -265,7 +267,7 @@ public final class Firestore: Sendable {
             try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
                 let wait = state.withLock { e -> WriteLedger<FirestoreErrorCode>.Wait in
                     if e.closed { return .failed(Self.closedError) }
-                    let pending = e.pending.contains { $0.id == batchID }
+                    let pending = e.pending.contains(batchID)
                     return e.ledger.wait(for: batchID, token: token, pending: pending, c)
                 }
                 switch wait {
@@ -296,18 +298,8 @@ public final class Firestore: Sendable {
         }
         callbacks.withLock { $0 = [:] }
         guard wasOpen, let log else { return }
-        // A checkpoint on close, so that the next open replays nothing.
-        await maintenance.run {}
-        if let snapshot = state.withLock({ e -> DocumentCheckpoint? in
-            e.records.sinceCheckpoint.records > 0 ? DocumentCheckpoint(e, throughLSN: log.nextLSN.rawValue) : nil
-        }) {
-            try? await log.sync()
-            if (try? log.writeSideFile(named: DocumentCheckpoint.fileName, contents: snapshot.encode())) != nil {
-                // The segments it covers go, as after any checkpoint.
-                _ = try? await log.roll()
-                _ = try? await log.deleteSegments(before: LSN(snapshot.throughLSN))
-            }
-        }
+        // A checkpoint on close (after any job under way), so that the next open replays nothing.
+        try? await checkpoint(closing: true)
         do { try await log.close() } catch { throw FirestoreErrorCode(.dataLoss, "closing the document store failed: \(error)") }
     }
 
@@ -351,30 +343,12 @@ public final class Firestore: Sendable {
     @discardableResult
     func writeNow(_ mutations: [Mutation]) throws -> UInt64? {
         guard !mutations.isEmpty else { return nil }
-        for m in mutations where m.operation != .delete {
-            let size = UserData.documentSize(path: m.key, fields: m.fields)
-            if size > UserData.maxDocumentBytes {
-                throw FirestoreErrorCode(.invalidArgument, "document \(m.key) would be \(size) bytes; Firestore's limit is \(UserData.maxDocumentBytes) (1 MiB)")
-            }
-        }
         let time = Timestamp().truncatedToMicroseconds
         var batch = MutationBatch(id: 0, localWriteTime: time, mutations: mutations)
         let payload = DocumentRecords.encode(batch)
-        let lsn = try state.withLock { e -> UInt64 in
+        let (lsn, upkeep) = try state.withLock { e -> (UInt64, Maintenance.Job?) in
             guard !e.closed else { throw Self.closedError }
-            // The limit holds for the document the write leaves, not only for what it writes.
-            var after: [ResourcePath: LocalDocument?] = [:]
-            for m in mutations {
-                let before = after[m.key] ?? e.document(m.key)
-                let doc = m.applied(to: before, writeTime: time)
-                after[m.key] = .some(doc)
-                if let fields = doc?.fields {
-                    let size = UserData.documentSize(path: m.key, fields: fields)
-                    if size > UserData.maxDocumentBytes {
-                        throw FirestoreErrorCode(.invalidArgument, "document \(m.key) would be \(size) bytes after this write; Firestore's limit is \(UserData.maxDocumentBytes) (1 MiB)")
-                    }
-                }
-            }
+            try Self.checkSizes(mutations, e, time)
             let lsn: UInt64
             do { lsn = try e.records.append(kind: DocumentRecordKind.writeBatch.rawValue, payload) } catch {
                 throw FirestoreErrorCode(.unavailable, "the write could not be logged: \(error)")
@@ -386,11 +360,43 @@ public final class Firestore: Sendable {
             // A memory store's state is the engine's: its records need not be kept.
             if e.records.sweepIsDue { e.records.sweep(keeping: []) }
             // Queued under the lock, so that listeners get snapshots in the order of the writes.
-            deliver(e.notify(changed))
-            return lsn
+            deliver(e.emit(changed, targetChanges: [:]))
+            return (lsn, upkeepDue(e))
         }
-        upkeepIfDue()
+        startUpkeep(upkeep)
         return lsn
+    }
+
+    /// Firestore's limit holds for the document a write leaves. A bound — the fields written,
+    /// plus the document before when the write keeps or transforms it — settles most writes;
+    /// only one near the limit (or a batch writing a document twice) is applied here to be
+    /// measured exactly, so a write is not applied twice on its way in.
+    static func checkSizes(_ mutations: [Mutation], _ e: DocumentEngine, _ time: Timestamp) throws {
+        let max = UserData.maxDocumentBytes
+        var after: [ResourcePath: LocalDocument?] = [:]
+        let repeated = Set(mutations.map(\.key)).count != mutations.count
+        for m in mutations where m.operation != .delete || repeated {
+            let before = after[m.key] ?? e.document(m.key)
+            if !repeated {
+                var bound = UserData.documentSize(path: m.key, fields: m.fields) + m.transforms.reduce(0) { total, t in
+                    let elements: Int = switch t.1 {
+                    case .arrayUnion(let a), .arrayRemove(let a): a.reduce(0) { $0 + UserData.size($1) }
+                    default: 8
+                    }
+                    return total + t.0.segments.reduce(0) { $0 + $1.utf8.count + 1 } + elements
+                }
+                if m.operation == .patch || !m.transforms.isEmpty, let f = before?.fields { bound += UserData.documentSize(path: m.key, fields: f) }
+                if bound <= max { continue }
+            }
+            let doc = m.applied(to: before, writeTime: time)
+            after[m.key] = .some(doc)
+            if let fields = doc?.fields {
+                let size = UserData.documentSize(path: m.key, fields: fields)
+                if size > max {
+                    throw FirestoreErrorCode(.invalidArgument, "document \(m.key) would be \(size) bytes after this write; Firestore's limit is \(max) (1 MiB)")
+                }
+            }
+        }
     }
 
     // MARK: Reads and listeners

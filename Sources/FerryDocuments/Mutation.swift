@@ -114,3 +114,45 @@ struct MutationBatch: Sendable, Equatable {
     var localWriteTime: Timestamp
     var mutations: [Mutation]
 }
+
+/// The pending batches, oldest first. Ids increase (they are LSNs), so a batch is found by
+/// binary search, and the oldest — the one the server answers — leaves in O(1).
+struct PendingBatches: RandomAccessCollection {
+    private var items: [MutationBatch] = []
+    private var head = 0
+
+    var startIndex: Int { head }
+    var endIndex: Int { items.count }
+    subscript(i: Int) -> MutationBatch { items[i] }
+
+    mutating func append(_ b: MutationBatch) { items.append(b) }
+
+    /// Where batch `id` is, if pending.
+    func index(of id: Int64) -> Int? {
+        var lo = head, hi = items.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if items[mid].id < id { lo = mid + 1 } else { hi = mid }
+        }
+        return lo < items.count && items[lo].id == id ? lo : nil
+    }
+
+    func batch(_ id: Int64) -> MutationBatch? { index(of: id).map { items[$0] } }
+    func contains(_ id: Int64) -> Bool { index(of: id) != nil }
+
+    /// Removes batch `id` (answers come oldest first: then O(1), amortized).
+    mutating func remove(_ id: Int64) -> MutationBatch? {
+        guard let i = index(of: id) else { return nil }
+        let b = items[i]
+        if i == head {
+            head += 1
+            if head > 1024 && head * 2 > items.count {
+                items.removeFirst(head)
+                head = 0
+            }
+        } else {
+            items.remove(at: i)
+        }
+        return b
+    }
+}

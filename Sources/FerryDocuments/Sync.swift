@@ -399,7 +399,7 @@ extension DocumentEngine {
             let old = document(key)
             var doc = remote[key]
             for id in batchesByKey[key] ?? [] {
-                guard let b = pending.first(where: { $0.id == id }) else { continue }
+                guard let b = pending.batch(id) else { continue }
                 for m in b.mutations where m.key == key { doc = m.applied(to: doc, writeTime: b.localWriteTime) }
             }
             guard doc != old else { continue }
@@ -442,8 +442,7 @@ extension DocumentEngine {
     /// become the server's at the commit version (acknowledged, until a listen confirms them);
     /// refused, it is dropped. Either way the view shows what the remaining batches make of it.
     mutating func applyAnswer(_ a: WriteAnswerRecord) -> [(old: LocalDocument?, new: LocalDocument?)] {
-        guard let i = pending.firstIndex(where: { $0.id == a.batchID }) else { return [] }
-        let batch = pending.remove(at: i)
+        guard let batch = pending.remove(a.batchID) else { return [] }
         var keys: [ResourcePath] = []
         for m in batch.mutations {
             batchesByKey[m.key]?.removeAll { $0 == batch.id }
@@ -492,6 +491,7 @@ extension DocumentEngine {
             changed += recompute([d.key])
         }
         lastRemoteVersion = max(lastRemoteVersion, r.version)
+        if !r.documents.isEmpty { evictionMayFree = true }
         return changed
     }
 
@@ -633,12 +633,12 @@ extension Firestore {
     /// Runs a sync step on the engine (what a server connection or the spec harness reports)
     /// and delivers the events it raised.
     func syncStep(_ body: (inout DocumentEngine) -> [(Int, ListenerEvent)]) {
-        let settled = state.withLock { e -> [(waiter: AckWaiter, outcome: FirestoreErrorCode?)] in
-            guard !e.closed else { return [] }
+        let (settled, upkeep) = state.withLock { e -> ([(waiter: AckWaiter, outcome: FirestoreErrorCode?)], Maintenance.Job?) in
+            guard !e.closed else { return ([], nil) }
             deliver(body(&e))  // queued under the lock: in order with writes' events
-            return e.ledger.takeSettled()
+            return (e.ledger.takeSettled(), upkeepDue(e))
         }
-        upkeepIfDue()
+        startUpkeep(upkeep)
         guard !settled.isEmpty else { return }
         func resume() {
             for (w, outcome) in settled {

@@ -294,16 +294,7 @@ extension FerryDump {
             let inspection = try store.inspect(deep: false)
             if try isDocumentStore(inspection, directory: store.directory) { return try documentsAt(inspection) }
             let replayer = StateReplayer()
-            var last: UInt64?
-            do {
-                try inspection.forEachRecord(through: lsn.map { LSN($0) }) { r in
-                    try replayer.apply(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload)
-                    last = r.lsn.rawValue
-                }
-            } catch {
-                printError("ferry-dump: replay stopped: \(error)")
-                throw ExitCode(ExitStatus.corruption)
-            }
+            let last = try replay(inspection) { try replayer.apply(kind: $0.kind, lsn: $0.lsn.rawValue, payload: $0.payload) }
             let report = Report(lsn: last, path: path, visible: replayer.visible(at: path)?.json, serverCache: replayer.serverCache(at: path)?.json,
                                 pendingWrites: replayer.pendingWrites.map { "\($0.id) \($0.path)" },
                                 syncCursor: replayer.acknowledgedThrough,
@@ -362,6 +353,22 @@ func isDocumentStore(_ inspection: LogInspection, directory: String) throws -> B
 struct StopWalk: Error {}
 
 extension FerryDump.At {
+    /// Replays the records up to the LSN asked for through `apply`; returns the last one
+    /// replayed. A record that cannot be replayed stops the command (exit 2).
+    func replay(_ inspection: LogInspection, _ apply: (RecordView) throws -> Void) throws -> UInt64? {
+        var last: UInt64?
+        do {
+            try inspection.forEachRecord(through: lsn.map { LSN($0) }) { r in
+                try apply(r)
+                last = r.lsn.rawValue
+            }
+        } catch {
+            printError("ferry-dump: replay stopped: \(error)")
+            throw ExitCode(ExitStatus.corruption)
+        }
+        return last
+    }
+
     /// `at` for a document store: the document at `--path`, or a collection's documents.
     func documentsAt(_ inspection: LogInspection) throws {
         let replayer: DocumentTools.Replayer
@@ -369,16 +376,7 @@ extension FerryDump.At {
             printError("ferry-dump: the document checkpoint cannot be read: \(error)")
             throw ExitCode(ExitStatus.corruption)
         }
-        var last: UInt64?
-        do {
-            try inspection.forEachRecord(through: lsn.map { LSN($0) }) { r in
-                try replayer.apply(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload)
-                last = r.lsn.rawValue
-            }
-        } catch {
-            printError("ferry-dump: replay stopped: \(error)")
-            throw ExitCode(ExitStatus.corruption)
-        }
+        let last = try replay(inspection) { try replayer.apply(kind: $0.kind, lsn: $0.lsn.rawValue, payload: $0.payload) }
         struct DocReport: Encodable { var lsn: UInt64?; var path: String; var document: String?; var documents: [String]?; var statistics: DocumentTools.Replayer.Statistics }
         let segments = path.split(separator: "/").count
         var report = DocReport(lsn: last, path: path, statistics: replayer.statistics)
