@@ -22,6 +22,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
+        .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
+        .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
+        .package(url: "https://github.com/grpc/grpc-swift-protobuf", from: "2.4.1"),
+        .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
     ],
     targets: [
         // C shims: bytes only, not API.
@@ -68,13 +72,28 @@ let package = Package(
 
         .executableTarget(name: "ferry-demo", dependencies: ["Ferry", "FerryLog"]),
 
+        // Cloud Firestore's v1 API: messages generated from firestore.proto (committed), the
+        // service's stubs, and their translation to and from the document model's values.
+        .target(
+            name: "FerryFirestoreWire",
+            dependencies: [
+                "FerryDocuments",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCProtobuf", package: "grpc-swift-protobuf"),
+            ],
+            exclude: ["firestore.proto", "README.md"]
+        ),
+
         // Sync: what client and server share (no networking), the server, its executable.
         .target(name: "FerryWire", dependencies: ["Ferry"], exclude: ["PROTOCOL.md"]),
         .target(
             name: "FerryServer",
             dependencies: [
-                "Ferry", "FerryLog", "FerryWire",
+                "Ferry", "FerryLog", "FerryWire", "FerryDocuments", "FerryFirestoreWire",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -2,10 +2,10 @@ import Foundation
 
 /// A document as the local view holds it: its fields (nil: known not to exist), and whether
 /// pending local writes made it so.
-struct LocalDocument: Sendable, Equatable {
-    var key: ResourcePath
+package struct LocalDocument: Sendable, Equatable {
+    package var key: ResourcePath
     /// The fields; nil when the document is known not to exist (deleted).
-    var fields: [String: FieldValueData]?
+    package var fields: [String: FieldValueData]?
     /// Local writes not yet acknowledged by the server touch it.
     var hasLocalMutations: Bool
     /// When the server last changed it (nil: not from the server).
@@ -20,13 +20,20 @@ struct LocalDocument: Sendable, Equatable {
     /// known, its fields are not (it reads as not cached).
     var unknown = false
 
-    var exists: Bool { fields != nil }
+    package var exists: Bool { fields != nil }
     /// Local or acknowledged-but-unconfirmed writes make it what it is.
     var hasPendingWrites: Bool { hasLocalMutations || hasCommittedMutations }
 }
 
+extension LocalDocument {
+    /// A document as a server holds it: no local writes.
+    package static func stored(_ key: ResourcePath, _ fields: [String: FieldValueData]?, createTime: Timestamp? = nil, updateTime: Timestamp? = nil) -> LocalDocument {
+        LocalDocument(key: key, fields: fields, hasLocalMutations: false, updateTime: updateTime, createTime: createTime)
+    }
+}
+
 /// One write of a batch (Firestore's mutations): set, patch (update or merge) or delete.
-struct Mutation: Sendable, Equatable {
+package struct Mutation: Sendable, Equatable {
     enum Operation: UInt8, Sendable {
         case set = 1, patch = 2, delete = 3
     }
@@ -39,7 +46,7 @@ struct Mutation: Sendable, Equatable {
     /// Patch from `updateData`: the document must exist.
     var mustExist = false
 
-    static func == (a: Mutation, b: Mutation) -> Bool {
+    package static func == (a: Mutation, b: Mutation) -> Bool {
         a.operation == b.operation && a.key == b.key && a.fields == b.fields && a.mask == b.mask && a.mustExist == b.mustExist
             && a.transforms.map(\.0) == b.transforms.map(\.0) && a.transforms.map(\.1) == b.transforms.map(\.1)
     }
@@ -79,7 +86,7 @@ struct Mutation: Sendable, Equatable {
     }
 
     /// What a transform shows locally over the field's `previous` value.
-    static func localResult(_ t: FieldTransform, previous: FieldValueData?, writeTime: Timestamp) -> FieldValueData {
+    package static func localResult(_ t: FieldTransform, previous: FieldValueData?, writeTime: Timestamp) -> FieldValueData {
         switch t {
         case .serverTimestamp:
             // A pending timestamp over another keeps the first one's previous value.

@@ -1,13 +1,13 @@
 import Foundation
 
 /// A path of segments below the database root: a collection (odd count) or a document (even).
-struct ResourcePath: Sendable, Hashable, Comparable, CustomStringConvertible {
-    var segments: [String]
+package struct ResourcePath: Sendable, Hashable, Comparable, CustomStringConvertible {
+    package var segments: [String]
 
-    init(_ segments: [String]) { self.segments = segments }
+    package init(_ segments: [String]) { self.segments = segments }
 
     /// Parses `a/b/c`, checking Firestore's name rules. `what` names the argument in errors.
-    static func parse(_ string: String, what: String) throws -> ResourcePath {
+    package static func parse(_ string: String, what: String) throws -> ResourcePath {
         var trimmed = Substring(string)
         if trimmed.hasPrefix("/") { trimmed = trimmed.dropFirst() }
         if trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
@@ -19,7 +19,7 @@ struct ResourcePath: Sendable, Hashable, Comparable, CustomStringConvertible {
     }
 
     /// Firestore's rules for a collection id or document id.
-    static func checkSegment(_ s: String, what: String) throws {
+    package static func checkSegment(_ s: String, what: String) throws {
         if s.isEmpty { throw FirestoreErrorCode(.invalidArgument, "\(what): an id must not be empty") }
         if s.contains("/") { throw FirestoreErrorCode(.invalidArgument, "\(what): the id \"\(s)\" must not contain '/'") }
         if s == "." || s == ".." { throw FirestoreErrorCode(.invalidArgument, "\(what): the id \"\(s)\" is reserved ('.' and '..' are not ids)") }
@@ -29,16 +29,16 @@ struct ResourcePath: Sendable, Hashable, Comparable, CustomStringConvertible {
         if s.utf8.count > 1500 { throw FirestoreErrorCode(.invalidArgument, "\(what): an id is at most 1,500 bytes (this one is \(s.utf8.count))") }
     }
 
-    var isDocument: Bool { segments.count % 2 == 0 && !segments.isEmpty }
-    var last: String { segments.last ?? "" }
-    var parent: ResourcePath { ResourcePath(Array(segments.dropLast())) }
-    func appending(_ other: ResourcePath) -> ResourcePath { ResourcePath(segments + other.segments) }
-    func appending(_ s: String) -> ResourcePath { ResourcePath(segments + [s]) }
-    func isPrefix(of other: ResourcePath) -> Bool { other.segments.count >= segments.count && Array(other.segments.prefix(segments.count)) == segments }
-    var description: String { segments.joined(separator: "/") }
+    package var isDocument: Bool { segments.count % 2 == 0 && !segments.isEmpty }
+    package var last: String { segments.last ?? "" }
+    package var parent: ResourcePath { ResourcePath(Array(segments.dropLast())) }
+    package func appending(_ other: ResourcePath) -> ResourcePath { ResourcePath(segments + other.segments) }
+    package func appending(_ s: String) -> ResourcePath { ResourcePath(segments + [s]) }
+    package func isPrefix(of other: ResourcePath) -> Bool { other.segments.count >= segments.count && Array(other.segments.prefix(segments.count)) == segments }
+    package var description: String { segments.joined(separator: "/") }
 
     /// Segment by segment, each by its UTF-8 bytes (Firestore's order of document names).
-    static func < (a: ResourcePath, b: ResourcePath) -> Bool { FieldValueData.compareSegments(a.segments, b.segments) < 0 }
+    package static func < (a: ResourcePath, b: ResourcePath) -> Bool { FieldValueData.compareSegments(a.segments, b.segments) < 0 }
 }
 
 /// A path to a field inside a document (Firebase's `FieldPath`): its segments are field names,
@@ -47,7 +47,7 @@ public struct FieldPath: Sendable, Hashable, CustomStringConvertible {
     /// The field names from the document's top level down.
     public let segments: [String]
     /// Internal: the document's own name (`__name__`).
-    let isDocumentID: Bool
+    package let isDocumentID: Bool
 
     /// A path of field names, each taken literally. Throws on an empty list or an empty name.
     public init(_ fieldNames: [String]) {
@@ -64,7 +64,7 @@ public struct FieldPath: Sendable, Hashable, CustomStringConvertible {
     public static func documentID() -> FieldPath { FieldPath(documentID: ()) }
 
     /// Parses a dotted path (`"address.city"`); a name holding a dot needs ``init(_:)``.
-    static func parse(_ dotted: String) throws -> FieldPath {
+    package static func parse(_ dotted: String) throws -> FieldPath {
         if dotted == "__name__" { return .documentID() }
         guard !dotted.isEmpty else { throw FirestoreErrorCode(.invalidArgument, "a field path must not be empty") }
         if let bad = dotted.first(where: { "~*/[]".contains($0) }) {
@@ -77,13 +77,13 @@ public struct FieldPath: Sendable, Hashable, CustomStringConvertible {
         return FieldPath(parts)
     }
 
-    func validated() throws -> FieldPath {
+    package func validated() throws -> FieldPath {
         if segments.isEmpty { throw FirestoreErrorCode(.invalidArgument, "a field path must have at least one field name") }
         if segments.contains(where: \.isEmpty) { throw FirestoreErrorCode(.invalidArgument, "a field path's names must not be empty (\(segments))") }
         return self
     }
 
-    func isPrefix(of other: FieldPath) -> Bool { other.segments.count >= segments.count && Array(other.segments.prefix(segments.count)) == segments }
+    package func isPrefix(of other: FieldPath) -> Bool { other.segments.count >= segments.count && Array(other.segments.prefix(segments.count)) == segments }
 
     /// The path as Firestore writes it: names joined by dots, a name that is not a simple
     /// identifier back-quoted.

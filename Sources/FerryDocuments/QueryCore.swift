@@ -1,13 +1,13 @@
 import Foundation
 
 /// A filter's operator (Firestore's field filter operators).
-enum FilterOperator: String, Sendable, Hashable {
+package enum FilterOperator: String, Sendable, Hashable {
     case lessThan = "<", lessThanOrEqual = "<=", equal = "==", notEqual = "!="
     case greaterThanOrEqual = ">=", greaterThan = ">"
     case arrayContains = "array-contains", arrayContainsAny = "array-contains-any"
     case `in` = "in", notIn = "not-in"
 
-    var isInequality: Bool { [.lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual, .notEqual, .notIn].contains(self) }
+    package var isInequality: Bool { [.lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual, .notEqual, .notIn].contains(self) }
     var isRange: Bool { [.lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual].contains(self) }
     var takesArray: Bool { [.in, .notIn, .arrayContainsAny].contains(self) }
 
@@ -25,7 +25,7 @@ enum FilterOperator: String, Sendable, Hashable {
 }
 
 /// A filter: on a field, or AND / OR of filters.
-indirect enum FilterNode: Sendable, Hashable {
+package indirect enum FilterNode: Sendable, Hashable {
     case field(FieldPath, FilterOperator, FieldValueData)
     case and([FilterNode])
     case or([FilterNode])
@@ -38,7 +38,7 @@ indirect enum FilterNode: Sendable, Hashable {
         }
     }
 
-    func matches(_ doc: LocalDocument, _ fields: FieldValueData) -> Bool {
+    package func matches(_ doc: LocalDocument, _ fields: FieldValueData) -> Bool {
         switch self {
         case .and(let fs): return fs.allSatisfy { $0.matches(doc, fields) }
         case .or(let fs): return fs.contains { $0.matches(doc, fields) }
@@ -80,35 +80,43 @@ indirect enum FilterNode: Sendable, Hashable {
 }
 
 /// One ordering of a query.
-struct OrderBy: Sendable, Hashable {
-    var field: FieldPath
-    var descending: Bool
+package struct OrderBy: Sendable, Hashable {
+    package var field: FieldPath
+    package var descending: Bool
+    package init(field: FieldPath, descending: Bool) {
+        self.field = field
+        self.descending = descending
+    }
 }
 
 /// A cursor: values in the query's order, inclusive or not.
-struct Bound: Sendable, Hashable {
-    var position: [FieldValueData]
-    var inclusive: Bool
+package struct Bound: Sendable, Hashable {
+    package var position: [FieldValueData]
+    package var inclusive: Bool
+    package init(position: [FieldValueData], inclusive: Bool) {
+        self.position = position
+        self.inclusive = inclusive
+    }
 }
 
 /// What a query asks, model-side: the collection (or group), filters, orders, limit, cursors.
-struct QueryCore: Sendable, Hashable {
-    enum LimitType: Sendable, Hashable { case first, last }
+package struct QueryCore: Sendable, Hashable {
+    package enum LimitType: Sendable, Hashable { case first, last }
     /// A collection's path; for a collection group, the parent the group is searched under.
-    var path: ResourcePath
-    var collectionGroup: String?
-    var filter: FilterNode?
-    var explicitOrders: [OrderBy] = []
-    var limit: Int?
-    var limitType: LimitType = .first
-    var start: Bound?
-    var end: Bound?
+    package var path: ResourcePath
+    package var collectionGroup: String?
+    package var filter: FilterNode?
+    package var explicitOrders: [OrderBy] = []
+    package var limit: Int?
+    package var limitType: LimitType = .first
+    package var start: Bound?
+    package var end: Bound?
     /// A query for one document (a document listener).
-    var documentKey: ResourcePath?
+    package var documentKey: ResourcePath?
 
     /// The orders results follow: the explicit ones, then each inequality field not ordered
     /// yet (in field order), then the document name, in the last order's direction.
-    var orders: [OrderBy] {
+    package var orders: [OrderBy] {
         var out = explicitOrders
         let ordered = Set(out.map(\.field.segments))
         let inequalities = Set((filter?.fieldFilters ?? []).filter { $0.1.isInequality && !$0.0.isDocumentID }.map(\.0.segments))
@@ -121,7 +129,7 @@ struct QueryCore: Sendable, Hashable {
     }
 
     /// Whether `key` is a document this query's collection (or group) holds.
-    func holds(_ key: ResourcePath) -> Bool {
+    package func holds(_ key: ResourcePath) -> Bool {
         if let documentKey { return key == documentKey }
         if let group = collectionGroup {
             return key.segments.count >= 2 && key.parent.last == group && path.isPrefix(of: key) && key.segments.count > path.segments.count
@@ -130,7 +138,7 @@ struct QueryCore: Sendable, Hashable {
     }
 
     /// Whether `doc` (existing) is in the query's results before limits.
-    func matches(_ doc: LocalDocument, orders: [OrderBy]) -> Bool {
+    package func matches(_ doc: LocalDocument, orders: [OrderBy]) -> Bool {
         guard let fields = doc.fields, holds(doc.key) else { return false }
         let map = FieldValueData.map(fields)
         for o in orders where !o.field.isDocumentID {
@@ -143,7 +151,7 @@ struct QueryCore: Sendable, Hashable {
     }
 
     /// Compares two documents in the query's order (-1, 0, 1).
-    static func compare(_ a: LocalDocument, _ b: LocalDocument, _ orders: [OrderBy]) -> Int {
+    package static func compare(_ a: LocalDocument, _ b: LocalDocument, _ orders: [OrderBy]) -> Int {
         for o in orders {
             var c: Int
             if o.field.isDocumentID {
@@ -189,8 +197,15 @@ struct QueryCore: Sendable, Hashable {
 
     /// The results of this query from `matching` (every document it matches, in order):
     /// the limit applied.
-    func window(_ matching: ArraySlice<LocalDocument>) -> ArraySlice<LocalDocument> {
+    package func window(_ matching: ArraySlice<LocalDocument>) -> ArraySlice<LocalDocument> {
         guard let limit else { return matching }
         return limitType == .first ? matching.prefix(limit) : matching.suffix(limit)
+    }
+}
+
+extension QueryCore {
+    /// A query of the collection at `path`, or of the `collectionGroup` below it.
+    package init(path: ResourcePath, collectionGroup: String? = nil) {
+        self.init(path: path, collectionGroup: collectionGroup, filter: nil)
     }
 }

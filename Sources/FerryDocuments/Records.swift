@@ -17,19 +17,20 @@ enum DocumentRecordKind: UInt8, CaseIterable {
 }
 
 /// Little-endian writer of record payloads.
-struct PayloadWriter {
-    var bytes: [UInt8] = []
-    mutating func u8(_ v: UInt8) { bytes.append(v) }
-    mutating func u32(_ v: UInt32) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
-    mutating func i64(_ v: Int64) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
-    mutating func f64(_ v: Double) { withUnsafeBytes(of: v.bitPattern.littleEndian) { bytes.append(contentsOf: $0) } }
-    mutating func string(_ s: String) { u32(UInt32(s.utf8.count)); bytes.append(contentsOf: s.utf8) }
-    mutating func data(_ d: Data) { u32(UInt32(d.count)); bytes.append(contentsOf: d) }
-    mutating func path(_ p: ResourcePath) { u32(UInt32(p.segments.count)); for s in p.segments { string(s) } }
-    mutating func fieldPath(_ p: FieldPath) { u32(UInt32(p.segments.count)); for s in p.segments { string(s) } }
+package struct PayloadWriter {
+    package var bytes: [UInt8] = []
+    package init() {}
+    package mutating func u8(_ v: UInt8) { bytes.append(v) }
+    package mutating func u32(_ v: UInt32) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+    package mutating func i64(_ v: Int64) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+    package mutating func f64(_ v: Double) { withUnsafeBytes(of: v.bitPattern.littleEndian) { bytes.append(contentsOf: $0) } }
+    package mutating func string(_ s: String) { u32(UInt32(s.utf8.count)); bytes.append(contentsOf: s.utf8) }
+    package mutating func data(_ d: Data) { u32(UInt32(d.count)); bytes.append(contentsOf: d) }
+    package mutating func path(_ p: ResourcePath) { u32(UInt32(p.segments.count)); for s in p.segments { string(s) } }
+    package mutating func fieldPath(_ p: FieldPath) { u32(UInt32(p.segments.count)); for s in p.segments { string(s) } }
 
     /// A value: a tag byte, then its body.
-    mutating func value(_ v: FieldValueData) {
+    package mutating func value(_ v: FieldValueData) {
         switch v {
         case .null: u8(0)
         case .bool(let b): u8(b ? 2 : 1)
@@ -47,19 +48,19 @@ struct PayloadWriter {
     }
 
     /// A map's fields, in key order (so equal maps write equal bytes).
-    mutating func fields(_ m: [String: FieldValueData]) {
+    package mutating func fields(_ m: [String: FieldValueData]) {
         u32(UInt32(m.count))
         for k in m.keys.sorted(by: FieldValueData.utf8Less) { string(k); value(m[k]!) }
     }
 }
 
 /// Reader of record payloads: every read checks that the bytes are there.
-struct PayloadReader {
-    let bytes: UnsafeRawBufferPointer
-    var offset = 0
-    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+package struct PayloadReader {
+    package let bytes: UnsafeRawBufferPointer
+    package var offset = 0
+    package init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
-    var atEnd: Bool { offset == bytes.count }
+    package var atEnd: Bool { offset == bytes.count }
     private mutating func take(_ n: Int) throws -> UnsafeRawBufferPointer {
         guard n >= 0, bytes.count - offset >= n else {
             throw FirestoreErrorCode(.dataLoss, "a document record ends early (needs \(n) bytes at offset \(offset) of \(bytes.count))")
@@ -67,27 +68,27 @@ struct PayloadReader {
         defer { offset += n }
         return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n])
     }
-    mutating func u8() throws -> UInt8 { try take(1)[0] }
+    package mutating func u8() throws -> UInt8 { try take(1)[0] }
     /// The next `n` bytes as they are.
-    mutating func raw(_ n: Int) throws -> UnsafeRawBufferPointer { try take(n) }
-    mutating func u32() throws -> UInt32 { UInt32(littleEndian: try take(4).loadUnaligned(as: UInt32.self)) }
-    mutating func i64() throws -> Int64 { Int64(littleEndian: try take(8).loadUnaligned(as: Int64.self)) }
-    mutating func f64() throws -> Double { Double(bitPattern: UInt64(littleEndian: try take(8).loadUnaligned(as: UInt64.self))) }
-    mutating func string() throws -> String {
+    package mutating func raw(_ n: Int) throws -> UnsafeRawBufferPointer { try take(n) }
+    package mutating func u32() throws -> UInt32 { UInt32(littleEndian: try take(4).loadUnaligned(as: UInt32.self)) }
+    package mutating func i64() throws -> Int64 { Int64(littleEndian: try take(8).loadUnaligned(as: Int64.self)) }
+    package mutating func f64() throws -> Double { Double(bitPattern: UInt64(littleEndian: try take(8).loadUnaligned(as: UInt64.self))) }
+    package mutating func string() throws -> String {
         let b = try take(Int(try u32()))
         guard let s = String(validating: b, as: UTF8.self) else { throw FirestoreErrorCode(.dataLoss, "a document record holds a string that is not UTF-8 (offset \(offset))") }
         return s
     }
-    mutating func data() throws -> Data { Data(try take(Int(try u32()))) }
-    mutating func count(max: Int = 1 << 24) throws -> Int {
+    package mutating func data() throws -> Data { Data(try take(Int(try u32()))) }
+    package mutating func count(max: Int = 1 << 24) throws -> Int {
         let n = Int(try u32())
         guard n <= max, n <= bytes.count - offset else { throw FirestoreErrorCode(.dataLoss, "a document record holds an impossible count \(n) (offset \(offset))") }
         return n
     }
-    mutating func path() throws -> ResourcePath { ResourcePath(try (0..<count()).map { _ in try string() }) }
-    mutating func fieldPath() throws -> FieldPath { FieldPath(try (0..<count()).map { _ in try string() }) }
+    package mutating func path() throws -> ResourcePath { ResourcePath(try (0..<count()).map { _ in try string() }) }
+    package mutating func fieldPath() throws -> FieldPath { FieldPath(try (0..<count()).map { _ in try string() }) }
 
-    mutating func value(depth: Int = 0) throws -> FieldValueData {
+    package mutating func value(depth: Int = 0) throws -> FieldValueData {
         guard depth <= 64 else { throw FirestoreErrorCode(.dataLoss, "a document record nests values too deep (offset \(offset))") }
         switch try u8() {
         case 0: return .null
@@ -106,7 +107,7 @@ struct PayloadReader {
         }
     }
 
-    mutating func fields(depth: Int = 0) throws -> [String: FieldValueData] {
+    package mutating func fields(depth: Int = 0) throws -> [String: FieldValueData] {
         let n = try count()
         var m: [String: FieldValueData] = [:]
         m.reserveCapacity(n)

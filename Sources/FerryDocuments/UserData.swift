@@ -51,7 +51,7 @@ public final class FieldValue: Sendable, CustomStringConvertible {
 }
 
 /// A transform the server applies after a write's fields (local reads apply it at once).
-enum FieldTransform: Sendable, Hashable {
+package enum FieldTransform: Sendable, Hashable {
     case serverTimestamp
     case increment(FieldValueData)
     case arrayUnion([FieldValueData])
@@ -59,11 +59,11 @@ enum FieldTransform: Sendable, Hashable {
 }
 
 /// Turns an app's values (`[String: Any]`) into stored values, checking Firestore's rules.
-enum UserData {
+package enum UserData {
     /// Firestore's limit on nesting: a field at most 20 maps or arrays deep.
-    static let maxDepth = 20
+    package static let maxDepth = 20
     /// Firestore's limit on a document's size.
-    static let maxDocumentBytes = 1_048_576
+    package static let maxDocumentBytes = 1_048_576
 
     /// Where a value is written: which special values are allowed there.
     enum Context { case set, mergeSet, update, argument }
@@ -284,11 +284,11 @@ enum UserData {
 
     /// The stored size of a document, as Firestore counts it: its name, and each field's name
     /// (+1) and value.
-    static func documentSize(path: ResourcePath, fields: [String: FieldValueData]) -> Int {
+    package static func documentSize(path: ResourcePath, fields: [String: FieldValueData]) -> Int {
         path.segments.reduce(16) { $0 + $1.utf8.count + 1 } + fields.reduce(0) { $0 + $1.key.utf8.count + 1 + size($1.value) } + 32
     }
 
-    static func size(_ v: FieldValueData) -> Int {
+    package static func size(_ v: FieldValueData) -> Int {
         switch v {
         case .null, .bool: 1
         case .integer, .double, .timestamp, .pendingServerTimestamp: 8

@@ -34,11 +34,11 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
     public func dateValue() -> Date { Date(timeIntervalSince1970: Double(seconds) + Double(nanoseconds) / 1e9) }
 
     /// This timestamp with what is finer than a microsecond dropped.
-    var truncatedToMicroseconds: Timestamp { Timestamp(seconds: seconds, nanoseconds: nanoseconds / 1000 * 1000) }
+    package var truncatedToMicroseconds: Timestamp { Timestamp(seconds: seconds, nanoseconds: nanoseconds / 1000 * 1000) }
 
     /// Microseconds since 1970.
-    var micros: Int64 { seconds &* 1_000_000 &+ Int64(nanoseconds / 1000) }
-    init(micros: Int64) {
+    package var micros: Int64 { seconds &* 1_000_000 &+ Int64(nanoseconds / 1000) }
+    package init(micros: Int64) {
         var s = micros / 1_000_000, us = micros % 1_000_000
         if us < 0 { us += 1_000_000; s -= 1 }
         self.init(seconds: s, nanoseconds: Int32(us * 1000))
@@ -65,7 +65,7 @@ public struct GeoPoint: Sendable, Hashable, Codable, CustomStringConvertible {
 /// `pendingServerTimestamp` never reaches a record: it is what a `serverTimestamp()` transform
 /// shows locally until the server's time arrives (the write's local time and the field's
 /// previous value, for ``ServerTimestampBehavior``).
-indirect enum FieldValueData: Sendable, Hashable {
+package indirect enum FieldValueData: Sendable, Hashable {
     case null
     case bool(Bool)
     case integer(Int64)
@@ -82,7 +82,7 @@ indirect enum FieldValueData: Sendable, Hashable {
 
     /// Firestore's type order: null < booleans < numbers < timestamps < (pending server
     /// timestamps) < strings < bytes < references < geo points < arrays < maps.
-    var typeOrder: Int {
+    package var typeOrder: Int {
         switch self {
         case .null: 0
         case .bool: 1
@@ -98,13 +98,13 @@ indirect enum FieldValueData: Sendable, Hashable {
         }
     }
 
-    var isNumber: Bool { typeOrder == 2 }
-    var isNaN: Bool { if case .double(let d) = self { d.isNaN } else { false } }
+    package var isNumber: Bool { typeOrder == 2 }
+    package var isNaN: Bool { if case .double(let d) = self { d.isNaN } else { false } }
 
     /// Equality as Firestore's SDK decides it (`array-contains`, `in`, `not-in`, whether a
     /// document changed): the same type and the same value, doubles bit for bit (so `1` is not `1.0`
     /// and NaN equals NaN). Ordering (``compare(_:_:)``) treats numbers as numbers instead.
-    static func == (a: FieldValueData, b: FieldValueData) -> Bool {
+    package static func == (a: FieldValueData, b: FieldValueData) -> Bool {
         switch (a, b) {
         case (.null, .null): true
         case (.bool(let x), .bool(let y)): x == y
@@ -122,7 +122,7 @@ indirect enum FieldValueData: Sendable, Hashable {
         }
     }
 
-    func hash(into h: inout Hasher) {
+    package func hash(into h: inout Hasher) {
         switch self {
         case .null: h.combine(0)
         case .bool(let b): h.combine(b)
@@ -142,7 +142,7 @@ indirect enum FieldValueData: Sendable, Hashable {
     /// Firestore's total order of values: -1, 0 or 1. Integers and doubles compare as numbers
     /// (NaN first, NaN equal to NaN, -0.0 equal to 0); strings by their UTF-8 bytes; maps by
     /// their keys in order, then values.
-    static func compare(_ a: FieldValueData, _ b: FieldValueData) -> Int {
+    package static func compare(_ a: FieldValueData, _ b: FieldValueData) -> Int {
         let ta = a.typeOrder, tb = b.typeOrder
         if ta != tb { return ta < tb ? -1 : 1 }
         switch (a, b) {
@@ -201,7 +201,7 @@ indirect enum FieldValueData: Sendable, Hashable {
     }
     static func utf8Less(_ x: String, _ y: String) -> Bool { x.utf8.lexicographicallyPrecedes(y.utf8) }
 
-    static func compareSegments<S: StringProtocol>(_ x: [S], _ y: [S]) -> Int {
+    package static func compareSegments<S: StringProtocol>(_ x: [S], _ y: [S]) -> Int {
         for (u, v) in zip(x, y) {
             let c = compareUTF8(String(u), String(v))
             if c != 0 { return c }
@@ -210,7 +210,7 @@ indirect enum FieldValueData: Sendable, Hashable {
     }
 
     /// The value at `path` below this map (nil: absent).
-    func value(at path: FieldPath) -> FieldValueData? {
+    package func value(at path: FieldPath) -> FieldValueData? {
         var v = self
         for s in path.segments {
             guard case .map(let m) = v, let next = m[s] else { return nil }
@@ -220,12 +220,12 @@ indirect enum FieldValueData: Sendable, Hashable {
     }
 
     /// The fields of a map value (empty for any other value).
-    var mapFields: [String: FieldValueData] { if case .map(let m) = self { m } else { [:] } }
+    package var mapFields: [String: FieldValueData] { if case .map(let m) = self { m } else { [:] } }
 }
 
 /// Sets `value` at `path` in `fields`, creating maps on the way (replacing non-maps); nil
 /// deletes the field.
-func setField(_ fields: inout [String: FieldValueData], _ path: ArraySlice<String>, _ value: FieldValueData?) {
+package func setField(_ fields: inout [String: FieldValueData], _ path: ArraySlice<String>, _ value: FieldValueData?) {
     guard let first = path.first else { return }
     if path.count == 1 {
         fields[first] = value

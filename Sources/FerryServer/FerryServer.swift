@@ -47,6 +47,12 @@ public struct ServerConfiguration: Sendable {
     /// to stay unacknowledged by a client gone silent (`TCP_USER_TIMEOUT`, Linux). A presence
     /// stream that closes runs them at once.
     public var presenceTimeoutSeconds = 60
+    /// The port of Cloud Firestore's gRPC API (`google.firestore.v1.Firestore`, plaintext
+    /// HTTP/2) on `host`; nil serves none, 0 picks a free one (see ``FerryServer/startFirestore()``).
+    /// Its databases are kept under `firestore/PROJECT/DATABASE`.
+    public var firestorePort: Int?
+    /// The most writes one Firestore commit may hold.
+    public var maxCommitWrites = 10_000
     /// The event loop threads serving connections (0: one per core).
     public var eventLoopThreads = 0
     /// Where the server logs; it never bootstraps logging itself.
@@ -101,13 +107,17 @@ public final class FerryServer: Sendable {
     }
     private let connections = FerryMutex(Connections())
     /// The tokens accepted now: the configuration's, until the owner replaces them.
-    private let tokens: FerryMutex<Set<String>>
+    let tokens: FerryMutex<Set<String>>
     private var logger: Logger { configuration.logger }
+    /// Cloud Firestore's databases, and the gRPC server serving them once started.
+    let firestore: FirestoreDatabases
+    let firestoreServer = FerryMutex<FirestoreEndpoint?>(nil)
 
     /// A server for `configuration`; call ``start()``.
     public init(configuration: ServerConfiguration) {
         self.configuration = configuration
         tokens = FerryMutex(configuration.tokens)
+        firestore = FirestoreDatabases(directory: configuration.dataDirectory + "/firestore", logger: configuration.logger)
         group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads > 0 ? configuration.eventLoopThreads : System.coreCount)
     }
 
@@ -207,6 +217,7 @@ public final class FerryServer: Sendable {
         while connections.withLock({ $0.inFlight > 0 }) {
             try? await Task.sleep(for: .milliseconds(5))
         }
+        await stopFirestore()
         for (_, task) in namespaces.withLock({ $0 }) {
             if let ns = try? await task.value { await ns.close() }
         }
@@ -224,6 +235,14 @@ public final class FerryServer: Sendable {
 
     /// Answers one request; nil when it became a stream (its events go to `output`).
     func respond(to r: HTTPRequest, stream output: StreamOutput) async -> HTTPResponse? {
+        // The Firestore emulator's clear-data request (no token, as the emulator asks none).
+        if r.keys.first == "emulator" {
+            let k = r.keys
+            guard r.method == "DELETE", k.count == 7, k[1] == "v1", k[2] == "projects", k[4] == "databases", k[6] == "documents" else {
+                return .error(404, "not found (the emulator API here is DELETE /emulator/v1/projects/P/databases/D/documents)")
+            }
+            return await clearFirestore(project: k[3], database: k[5])
+        }
         for name in r.query.keys where !Self.plainParameters.contains(name) && !WireQuery.parameterNames.contains(name) {
             return .error(400, "Unknown parameter: \(name)")
         }

@@ -3,6 +3,7 @@ import Dispatch
 import FerryServer
 import Foundation
 import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -52,6 +53,9 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "About the most bytes of data those commits may hold.")
     var historyBytes: Int = 64 * 1024 * 1024
 
+    @Option(help: "Also serve Cloud Firestore's gRPC API (google.firestore.v1.Firestore, plaintext HTTP/2) on this port (0: pick a free one). Its databases live under DATA/firestore.")
+    var firestorePort: Int?
+
     @Option(help: "Seconds a disconnected client's onDisconnect writes wait: after a restart, for it to connect again; on a silent connection, for its acknowledgements.")
     var presenceTimeout: Int = 60
 
@@ -71,6 +75,7 @@ struct FerryServerCommand: ParsableCommand {
         config.historyCommits = max(0, historyCommits)
         config.historyBytes = max(0, historyBytes)
         config.presenceTimeoutSeconds = max(1, presenceTimeout)
+        config.firestorePort = firestorePort
         let server = FerryServer(configuration: config)
         // The signal handlers are in place before "listening on" is printed: a SIGTERM sent as
         // soon as the line is seen is never lost (one sent between SIG_IGN and a handler was).
@@ -91,6 +96,25 @@ struct FerryServerCommand: ParsableCommand {
         do { bound = try server.start() } catch {
             FileHandle.standardError.write(Data("ferry-server: \(error)\n".utf8))
             throw ExitCode(1)
+        }
+        if firestorePort != nil {
+            // Printed before "listening on", which says the server is ready.
+            let started = Mutex<Result<Int, any Error>?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            Task {
+                let result: Result<Int, any Error>
+                do { result = .success(try await server.startFirestore()) } catch { result = .failure(error) }
+                started.withLock { $0 = result }
+                done.signal()
+            }
+            done.wait()
+            switch started.withLock({ $0 })! {
+            case .success(let port):
+                FileHandle.standardOutput.write(Data("firestore listening on \(host):\(port)\n".utf8))
+            case .failure(let error):
+                FileHandle.standardError.write(Data("ferry-server: \(error)\n".utf8))
+                throw ExitCode(1)
+            }
         }
         FileHandle.standardOutput.write(Data("listening on \(host):\(bound)\n".utf8))
         withExtendedLifetime(sources) { dispatchMain() }

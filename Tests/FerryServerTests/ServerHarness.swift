@@ -25,7 +25,13 @@ final class ServerProcess: Sendable {
             throw HTTPTestError(message: "ferry-server did not start")
         }
         self.port = port
+        // With --firestore-port, its line comes before "listening on".
+        firestorePort = process.outputLines.first(where: { $0.hasPrefix("firestore listening on ") })
+            .flatMap { Int($0.split(separator: ":").last ?? "") }
     }
+
+    /// The port of Cloud Firestore's gRPC API, when started with `--firestore-port`.
+    let firestorePort: Int?
 
     private let ended = FerryMutex(false)
 

@@ -1,0 +1,467 @@
+import FerryDocuments
+import FerryFirestoreWire
+import FerryLog
+import Foundation
+import Logging
+import Synchronization
+
+/// A document as the server holds it. Times are microseconds since 1970.
+struct StoredDocument: Sendable, Equatable {
+    var fields: [String: FieldValueData]
+    var createTime: Int64
+    var updateTime: Int64
+}
+
+/// One document's change in a commit.
+struct DocumentChangeRecord: Sendable {
+    var key: ResourcePath
+    var before: StoredDocument?
+    var after: StoredDocument?
+    var time: Int64
+}
+
+/// One Firestore database on the server (`projects/P/databases/D`): its documents in memory,
+/// every commit in a Ferry log, replayed at open.
+///
+/// **Commits** go through one writer, in the order they arrive, in groups: the writer applies a
+/// group's commits to an overlay of the documents (each commit atomic: a failed precondition or
+/// an aborted transaction leaves nothing of it), appends one record per commit and waits until
+/// they are durable, then installs the overlay, tells the listens, and answers. Reads see only
+/// installed (durable) documents, so nothing a client was shown is lost to kill -9.
+///
+/// **Commit times** are the commit's number: microseconds, strictly increasing, stored with the
+/// data. A listen's resume token names one (see ``ResumeToken``); deletions are remembered
+/// (`tombstones`, at most ``maxTombstones``) so a listen resumes with the changes since it.
+final class DocumentStore: Sendable {
+    /// Record kinds of a server document store (a client store uses 32–36).
+    enum RecordKind: UInt8 {
+        /// A commit: its time, then each document it wrote (state, create time, fields).
+        case commit = 40
+        /// Every document removed (the emulator's clear-data request), at a time.
+        case clear = 41
+    }
+
+    let name: DatabaseName
+    let log: WriteAheadLog
+    /// Which store a resume token belongs to: a store made anew never resumes an old token.
+    let epoch: UInt64
+    let logger: Logger
+    /// Deletions remembered for listens that resume; past this the oldest are forgotten and a
+    /// listen resuming from before them starts over.
+    static let maxTombstones = 100_000
+    /// Open transactions at most; past this `BeginTransaction` answers `RESOURCE_EXHAUSTED`.
+    static let maxTransactions = 10_000
+    /// A transaction unused for this long is forgotten (Firestore's: 270 s idle).
+    static let transactionIdleMicros: Int64 = 270_000_000
+
+    struct State: Sendable {
+        /// Documents by collection path, then id.
+        var collections: [ResourcePath: [String: StoredDocument]] = [:]
+        var count = 0
+        /// Deleted documents and when.
+        var tombstones: [ResourcePath: Int64] = [:]
+        /// Every deletion after this time is in `tombstones`.
+        var horizon: Int64 = 0
+        var lastCommit: Int64 = 0
+        var queue: [PendingCommit] = []
+        var writing = false
+        var transactions: [Data: TransactionState] = [:]
+        var listens = ListenRegistry()
+        var failure: String?
+
+        func document(_ key: ResourcePath) -> StoredDocument? {
+            collections[key.parent]?[key.last]
+        }
+
+        mutating func install(_ key: ResourcePath, _ doc: StoredDocument?, at time: Int64) {
+            let parent = key.parent
+            if let doc {
+                if collections[parent, default: [:]].updateValue(doc, forKey: key.last) == nil { count += 1 }
+                tombstones[key] = nil
+            } else if collections[parent]?.removeValue(forKey: key.last) != nil {
+                count -= 1
+                if collections[parent]?.isEmpty == true { collections[parent] = nil }
+                tombstones[key] = time
+            }
+        }
+
+        /// Forgets the oldest deletions past the limit, moving the horizon past them.
+        mutating func trimTombstones() {
+            guard tombstones.count > DocumentStore.maxTombstones else { return }
+            let sorted = tombstones.sorted { $0.value < $1.value }
+            let drop = sorted.prefix(tombstones.count - DocumentStore.maxTombstones * 3 / 4)
+            for (k, _) in drop { tombstones[k] = nil }
+            horizon = max(horizon, drop.last?.value ?? horizon)
+        }
+    }
+
+    /// A transaction's reads, checked when it commits.
+    struct TransactionState: Sendable {
+        var readOnly: Bool
+        /// Each document read: its update time then (0: it did not exist).
+        var reads: [ResourcePath: Int64] = [:]
+        /// Queries run in it, with what they returned (name and update time).
+        var queries: [(WireQuery, [ResourcePath: Int64])] = []
+        var lastUsed: Int64
+    }
+
+    struct PendingCommit: Sendable {
+        enum Operation: Sendable {
+            case writes([ParsedWrite])
+            case clear
+        }
+        var operation: Operation
+        var transaction: Data?
+        var continuation: CheckedContinuation<CommitResult, any Error>
+    }
+
+    struct CommitResult: Sendable {
+        var commitTime: Int64
+        var results: [(updateTime: Int64, transformResults: [FieldValueData])]
+    }
+
+    let state: Mutex<State>
+
+    private init(name: DatabaseName, log: WriteAheadLog, state: State, logger: Logger) {
+        self.name = name
+        self.log = log
+        self.epoch = log.storeID.high ^ log.storeID.low
+        self.state = Mutex(state)
+        self.logger = logger
+    }
+
+    /// Opens (creating) the store at `directory` and replays its commits.
+    static func open(at directory: String, name: DatabaseName, logger: Logger) throws -> DocumentStore {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var options = LogOptions(durability: .none)  // the writer syncs each group itself
+        options.logger = logger
+        let log = try WriteAheadLog.open(at: directory, options: options)
+        var s = State()
+        do {
+            try log.forEachRecord { r in
+                switch RecordKind(rawValue: r.kind) {
+                case .commit:
+                    var reader = PayloadReader(r.payload)
+                    guard try reader.u8() == 1 else { throw FirestoreErrorCode(.dataLoss, "a commit record of an unknown version") }
+                    let time = try reader.i64()
+                    for _ in 0..<(try reader.count()) {
+                        let key = try reader.path()
+                        if try reader.u8() == 1 {
+                            let created = try reader.i64()
+                            s.install(key, StoredDocument(fields: try reader.fields(), createTime: created, updateTime: time), at: time)
+                        } else {
+                            s.install(key, nil, at: time)
+                        }
+                    }
+                    s.lastCommit = max(s.lastCommit, time)
+                case .clear:
+                    var reader = PayloadReader(r.payload)
+                    let time = try reader.i64()
+                    for (parent, docs) in s.collections { for id in docs.keys { s.install(parent.appending(id), nil, at: time) } }
+                    s.lastCommit = max(s.lastCommit, time)
+                case nil:
+                    throw FirestoreErrorCode(.dataLoss, "record kind \(r.kind) at \(r.lsn) is not a server document record: is \(directory) another kind of store?")
+                }
+            }
+            s.trimTombstones()
+        } catch {
+            log.release()
+            throw error
+        }
+        return DocumentStore(name: name, log: log, state: s, logger: logger)
+    }
+
+    func close() async {
+        try? await log.close()
+    }
+
+    /// Now, as a commit time: strictly after the last one.
+    static func nextTime(after last: Int64) -> Int64 {
+        max(Int64(Date().timeIntervalSince1970 * 1_000_000), last + 1)
+    }
+
+    // MARK: Reads
+
+    /// The documents `keys` name, as installed, and the time they are read at.
+    func documents(_ keys: [ResourcePath], transaction: Data?) throws -> (docs: [StoredDocument?], readTime: Int64) {
+        try state.withLock { s in
+            try Self.checkOpen(s)
+            let docs = keys.map { s.document($0) }
+            if let transaction {
+                try Self.useTransaction(&s, transaction) { t in
+                    for (k, d) in zip(keys, docs) { t.reads[k] = d?.updateTime ?? 0 }
+                }
+            }
+            return (docs, s.lastCommit)
+        }
+    }
+
+    /// The query's results (offset and limit applied), and the time they are read at.
+    func run(_ q: WireQuery, transaction: Data?) throws -> (docs: [(ResourcePath, StoredDocument)], readTime: Int64) {
+        try state.withLock { s in
+            try Self.checkOpen(s)
+            let out = Self.run(q, in: s, overlay: [:])
+            if let transaction {
+                try Self.useTransaction(&s, transaction) { t in
+                    t.queries.append((q, Dictionary(out.map { ($0.0, $0.1.updateTime) }, uniquingKeysWith: { a, _ in a })))
+                }
+            }
+            return (out, s.lastCommit)
+        }
+    }
+
+    /// Every document of `q` (filters and cursors applied), in its order, over the installed
+    /// documents with `overlay` in place of theirs (nil: deleted); then offset and limit.
+    static func run(_ q: WireQuery, in s: State, overlay: [ResourcePath: StoredDocument?]) -> [(ResourcePath, StoredDocument)] {
+        let core = q.core
+        let orders = core.orders
+        var matching: [LocalDocument] = []
+        var stored: [ResourcePath: StoredDocument] = [:]
+        func consider(_ key: ResourcePath, _ doc: StoredDocument) {
+            let local = LocalDocument.stored(key, doc.fields)
+            if core.matches(local, orders: orders) {
+                matching.append(local)
+                stored[key] = doc
+            }
+        }
+        func scan(_ parent: ResourcePath, _ docs: [String: StoredDocument]) {
+            for (id, doc) in docs {
+                let key = parent.appending(id)
+                if overlay[key] != nil { continue }
+                consider(key, doc)
+            }
+        }
+        if let group = core.collectionGroup {
+            for (parent, docs) in s.collections where parent.last == group && core.path.isPrefix(of: parent) { scan(parent, docs) }
+        } else if let docs = s.collections[core.path] {
+            scan(core.path, docs)
+        }
+        for (key, doc) in overlay where core.holds(key) {
+            if let doc { consider(key, doc) }
+        }
+        matching.sort { QueryCore.compare($0, $1, orders) < 0 }
+        var window = matching[...].dropFirst(q.offset)
+        if let limit = core.limit { window = window.prefix(limit) }
+        return window.map { ($0.key, stored[$0.key]!) }
+    }
+
+    /// The ids of the collections directly below `parent` that hold documents (at any depth).
+    func collectionIDs(below parent: ResourcePath) throws -> [String] {
+        try state.withLock { s in
+            try Self.checkOpen(s)
+            var ids = Set<String>()
+            let depth = parent.segments.count
+            for c in s.collections.keys where c.segments.count > depth && parent.isPrefix(of: c) { ids.insert(c.segments[depth]) }
+            return ids.sorted { FieldValueData.compareSegments([$0], [$1]) < 0 }
+        }
+    }
+
+    /// The documents of a collection in name order, with (when `showMissing`) the names that
+    /// hold subcollections but no document (nil).
+    func list(_ collection: ResourcePath, showMissing: Bool) throws -> (docs: [(ResourcePath, StoredDocument?)], readTime: Int64) {
+        try state.withLock { s in
+            try Self.checkOpen(s)
+            var out: [ResourcePath: StoredDocument?] = [:]
+            for (id, d) in s.collections[collection] ?? [:] { out[collection.appending(id)] = d }
+            if showMissing {
+                let depth = collection.segments.count + 1
+                for c in s.collections.keys where c.segments.count > depth && collection.isPrefix(of: c) {
+                    let key = ResourcePath(Array(c.segments.prefix(depth)))
+                    if out[key] == nil { out[key] = .some(nil) }
+                }
+            }
+            return (out.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }, s.lastCommit)
+        }
+    }
+
+    // MARK: Transactions
+
+    func beginTransaction(readOnly: Bool) throws -> Data {
+        try state.withLock { s in
+            try Self.checkOpen(s)
+            let now = Int64(Date().timeIntervalSince1970 * 1_000_000)
+            if s.transactions.count >= Self.maxTransactions {
+                s.transactions = s.transactions.filter { now - $0.value.lastUsed < Self.transactionIdleMicros }
+                if s.transactions.count >= Self.maxTransactions {
+                    throw FirestoreErrorCode(.resourceExhausted, "too many open transactions (\(Self.maxTransactions)); commit or roll some back")
+                }
+            }
+            var id = Data(count: 16)
+            for i in 0..<16 { id[i] = UInt8.random(in: 0...255) }
+            s.transactions[id] = TransactionState(readOnly: readOnly, lastUsed: now)
+            return id
+        }
+    }
+
+    /// Forgets a transaction. One already ended (committed, aborted, expired) is no error: a
+    /// client rolls back after a commit that failed.
+    func rollback(_ id: Data) throws {
+        try state.withLock { s in
+            try Self.checkOpen(s)
+            s.transactions[id] = nil
+        }
+    }
+
+    private static func useTransaction(_ s: inout State, _ id: Data, _ body: (inout TransactionState) -> Void) throws {
+        guard var t = s.transactions[id] else {
+            throw FirestoreErrorCode(.invalidArgument, "the transaction has expired or is not one of this database's")
+        }
+        t.lastUsed = Int64(Date().timeIntervalSince1970 * 1_000_000)
+        body(&t)
+        s.transactions[id] = t
+    }
+
+    private static func checkOpen(_ s: State) throws {
+        if let failure = s.failure { throw FirestoreErrorCode(.unavailable, "this database's store failed (\(failure)); the server refuses it until restarted") }
+    }
+
+    // MARK: Commits
+
+    /// Applies `writes` atomically (in a transaction when given) once they are durable.
+    func commit(_ writes: [ParsedWrite], transaction: Data?) async throws -> CommitResult {
+        try await enqueue(.writes(writes), transaction: transaction)
+    }
+
+    /// Every document removed (the emulator's clear-data request), as one durable commit.
+    func clear() async throws {
+        _ = try await enqueue(.clear, transaction: nil)
+    }
+
+    private func enqueue(_ op: PendingCommit.Operation, transaction: Data?) async throws -> CommitResult {
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<CommitResult, any Error>) in
+            let start: Bool = state.withLock { s in
+                if let failure = s.failure {
+                    c.resume(throwing: FirestoreErrorCode(.unavailable, "this database's store failed (\(failure))"))
+                    return false
+                }
+                s.queue.append(PendingCommit(operation: op, transaction: transaction, continuation: c))
+                if s.writing { return false }
+                s.writing = true
+                return true
+            }
+            if start { Task { await self.drain() } }
+        }
+    }
+
+    private func drain() async {
+        while true {
+            let group: [PendingCommit]? = state.withLock { s in
+                if s.queue.isEmpty {
+                    s.writing = false
+                    return nil
+                }
+                defer { s.queue.removeAll() }
+                return s.queue
+            }
+            guard let group else { return }
+            await write(group)
+        }
+    }
+
+    /// One group: computed over the installed documents, stored, installed, published, answered.
+    private func write(_ group: [PendingCommit]) async {
+        var overlay: [ResourcePath: StoredDocument?] = [:]
+        var outcomes: [Result<CommitResult, FirestoreErrorCode>] = []
+        var changes: [DocumentChangeRecord] = []
+        var batch = LogBatch()
+        var last = state.withLock { $0.lastCommit }
+        state.withLock { s in
+            for p in group {
+                let time = Self.nextTime(after: last)
+                var local = overlay
+                do {
+                    var results: [(updateTime: Int64, transformResults: [FieldValueData])] = []
+                    var written: [ResourcePath] = []
+                    var rec = PayloadWriter()
+                    switch p.operation {
+                    case .writes(let writes):
+                        if let id = p.transaction { try Self.checkTransaction(id, in: s, overlay: overlay) }
+                        for w in writes {
+                            let before = local[w.key] ?? s.document(w.key)
+                            let (after, transformResults) = try w.apply(to: before, at: time)
+                            local[w.key] = .some(after)
+                            if !written.contains(w.key) { written.append(w.key) }
+                            results.append((time, transformResults))
+                        }
+                        rec.u8(1)
+                        rec.i64(time)
+                        rec.u32(UInt32(written.count))
+                        for k in written {
+                            rec.path(k)
+                            if let d = local[k]! {
+                                rec.u8(1)
+                                rec.i64(d.createTime)
+                                rec.fields(d.fields)
+                            } else {
+                                rec.u8(0)
+                            }
+                        }
+                        batch.append(kind: RecordKind.commit.rawValue, payload: rec.bytes)
+                    case .clear:
+                        for (parent, docs) in s.collections { for id in docs.keys { local[parent.appending(id)] = .some(nil) } }
+                        for (k, d) in overlay where d != nil { local[k] = .some(nil) }
+                        written = local.keys.filter { (overlay[$0] ?? s.document($0)) != nil }
+                        rec.i64(time)
+                        batch.append(kind: RecordKind.clear.rawValue, payload: rec.bytes)
+                    }
+                    for k in written { changes.append(DocumentChangeRecord(key: k, before: overlay[k] ?? s.document(k), after: local[k]!, time: time)) }
+                    overlay = local
+                    last = time
+                    outcomes.append(.success(CommitResult(commitTime: time, results: results)))
+                } catch let e as FirestoreErrorCode {
+                    outcomes.append(.failure(e))
+                } catch {
+                    outcomes.append(.failure(FirestoreErrorCode(.internal, "\(error)")))
+                }
+                if let id = p.transaction { s.transactions[id] = nil }
+                if case .clear = p.operation { s.transactions = [:] }
+            }
+        }
+        if !batch.isEmpty {
+            do {
+                let range = try log.enqueue(batch)
+                try await log.awaitDurability(of: range)
+            } catch {
+                let message = "\(error)"
+                logger.error("firestore \(name): the store failed (\(message)); refusing it from now on")
+                let queued: [PendingCommit] = state.withLock { s in
+                    s.failure = message
+                    defer { s.queue.removeAll() }
+                    return s.queue
+                }
+                for p in group + queued { p.continuation.resume(throwing: FirestoreErrorCode(.unavailable, "the store failed: \(message)")) }
+                return
+            }
+            state.withLock { s in
+                for c in changes { s.install(c.key, c.after, at: c.time) }
+                s.lastCommit = last
+                s.trimTombstones()
+                Self.publish(changes, at: last, &s, database: name, epoch: epoch)
+            }
+        }
+        for (p, o) in zip(group, outcomes) {
+            switch o {
+            case .success(let r): p.continuation.resume(returning: r)
+            case .failure(let e): p.continuation.resume(throwing: e)
+            }
+        }
+    }
+
+    /// Refuses (`ABORTED`) a transaction whose reads changed since, or (`INVALID_ARGUMENT`)
+    /// one the store does not know.
+    private static func checkTransaction(_ id: Data, in s: State, overlay: [ResourcePath: StoredDocument?]) throws {
+        guard let t = s.transactions[id] else {
+            throw FirestoreErrorCode(.invalidArgument, "the transaction has expired or is not one of this database's")
+        }
+        func current(_ k: ResourcePath) -> Int64 { (overlay[k] ?? s.document(k))?.updateTime ?? 0 }
+        for (k, v) in t.reads where current(k) != v {
+            throw FirestoreErrorCode(.aborted, "the transaction read \(k), which changed before it committed; run it again")
+        }
+        for (q, seen) in t.queries {
+            let now = run(q, in: s, overlay: overlay)
+            if now.count != seen.count || now.contains(where: { seen[$0.0] != $0.1.updateTime }) {
+                throw FirestoreErrorCode(.aborted, "a query the transaction ran has other results now; run it again")
+            }
+        }
+    }
+}

@@ -1,0 +1,68 @@
+import FerryDocuments
+import FerryFirestoreWire
+import Foundation
+import GRPCCore
+import GRPCNIOTransportHTTP2
+
+/// The running gRPC server of Cloud Firestore's API.
+struct FirestoreEndpoint: Sendable {
+    let server: GRPCServer<HTTP2ServerTransport.Posix>
+    let serving: Task<Void, any Error>
+}
+
+extension FerryServer {
+    /// Starts serving Cloud Firestore's gRPC API on the configuration's `firestorePort`;
+    /// returns the bound port.
+    ///
+    /// - Throws: ``ServerError`` `cannotListen` when the port cannot be bound.
+    public func startFirestore() async throws -> Int {
+        let port = configuration.firestorePort ?? 0
+        let transport = HTTP2ServerTransport.Posix(
+            address: .ipv4(host: configuration.host, port: port),
+            transportSecurity: .plaintext,
+            config: .defaults { config in
+                // Firestore's own limit on a request is 10 MiB; a commit of big documents needs it.
+                config.rpc.maxRequestPayloadSize = 16 * 1024 * 1024
+            }
+        )
+        let service = FirestoreService(databases: firestore, tokens: { [self] in tokens.withLock { $0 } }, maxWrites: configuration.maxCommitWrites)
+        let server = GRPCServer(transport: transport, services: [service])
+        let serving = Task { try await server.serve() }
+        let address: GRPCNIOTransportCore.SocketAddress
+        do {
+            address = try await transport.listeningAddress
+        } catch {
+            serving.cancel()
+            throw ServerError(code: .cannotListen, message: "cannot listen for Firestore's API: \(error)", address: "\(configuration.host):\(port)")
+        }
+        firestoreServer.withLock { $0 = FirestoreEndpoint(server: server, serving: serving) }
+        return address.ipv4?.port ?? port
+    }
+
+    /// Stops the gRPC server (its streams end) and closes the Firestore databases.
+    func stopFirestore() async {
+        if let endpoint = firestoreServer.withLock({ e in defer { e = nil }; return e }) {
+            endpoint.server.beginGracefulShutdown()
+            // Listen streams never end by themselves: cancel what is left after a moment's grace.
+            let grace = Task {
+                try await Task.sleep(for: .seconds(1))
+                endpoint.serving.cancel()
+            }
+            _ = try? await endpoint.serving.value
+            grace.cancel()
+        }
+        await firestore.closeAll()
+    }
+
+    /// The emulator's `DELETE /emulator/v1/projects/P/databases/D/documents`: every document of
+    /// the database removed (listeners told), as one durable commit.
+    func clearFirestore(project: String, database: String) async -> HTTPResponse {
+        guard DatabaseName.isID(project), DatabaseName.isID(database) else { return .error(400, "invalid project or database id") }
+        do {
+            try await firestore.store(DatabaseName(project: project, database: database)).clear()
+            return .json(200, "{}")
+        } catch {
+            return .error(503, "cannot clear: \(error)")
+        }
+    }
+}

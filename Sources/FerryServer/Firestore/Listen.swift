@@ -1,0 +1,289 @@
+import FerryDocuments
+import FerryFirestoreWire
+import Foundation
+import Synchronization
+
+typealias ListenResponse = Google_Firestore_V1_ListenResponse
+
+/// Where one Listen stream's messages go: an unbounded queue the stream's writer drains, with
+/// a bound on what may wait. A client that stops reading is cut off (`RESOURCE_EXHAUSTED`,
+/// after which a client listens again with its resume token) instead of growing the server.
+final class ListenSink: Sendable {
+    static let maxWaiting = 50_000
+    let stream: AsyncStream<ListenResponse>
+    private let continuation: AsyncStream<ListenResponse>.Continuation
+    private let waiting = Atomic<Int>(0)
+    let overflowed = Atomic<Bool>(false)
+
+    init() {
+        (stream, continuation) = AsyncStream<ListenResponse>.makeStream()
+    }
+
+    func send(_ messages: [ListenResponse]) {
+        guard !messages.isEmpty else { return }
+        if waiting.add(messages.count, ordering: .relaxed).newValue > Self.maxWaiting {
+            overflowed.store(true, ordering: .relaxed)
+            continuation.finish()
+            return
+        }
+        for m in messages { continuation.yield(m) }
+    }
+
+    /// One message written to the client.
+    func sent() { waiting.subtract(1, ordering: .relaxed) }
+
+    func finish() { continuation.finish() }
+}
+
+/// What a target watches, and what its client holds.
+struct ListenTarget: Sendable {
+    /// A query target (nil: a documents target).
+    var query: WireQuery?
+    var documents: Set<ResourcePath> = []
+    /// The documents the client holds for it, with the update time it was sent.
+    var sent: [ResourcePath: Int64] = [:]
+
+    func watches(_ key: ResourcePath) -> Bool {
+        if let query { return query.core.holds(key) }
+        return documents.contains(key)
+    }
+}
+
+/// Every Listen stream of one database and its targets.
+struct ListenRegistry: Sendable {
+    struct Stream: Sendable {
+        var sink: ListenSink
+        var targets: [Int32: ListenTarget] = [:]
+    }
+    var streams: [Int: Stream] = [:]
+    var nextID = 1
+}
+
+extension DocumentStore {
+    /// A new Listen stream, whose messages go to `sink`.
+    func openListen(_ sink: ListenSink) -> Int {
+        state.withLock { s in
+            let id = s.listens.nextID
+            s.listens.nextID += 1
+            s.listens.streams[id] = ListenRegistry.Stream(sink: sink)
+            return id
+        }
+    }
+
+    func closeListen(_ id: Int) {
+        let sink = state.withLock { s in s.listens.streams.removeValue(forKey: id)?.sink }
+        sink?.finish()
+    }
+
+    /// A `ListenRequest` of stream `id`: a target added (answered with its documents as of now,
+    /// or the changes since its resume token), or removed.
+    func listenRequest(_ id: Int, _ request: Google_Firestore_V1_ListenRequest) {
+        state.withLock { s in
+            guard let stream = s.listens.streams[id] else { return }
+            switch request.targetChange {
+            case nil: break
+            case .removeTarget(let tid):
+                if s.listens.streams[id]?.targets.removeValue(forKey: tid) != nil {
+                    stream.sink.send([Self.targetChange(.remove, [tid])])
+                }
+            case .addTarget(let target):
+                var tid = target.targetID
+                if tid == 0 { tid = (stream.targets.keys.max() ?? 0) + 2 }
+                if stream.targets[tid] != nil {
+                    stream.sink.send([Self.targetChange(.remove, [tid], cause: FirestoreErrorCode(.invalidArgument, "target \(tid) is already listened to on this stream"))])
+                    return
+                }
+                do {
+                    let (listen, messages) = try Self.startTarget(target, id: tid, s, database: name, epoch: epoch)
+                    if !target.once { s.listens.streams[id]?.targets[tid] = listen }
+                    stream.sink.send(messages + (target.once ? [Self.targetChange(.remove, [tid])] : []))
+                } catch {
+                    let e = error as? FirestoreErrorCode ?? FirestoreErrorCode(.internal, "\(error)")
+                    stream.sink.send([Self.targetChange(.remove, [tid], cause: e)])
+                }
+            }
+        }
+    }
+
+    static func targetChange(_ type: Google_Firestore_V1_TargetChange.TargetChangeType, _ ids: [Int32], cause: FirestoreErrorCode? = nil, readTime: Int64? = nil, token: Data? = nil) -> ListenResponse {
+        var c = Google_Firestore_V1_TargetChange()
+        c.targetChangeType = type
+        c.targetIds = ids
+        if let cause {
+            var status = Google_Firestore_V1_Status()
+            status.code = Int32(cause.code.rawValue)
+            status.message = cause.message
+            c.cause = status
+        }
+        if let readTime { c.readTime = wireTimestamp(micros: readTime) }
+        if let token { c.resumeToken = token }
+        var r = ListenResponse()
+        r.targetChange = c
+        return r
+    }
+
+    static func wireDocument(_ key: ResourcePath, _ d: StoredDocument, _ database: DatabaseName) -> Google_Firestore_V1_Document {
+        var doc = Google_Firestore_V1_Document()
+        doc.name = database.name(of: key)
+        doc.fields = FieldValueData.wire(fields: d.fields, in: database)
+        doc.createTime = wireTimestamp(micros: d.createTime)
+        doc.updateTime = wireTimestamp(micros: d.updateTime)
+        return doc
+    }
+
+    private static func changed(_ key: ResourcePath, _ d: StoredDocument, _ tid: Int32, _ database: DatabaseName) -> ListenResponse {
+        var c = Google_Firestore_V1_DocumentChange()
+        c.document = wireDocument(key, d, database)
+        c.targetIds = [tid]
+        var r = ListenResponse()
+        r.documentChange = c
+        return r
+    }
+
+    private static func gone(_ key: ResourcePath, deleted: Bool, _ tid: Int32, at time: Int64, _ database: DatabaseName) -> ListenResponse {
+        var r = ListenResponse()
+        if deleted {
+            var d = Google_Firestore_V1_DocumentDelete()
+            d.document = database.name(of: key)
+            d.removedTargetIds = [tid]
+            d.readTime = wireTimestamp(micros: time)
+            r.documentDelete = d
+        } else {
+            var d = Google_Firestore_V1_DocumentRemove()
+            d.document = database.name(of: key)
+            d.removedTargetIds = [tid]
+            d.readTime = wireTimestamp(micros: time)
+            r.documentRemove = d
+        }
+        return r
+    }
+
+    /// The documents a target shows now.
+    private static func results(_ t: ListenTarget, _ s: State) -> [(ResourcePath, StoredDocument)] {
+        if let q = t.query {
+            var unlimited = q
+            unlimited.projection = nil
+            return run(unlimited, in: s, overlay: [:])
+        }
+        return t.documents.sorted().compactMap { k in s.document(k).map { (k, $0) } }
+    }
+
+    /// A target's first messages: ADD, its documents (or, resuming, what changed since its
+    /// token: changed, removed, deleted), CURRENT, the count (an existence filter), and a
+    /// global NO_CHANGE with the read time and a resume token. A token the store cannot resume
+    /// from (another store's, or older than the deletions it remembers) gets RESET first.
+    static func startTarget(_ target: Google_Firestore_V1_Target, id tid: Int32, _ s: State, database: DatabaseName, epoch: UInt64) throws -> (ListenTarget, [ListenResponse]) {
+        var t = ListenTarget()
+        switch target.targetType {
+        case nil: throw FirestoreErrorCode(.invalidArgument, "a target must be a query or documents")
+        case .documents(let d):
+            guard !d.documents.isEmpty else { throw FirestoreErrorCode(.invalidArgument, "a documents target names no document") }
+            t.documents = Set(try d.documents.map { try database.documentPath($0) })
+        case .query(let q):
+            guard case .structuredQuery(let sq)? = q.queryType else { throw FirestoreErrorCode(.invalidArgument, "a query target has no query") }
+            t.query = try WireQuery(sq, parent: try database.parentPath(q.parent), in: database)
+        }
+        var since: Int64?
+        var reset = false
+        switch target.resumeType {
+        case .resumeToken(let data)?:
+            if let token = ResumeToken(data), token.epoch == epoch, token.commit >= s.horizon, token.commit <= s.lastCommit {
+                since = token.commit
+            } else {
+                reset = true
+            }
+        case .readTime(let time)?:
+            let micros = try Timestamp(wire: time).micros
+            if micros >= s.horizon, micros <= s.lastCommit { since = micros } else { reset = true }
+        case nil: break
+        }
+        var out = [targetChange(.add, [tid])]
+        if reset { out.append(targetChange(.reset, [tid])) }
+        let now = results(t, s)
+        for (k, d) in now {
+            t.sent[k] = d.updateTime
+            if since.map({ d.updateTime > $0 }) ?? true { out.append(changed(k, d, tid, database)) }
+        }
+        if let since {
+            // What left the target since the token: deleted, or changed so it no longer matches.
+            for (k, time) in s.tombstones where time > since && t.watches(k) { out.append(gone(k, deleted: true, tid, at: time, database)) }
+            if let q = t.query {
+                let shown = Set(now.map(\.0))
+                let collections = q.core.collectionGroup == nil
+                    ? [(q.core.path, s.collections[q.core.path] ?? [:])]
+                    : s.collections.filter { $0.key.last == q.core.collectionGroup && q.core.path.isPrefix(of: $0.key) }.map { ($0.key, $0.value) }
+                for (parent, docs) in collections {
+                    for (docID, d) in docs where d.updateTime > since {
+                        let k = parent.appending(docID)
+                        if !shown.contains(k) { out.append(gone(k, deleted: false, tid, at: d.updateTime, database)) }
+                    }
+                }
+            }
+        }
+        out.append(targetChange(.current, [tid], token: ResumeToken(epoch: epoch, commit: s.lastCommit).data))
+        if since != nil {
+            var f = Google_Firestore_V1_ExistenceFilter()
+            f.targetID = tid
+            f.count = Int32(now.count)
+            var r = ListenResponse()
+            r.filter = f
+            out.append(r)
+        }
+        out.append(targetChange(.noChange, [], readTime: s.lastCommit, token: ResumeToken(epoch: epoch, commit: s.lastCommit).data))
+        return (t, out)
+    }
+
+    /// Tells every stream what a group of commits changed in its targets, then a global
+    /// NO_CHANGE at the group's last commit.
+    static func publish(_ changes: [DocumentChangeRecord], at time: Int64, _ s: inout State, database: DatabaseName, epoch: UInt64) {
+        guard !s.listens.streams.isEmpty else { return }
+        var final: [ResourcePath: StoredDocument?] = [:]
+        var changedAt: [ResourcePath: Int64] = [:]
+        for c in changes {
+            final[c.key] = .some(c.after)
+            changedAt[c.key] = c.time
+        }
+        var streams = s.listens.streams
+        for (sid, stream) in streams {
+            var out: [ListenResponse] = []
+            for (tid, target) in stream.targets {
+                var t = target
+                let touched = final.keys.filter { t.watches($0) }
+                if touched.isEmpty { continue }
+                if let q = t.query, q.core.limit != nil || q.offset > 0 {
+                    // A window: what enters it may push another out.
+                    let now = results(t, s)
+                    var next: [ResourcePath: Int64] = [:]
+                    for (k, d) in now {
+                        next[k] = d.updateTime
+                        if t.sent[k] != d.updateTime { out.append(changed(k, d, tid, database)) }
+                    }
+                    for (k, _) in t.sent where next[k] == nil {
+                        out.append(gone(k, deleted: s.document(k) == nil, tid, at: changedAt[k] ?? time, database))
+                    }
+                    t.sent = next
+                } else {
+                    let orders = t.query?.core.orders ?? []
+                    for k in touched.sorted() {
+                        let after = final[k]!
+                        let matches = after.map { d in t.query.map { $0.core.matches(LocalDocument.stored(k, d.fields), orders: orders) } ?? true } ?? false
+                        if matches, let d = after {
+                            if t.sent[k] != d.updateTime {
+                                out.append(changed(k, d, tid, database))
+                                t.sent[k] = d.updateTime
+                            }
+                        } else if t.sent.removeValue(forKey: k) != nil {
+                            out.append(gone(k, deleted: after == nil, tid, at: changedAt[k] ?? time, database))
+                        }
+                    }
+                }
+                streams[sid]?.targets[tid] = t
+            }
+            if !out.isEmpty {
+                out.append(targetChange(.noChange, [], readTime: time, token: ResumeToken(epoch: epoch, commit: time).data))
+                stream.sink.send(out)
+            }
+        }
+        s.listens.streams = streams
+    }
+}
