@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "Ferry", targets: ["Ferry"]),
         .library(name: "FerryLog", targets: ["FerryLog"]),
         .library(name: "FerryDocuments", targets: ["FerryDocuments"]),
+        .library(name: "FerryDocumentsSync", targets: ["FerryDocumentsSync"]),
         .executable(name: "ferry-dump", targets: ["ferry-dump"]),
         .executable(name: "ferry-bench", targets: ["ferry-bench"]),
         .executable(name: "ferry-demo", targets: ["ferry-demo"]),
@@ -83,6 +84,17 @@ let package = Package(
                 .product(name: "GRPCProtobuf", package: "grpc-swift-protobuf"),
             ],
             exclude: ["firestore.proto", "README.md"]
+        ),
+
+        // The document model connected to a server over Firestore's gRPC API.
+        .target(
+            name: "FerryDocumentsSync",
+            dependencies: [
+                "FerryDocuments", "FerryFirestoreWire",
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
 
         // Sync: what client and server share (no networking), the server, its executable.
@@ -184,7 +196,8 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryServerTests",
-            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryServer", "FerryTestSupport", "ferry-server", "ferry-sync-child", "ferry-sync-demo"]
+            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryServer", "FerryTestSupport", "ferry-server", "ferry-sync-child", "ferry-sync-demo",
+                           "FerryDocuments", "FerryDocumentsSync"]
         ),
         .testTarget(
             name: "FerryLogTests",

@@ -70,6 +70,10 @@ public final class Firestore: Sendable {
     /// The checkpoint file's size, counted against the cache limit.
     let checkpointBytes = FerryMutex(0)
     let inSyncNext = FerryMutex(1)
+    /// Called when a server connection has something to do (see `attachRemote`).
+    let remoteWake = FerryMutex<(@Sendable () -> Void)?>(nil)
+    /// The store's id for the server's exactly-once marks (an in-memory store's is random).
+    let memoryClientID = UUID().uuidString
 
     private init(engine: sending DocumentEngine, log: WriteAheadLog?, path: String?, settings: FirestoreSettings) {
         state = FerryMutex(engine)
@@ -236,6 +240,7 @@ public final class Firestore: Sendable {
             e.connectionStopped()
             return e.setOnline(.offline)
         }
+        wakeRemote()
     }
 
     /// Uses the network again: the targets are listened to again, from their resume tokens.
@@ -248,6 +253,7 @@ public final class Firestore: Sendable {
             e.resendTargets()
             return events
         }
+        wakeRemote()
     }
 
     /// Returns once every write made before the call has been acknowledged by the server (or
@@ -364,6 +370,7 @@ public final class Firestore: Sendable {
             return (lsn, upkeepDue(e))
         }
         startUpkeep(upkeep)
+        wakeRemote()
         return lsn
     }
 
@@ -416,6 +423,7 @@ public final class Firestore: Sendable {
             deliver(first)  // before any later write's events (queued under the lock)
             return id
         }
+        wakeRemote()
         guard let id = registered else {
             queue.async { callback(.failure(Self.closedError)) }
             return ListenerRegistration(remove: {})
@@ -426,6 +434,7 @@ public final class Firestore: Sendable {
                 e.removeListener(id)
                 self.callbacks.withLock { $0[id] = nil }
             }
+            self.wakeRemote()
         }
     }
 

@@ -34,17 +34,17 @@ extension LocalDocument {
 
 /// One write of a batch (Firestore's mutations): set, patch (update or merge) or delete.
 package struct Mutation: Sendable, Equatable {
-    enum Operation: UInt8, Sendable {
+    package enum Operation: UInt8, Sendable {
         case set = 1, patch = 2, delete = 3
     }
-    var operation: Operation
-    var key: ResourcePath
-    var fields: [String: FieldValueData] = [:]
+    package var operation: Operation
+    package var key: ResourcePath
+    package var fields: [String: FieldValueData] = [:]
     /// Patch: the fields written (absent from `fields`: deleted).
-    var mask: [FieldPath] = []
-    var transforms: [(FieldPath, FieldTransform)] = []
+    package var mask: [FieldPath] = []
+    package var transforms: [(FieldPath, FieldTransform)] = []
     /// Patch from `updateData`: the document must exist.
-    var mustExist = false
+    package var mustExist = false
 
     package static func == (a: Mutation, b: Mutation) -> Bool {
         a.operation == b.operation && a.key == b.key && a.fields == b.fields && a.mask == b.mask && a.mustExist == b.mustExist
@@ -115,11 +115,11 @@ package struct Mutation: Sendable, Equatable {
 }
 
 /// A batch of mutations written together (one record: its LSN is the batch id).
-struct MutationBatch: Sendable, Equatable {
-    var id: Int64
+package struct MutationBatch: Sendable, Equatable {
+    package var id: Int64
     /// The local time of the write: pending server timestamps show it.
     var localWriteTime: Timestamp
-    var mutations: [Mutation]
+    package var mutations: [Mutation]
 }
 
 /// The pending batches, oldest first. Ids increase (they are LSNs), so a batch is found by

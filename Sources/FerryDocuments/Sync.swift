@@ -49,18 +49,25 @@ struct TargetChangeData: Sendable {
 enum OnlineState: Sendable { case unknown, online, offline }
 
 /// What the document model asks of a server connection.
-enum RemoteRequest: Sendable, Equatable {
+package enum RemoteRequest: Sendable, Equatable {
     case listen(targetID: Int, query: QueryCore, resumeToken: String)
     case unlisten(targetID: Int)
 }
 
 /// A document as the server sends it.
-struct WatchDocument: Sendable {
-    var key: ResourcePath
+package struct WatchDocument: Sendable {
+    package var key: ResourcePath
     /// nil: the document does not exist.
-    var fields: [String: FieldValueData]?
-    var version: Int64
-    var createTime: Int64 = 0
+    package var fields: [String: FieldValueData]?
+    package var version: Int64
+    package var createTime: Int64 = 0
+
+    package init(key: ResourcePath, fields: [String: FieldValueData]?, version: Int64, createTime: Int64 = 0) {
+        self.key = key
+        self.fields = fields
+        self.version = version
+        self.createTime = createTime
+    }
 }
 
 extension DocumentEngine {

@@ -68,6 +68,8 @@ final class DocumentStore: Sendable {
         var transactions: [Data: TransactionState] = [:]
         var listens = ListenRegistry()
         var failure: String?
+        /// Each client store's last committed batch and its commit time (exactly-once marks).
+        var marks: [String: (batch: Int64, time: Int64)] = [:]
 
         func document(_ key: ResourcePath) -> StoredDocument? {
             collections[key.parent]?[key.last]
@@ -112,7 +114,14 @@ final class DocumentStore: Sendable {
         }
         var operation: Operation
         var transaction: Data?
-        var continuation: CheckedContinuation<CommitResult, any Error>
+        /// The client store and batch it is (Ferry's clients): committed once, however often sent.
+        var origin: Origin?
+        var respond: @Sendable (Result<CommitResult, FirestoreErrorCode>) -> Void
+    }
+
+    struct Origin: Sendable {
+        var client: String
+        var batch: Int64
     }
 
     struct CommitResult: Sendable {
@@ -133,7 +142,7 @@ final class DocumentStore: Sendable {
     /// Opens (creating) the store at `directory` and replays its commits.
     static func open(at directory: String, name: DatabaseName, logger: Logger) throws -> DocumentStore {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        var options = LogOptions(durability: .none)  // the writer syncs each group itself
+        var options = LogOptions(durability: .fsync)  // a group of commits is one write and one fdatasync
         options.logger = logger
         let log = try WriteAheadLog.open(at: directory, options: options)
         var s = State()
@@ -142,8 +151,13 @@ final class DocumentStore: Sendable {
                 switch RecordKind(rawValue: r.kind) {
                 case .commit:
                     var reader = PayloadReader(r.payload)
-                    guard try reader.u8() == 1 else { throw FirestoreErrorCode(.dataLoss, "a commit record of an unknown version") }
+                    let version = try reader.u8()
+                    guard version == 1 || version == 2 else { throw FirestoreErrorCode(.dataLoss, "a commit record of an unknown version (\(version))") }
                     let time = try reader.i64()
+                    if version == 2 {
+                        let client = try reader.string()
+                        s.marks[client] = (try reader.i64(), time)
+                    }
                     for _ in 0..<(try reader.count()) {
                         let key = try reader.path()
                         if try reader.u8() == 1 {
@@ -329,18 +343,47 @@ final class DocumentStore: Sendable {
 
     private func enqueue(_ op: PendingCommit.Operation, transaction: Data?) async throws -> CommitResult {
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<CommitResult, any Error>) in
-            let start: Bool = state.withLock { s in
-                if let failure = s.failure {
-                    c.resume(throwing: FirestoreErrorCode(.unavailable, "this database's store failed (\(failure))"))
-                    return false
-                }
-                s.queue.append(PendingCommit(operation: op, transaction: transaction, continuation: c))
-                if s.writing { return false }
-                s.writing = true
-                return true
-            }
-            if start { Task { await self.drain() } }
+            submit([PendingCommit(operation: op, transaction: transaction, origin: nil, respond: { c.resume(with: $0.mapError { $0 }) })])
         }
+    }
+
+    /// Several clients' batches, each committed atomically and once (a batch its client's
+    /// mark already covers is answered as committed again), in order, in one group.
+    func commitBatches(client: String, _ batches: [(id: Int64, writes: Result<[ParsedWrite], FirestoreErrorCode>)]) async -> [Result<CommitResult, FirestoreErrorCode>] {
+        let results = Mutex<[Result<CommitResult, FirestoreErrorCode>?]>(Array(repeating: nil, count: batches.count))
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let left = Atomic<Int>(batches.count)
+            let finish: @Sendable (Int, Result<CommitResult, FirestoreErrorCode>) -> Void = { i, r in
+                results.withLock { $0[i] = r }
+                if left.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { done.resume() }
+            }
+            if batches.isEmpty { return done.resume() }
+            var pending: [PendingCommit] = []
+            for (i, b) in batches.enumerated() {
+                switch b.writes {
+                case .failure(let e): finish(i, .failure(e))
+                case .success(let writes):
+                    pending.append(PendingCommit(operation: .writes(writes), transaction: nil, origin: Origin(client: client, batch: b.id), respond: { finish(i, $0) }))
+                }
+            }
+            submit(pending)
+        }
+        return results.withLock { $0.map { $0! } }
+    }
+
+    private func submit(_ commits: [PendingCommit]) {
+        guard !commits.isEmpty else { return }
+        let start: Bool = state.withLock { s in
+            if let failure = s.failure {
+                for c in commits { c.respond(.failure(FirestoreErrorCode(.unavailable, "this database's store failed (\(failure))"))) }
+                return false
+            }
+            s.queue += commits
+            if s.writing { return false }
+            s.writing = true
+            return true
+        }
+        if start { Task { await self.drain() } }
     }
 
     private func drain() async {
@@ -365,8 +408,14 @@ final class DocumentStore: Sendable {
         var changes: [DocumentChangeRecord] = []
         var batch = LogBatch()
         var last = state.withLock { $0.lastCommit }
+        var marks: [String: (batch: Int64, time: Int64)] = [:]
         state.withLock { s in
             for p in group {
+                if let o = p.origin, let mark = marks[o.client] ?? s.marks[o.client], mark.batch >= o.batch {
+                    // Committed before (its answer was lost): answered again, applied once.
+                    outcomes.append(.success(CommitResult(commitTime: mark.time, results: [])))
+                    continue
+                }
                 let time = Self.nextTime(after: last)
                 var local = overlay
                 do {
@@ -383,8 +432,15 @@ final class DocumentStore: Sendable {
                             if !written.contains(w.key) { written.append(w.key) }
                             results.append((time, transformResults))
                         }
-                        rec.u8(1)
-                        rec.i64(time)
+                        if let o = p.origin {
+                            rec.u8(2)
+                            rec.i64(time)
+                            rec.string(o.client)
+                            rec.i64(o.batch)
+                        } else {
+                            rec.u8(1)
+                            rec.i64(time)
+                        }
                         rec.u32(UInt32(written.count))
                         for k in written {
                             rec.path(k)
@@ -407,6 +463,7 @@ final class DocumentStore: Sendable {
                     for k in written { changes.append(DocumentChangeRecord(key: k, before: overlay[k] ?? s.document(k), after: local[k]!, time: time)) }
                     overlay = local
                     last = time
+                    if let o = p.origin { marks[o.client] = (o.batch, time) }
                     outcomes.append(.success(CommitResult(commitTime: time, results: results)))
                 } catch let e as FirestoreErrorCode {
                     outcomes.append(.failure(e))
@@ -429,11 +486,12 @@ final class DocumentStore: Sendable {
                     defer { s.queue.removeAll() }
                     return s.queue
                 }
-                for p in group + queued { p.continuation.resume(throwing: FirestoreErrorCode(.unavailable, "the store failed: \(message)")) }
+                for p in group + queued { p.respond(.failure(FirestoreErrorCode(.unavailable, "the store failed: \(message)"))) }
                 return
             }
             state.withLock { s in
                 for c in changes { s.install(c.key, c.after, at: c.time) }
+                s.marks.merge(marks) { $1 }
                 s.lastCommit = last
                 s.trimTombstones()
                 Self.publish(changes, at: last, &s, database: name, epoch: epoch)
@@ -441,8 +499,8 @@ final class DocumentStore: Sendable {
         }
         for (p, o) in zip(group, outcomes) {
             switch o {
-            case .success(let r): p.continuation.resume(returning: r)
-            case .failure(let e): p.continuation.resume(throwing: e)
+            case .success(let r): p.respond(.success(r))
+            case .failure(let e): p.respond(.failure(e))
             }
         }
     }

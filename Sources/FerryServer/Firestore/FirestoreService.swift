@@ -320,6 +320,9 @@ struct FirestoreService: V1.ServiceProtocol {
             guard m.writes.count <= maxWrites else {
                 throw FirestoreErrorCode(.invalidArgument, "a commit holds at most \(maxWrites) writes (\(m.writes.count) given)")
             }
+            if let client = request.metadata[stringValues: BatchAnswers.clientHeader].first(where: { _ in true }) {
+                return try await commitBatches(m, db, client: client, request.metadata)
+            }
             let writes = try m.writes.map { try ParsedWrite(wire: $0, in: db) }
             let store = try await databases.store(db)
             if !m.transaction.isEmpty, !writes.isEmpty, store.state.withLock({ $0.transactions[m.transaction]?.readOnly == true }) {
@@ -336,6 +339,56 @@ struct FirestoreService: V1.ServiceProtocol {
             }
             return ServerResponse(message: r)
         }
+    }
+
+    /// A commit from one of Ferry's client stores: its writes are the client's batches
+    /// (`x-ferry-batches`), each committed atomically and once; each batch's answer goes in
+    /// the `x-ferry-results-bin` trailer.
+    private func commitBatches(_ m: Google_Firestore_V1_CommitRequest, _ db: DatabaseName, client: String, _ metadata: Metadata) async throws -> ServerResponse<Google_Firestore_V1_CommitResponse> {
+        guard !client.isEmpty, client.utf8.count <= 128, client.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw FirestoreErrorCode(.invalidArgument, "x-ferry-client must be 1 to 128 printable characters")
+        }
+        guard m.transaction.isEmpty else { throw FirestoreErrorCode(.invalidArgument, "a client's batches are not a transaction") }
+        let spec = metadata[stringValues: BatchAnswers.batchesHeader].first(where: { _ in true }) ?? "\(Int64.max):\(m.writes.count)"
+        guard let batches = BatchAnswers.parseHeader(spec), batches.reduce(0, { $0 + $1.count }) == m.writes.count else {
+            throw FirestoreErrorCode(.invalidArgument, "x-ferry-batches must be ID:COUNT,… with counts adding up to the commit's writes")
+        }
+        var items: [(id: Int64, writes: Result<[ParsedWrite], FirestoreErrorCode>)] = []
+        var offset = 0
+        for b in batches {
+            let slice = m.writes[offset..<offset + b.count]
+            offset += b.count
+            do {
+                items.append((b.id, .success(try slice.map { try ParsedWrite(wire: $0, in: db) })))
+            } catch let e as FirestoreErrorCode {
+                items.append((b.id, .failure(e)))
+            }
+        }
+        let results = await (try await databases.store(db)).commitBatches(client: client, items)
+        var r = Google_Firestore_V1_CommitResponse()
+        var answers: [BatchAnswers.Answer] = []
+        var latest: Int64 = 0
+        for (b, result) in zip(batches, results) {
+            switch result {
+            case .success(let c):
+                answers.append(.committed(c.commitTime))
+                latest = max(latest, c.commitTime)
+                r.writeResults += (0..<b.count).map { i in
+                    var w = Google_Firestore_V1_WriteResult()
+                    w.updateTime = wireTimestamp(micros: c.commitTime)
+                    if i < c.results.count { w.transformResults = c.results[i].transformResults.map { $0.wire(in: db) } }
+                    return w
+                }
+            case .failure(let e):
+                if e.code == .unavailable { throw e }  // the store failed: the client sends them again
+                answers.append(.rejected(e))
+                r.writeResults += Array(repeating: Google_Firestore_V1_WriteResult(), count: b.count)
+            }
+        }
+        r.commitTime = wireTimestamp(micros: latest)
+        var trailer = Metadata()
+        trailer.addBinary(BatchAnswers.encode(answers), forKey: BatchAnswers.resultsTrailer)
+        return ServerResponse(message: r, trailingMetadata: trailer)
     }
 
     // MARK: Listen

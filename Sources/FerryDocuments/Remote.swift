@@ -1,0 +1,114 @@
+import FerryLog
+import Foundation
+
+/// The store's side of a server connection (`FerryDocumentsSync`): what it asks of the server
+/// (listens, pending batches) and what it is told (watch changes, write answers). Each report
+/// is one sync step: applied under the store's lock, recorded, and delivered to listeners.
+extension Firestore {
+    /// The store's id in the server's exactly-once marks: its log's id, which a restart keeps.
+    package var clientID: String {
+        log.map { String($0.storeID.high, radix: 16) + String($0.storeID.low, radix: 16) } ?? memoryClientID
+    }
+
+    /// Attaches a server connection: listeners get targets (those made before too), and
+    /// `wake` is called, outside the store's lock, whenever there may be something to send.
+    package func attachRemote(wake: @escaping @Sendable () -> Void) {
+        remoteWake.withLock { $0 = wake }
+        syncStep { e in
+            guard !e.remoteAttached else { return [] }
+            e.remoteAttached = true
+            for id in e.listeners.keys.sorted() where e.listeners[id]!.targetID == 0 && !e.listeners[id]!.cacheOnly {
+                e.listeners[id]!.targetID = e.allocateTarget(e.listeners[id]!.query)
+            }
+            return e.networkEnabled ? e.setOnline(.unknown) : []
+        }
+        wakeRemote()
+    }
+
+    /// Detaches the connection: the store is offline until one is attached again.
+    package func detachRemote() {
+        remoteWake.withLock { $0 = nil }
+        syncStep { e in
+            e.connectionStopped()
+            return e.setOnline(.offline)
+        }
+    }
+
+    func wakeRemote() { remoteWake.withLock { $0 }?() }
+
+    /// Whether the app allows the network (``disableNetwork()``).
+    package var networkEnabled: Bool { state.withLock { $0.networkEnabled && !$0.closed } }
+
+    /// The listen requests made since the last call, in order.
+    package func takeRemoteRequests() -> [RemoteRequest] {
+        state.withLock { e in defer { e.outbox = [] }; return e.outbox }
+    }
+
+    /// The batches not yet answered, oldest first (the server answers them in this order).
+    package func pendingBatches(limit: Int) -> [MutationBatch] {
+        state.withLock { e in Array(e.pending.prefix(limit)) }
+    }
+
+    private func remote(_ body: (inout DocumentEngine) -> [(Int, ListenerEvent)]) {
+        syncStep(body)
+        wakeRemote()
+    }
+
+    // MARK: What the server said
+
+    /// The stream is open: every target is listened to again, from its resume token.
+    package func remoteStreamStarted() {
+        remote { e in
+            // Requests made for the last stream are void: every target is sent afresh.
+            e.outbox = []
+            e.connectionStopped()
+            e.resendTargets()
+            return []
+        }
+    }
+
+    /// The stream failed or closed: nothing is listened to until it opens again; the store is
+    /// offline once a connection fails twice (Firestore's online-state rule).
+    package func remoteStreamStopped() {
+        remote { e in
+            let events = e.onlineState == .online ? e.setOnline(.unknown) : e.setOnline(.offline)
+            e.connectionStopped()
+            return events
+        }
+    }
+
+    /// The server cannot be reached.
+    package func remoteUnreachable() {
+        remote { $0.setOnline(.offline) }
+    }
+
+    package func remoteTargetAdded(_ ids: [Int]) { remote { $0.watchAck(ids); return [] } }
+    package func remoteTargetCurrent(_ ids: [Int], resumeToken: String) { remote { $0.watchCurrent(ids, resumeToken: resumeToken); return [] } }
+    package func remoteTargetReset(_ ids: [Int]) { remote { $0.watchReset(ids); return [] } }
+    package func remoteTargetRemoved(_ ids: [Int], error: FirestoreErrorCode?) { remote { $0.watchRemove(ids, error: error) } }
+    package func remoteExistenceFilter(_ id: Int, count: Int) { remote { $0.watchFilter([id], count: count); return [] } }
+
+    /// NO_CHANGE: for no target in particular with a read time, a consistent snapshot at it.
+    package func remoteNoChange(_ ids: [Int], resumeToken: String, readTime: Int64?) {
+        remote { e in
+            e.watchNoChange(ids, resumeToken: resumeToken)
+            guard ids.isEmpty, let readTime else { return [] }
+            return e.watchSnapshot(version: readTime)
+        }
+    }
+
+    /// A document changed (`doc` with fields), was deleted (`doc` without), or left targets.
+    package func remoteDocument(_ doc: WatchDocument?, key: ResourcePath, updated: [Int], removed: [Int]) {
+        remote { $0.watchDocument(doc, key: key, updated: updated, removed: removed); return [] }
+    }
+
+    /// The oldest pending batch was committed at `version` (µs).
+    package func remoteWriteAcknowledged(version: Int64) {
+        remote { $0.acknowledgeOldest(version: version).events }
+    }
+
+    /// The oldest pending batch was refused: it is reverted and its waiters get `error`.
+    package func remoteWriteRejected(_ error: FirestoreErrorCode) {
+        remote { $0.rejectOldest(error).events }
+    }
+}

@@ -1,0 +1,323 @@
+import FerryDocuments
+import FerryFirestoreWire
+import Foundation
+import GRPCCore
+import GRPCNIOTransportHTTP2
+import Logging
+import Synchronization
+
+/// A document store connected to a server that speaks Cloud Firestore's gRPC API
+/// (`ferry-server --firestore-port`, or any Firestore emulator): pending writes are sent in
+/// order and committed exactly once, and every listener's query is listened to on the server.
+///
+/// ```swift
+/// let db = try Firestore.open(at: path)
+/// let connection = try FirestoreConnection.connect(db, to: .init(host: "127.0.0.1", port: 8080, project: "my-app"))
+/// // … use db as before: listeners now hear the server, writes reach it.
+/// await connection.close()
+/// ```
+///
+/// **Exactly once.** Each commit carries the store's id and its batches' ids (Ferry's
+/// `x-ferry-client` / `x-ferry-batches` headers). The server records the last batch it
+/// committed for each store with the data, so a batch sent again — after a lost answer, a
+/// crash of the app or of the server — is answered without being applied twice. The answer
+/// moves the store's durable cursor, as the Realtime Database side's does.
+///
+/// **Listens.** One Listen stream carries every target (each listener's query, and the
+/// documents the store checks on, "limbo"); resume tokens are kept in the store, so a
+/// listener reopened after a restart gets only what changed. When the stream fails, the
+/// store goes offline by Firestore's rule and the stream is opened again with backoff.
+public final class FirestoreConnection: Sendable {
+    /// Where the server is and who the store speaks as.
+    public struct Server: Sendable {
+        public var host: String
+        public var port: Int
+        public var project: String
+        public var database: String
+        /// Sent as `Authorization: Bearer TOKEN` (the emulator's administrator is `owner`); nil
+        /// sends none.
+        public var token: String?
+
+        public init(host: String, port: Int, project: String, database: String = "(default)", token: String? = "owner") {
+            self.host = host
+            self.port = port
+            self.project = project
+            self.database = database
+            self.token = token
+        }
+    }
+
+    /// Pending batches sent in one commit at most (and at most `maxWritesPerCommit` writes).
+    static let maxBatchesPerCommit = 1_000
+    static let maxWritesPerCommit = 5_000
+
+    let db: Firestore
+    let database: DatabaseName
+    let metadata: Metadata
+    private let client: GRPCClient<HTTP2ClientTransport.Posix>
+    private let stub: Google_Firestore_V1_Firestore.Client<HTTP2ClientTransport.Posix>
+    private let writeSignal = WakeSignal()
+    private let listenSignal = WakeSignal()
+    private let tasks = Mutex<[Task<Void, Never>]>([])
+    private let logger: Logger
+
+    private init(db: Firestore, server: Server, logger: Logger) throws {
+        self.db = db
+        self.logger = logger
+        guard DatabaseName.isID(server.project), DatabaseName.isID(server.database) else {
+            throw FirestoreErrorCode(.invalidArgument, "invalid project or database id: \(server.project), \(server.database)")
+        }
+        database = DatabaseName(project: server.project, database: server.database)
+        var md = Metadata()
+        md.addString(database.description, forKey: "google-cloud-resource-prefix")
+        if let token = server.token { md.addString("Bearer \(token)", forKey: "authorization") }
+        md.addString(db.clientID, forKey: BatchAnswers.clientHeader)
+        metadata = md
+        let transport = try HTTP2ClientTransport.Posix(target: .ipv4(address: server.host, port: server.port), transportSecurity: .plaintext)
+        client = GRPCClient(transport: transport)
+        stub = Google_Firestore_V1_Firestore.Client(wrapping: client)
+    }
+
+    /// Connects `db` to `server` and starts syncing; the connection lives until ``close()``.
+    public static func connect(_ db: Firestore, to server: Server, logger: Logger = Logger(label: "ferry.documents.sync")) throws -> FirestoreConnection {
+        let c = try FirestoreConnection(db: db, server: server, logger: logger)
+        let client = c.client
+        c.tasks.withLock { t in
+            t.append(Task { try? await client.runConnections() })
+            t.append(Task { await c.writeLoop() })
+            t.append(Task { await c.listenLoop() })
+        }
+        let (writes, listens) = (c.writeSignal, c.listenSignal)
+        db.attachRemote {
+            writes.signal()
+            listens.signal()
+        }
+        return c
+    }
+
+    /// Stops syncing: the store goes offline (its pending writes stay pending, for the next
+    /// connection).
+    public func close() async {
+        db.detachRemote()
+        let running = tasks.withLock { t in defer { t = [] }; return t }
+        client.beginGracefulShutdown()
+        for t in running.dropFirst() { t.cancel() }
+        for t in running { await t.value }
+    }
+
+    // MARK: Writes
+
+    private func writeLoop() async {
+        var backoff = Backoff()
+        var limit = Self.maxBatchesPerCommit
+        while !Task.isCancelled {
+            guard db.networkEnabled else {
+                await writeSignal.wait()
+                continue
+            }
+            var batches = db.pendingBatches(limit: limit)
+            var writes = 0
+            if let cut = batches.indices.first(where: { i in
+                writes += batches[i].mutations.count
+                return i > 0 && writes > Self.maxWritesPerCommit
+            }) {
+                batches = Array(batches[..<cut])
+            }
+            if batches.isEmpty {
+                await writeSignal.wait()
+                continue
+            }
+            do {
+                let answers = try await commit(batches)
+                for a in answers {
+                    switch a {
+                    case .committed(let version): db.remoteWriteAcknowledged(version: version)
+                    case .rejected(let error): db.remoteWriteRejected(error)
+                    }
+                }
+                backoff.reset()
+                limit = Self.maxBatchesPerCommit
+            } catch {
+                if Task.isCancelled { return }
+                let code = (error as? RPCError)?.code
+                if code == .invalidArgument || code == .failedPrecondition || code == .outOfRange {
+                    // The whole commit was refused: send one batch at a time; one refused alone is rejected.
+                    if batches.count == 1 {
+                        db.remoteWriteRejected(FirestoreErrorCode(.invalidArgument, (error as? RPCError)?.message ?? "\(error)"))
+                    }
+                    limit = 1
+                    continue
+                }
+                logger.debug("commit failed (\(error)); retrying")
+                await backoff.pause()
+            }
+        }
+    }
+
+    /// One commit of several batches; each batch's answer in order.
+    private func commit(_ batches: [MutationBatch]) async throws -> [BatchAnswers.Answer] {
+        var request = Google_Firestore_V1_CommitRequest()
+        request.database = database.description
+        request.writes = batches.flatMap { $0.mutations.map { $0.wire(in: database) } }
+        var md = metadata
+        md.addString(BatchAnswers.header(batches.map { ($0.id, $0.mutations.count) }), forKey: BatchAnswers.batchesHeader)
+        let count = batches.count
+        return try await stub.commit(request: ClientRequest(message: request, metadata: md)) { response in
+            _ = try response.message
+            guard let bytes = response.trailingMetadata[binaryValues: BatchAnswers.resultsTrailer].first(where: { _ in true }),
+                  let answers = BatchAnswers.decode(bytes), answers.count == count else {
+                throw RPCError(code: .unavailable, message: "the server did not answer each batch (is it ferry-server?)")
+            }
+            return answers
+        }
+    }
+
+    // MARK: Listens
+
+    private func listenLoop() async {
+        var backoff = Backoff()
+        while !Task.isCancelled {
+            guard db.networkEnabled else {
+                await listenSignal.wait()
+                continue
+            }
+            let heard = Flag()
+            let (requests, sendRequest) = AsyncStream<Google_Firestore_V1_ListenRequest>.makeStream()
+            db.remoteStreamStarted()
+            let (db, database, signal) = (self.db, self.database, self.listenSignal)
+            do {
+                try await stub.listen(metadata: metadata, requestProducer: { writer in
+                    for await r in requests { try await writer.write(r) }
+                }, onResponse: { response in
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        // The store's listen requests, as they come.
+                        group.addTask {
+                            while !Task.isCancelled {
+                                guard db.networkEnabled else { throw CancellationError() }
+                                for r in db.takeRemoteRequests() { sendRequest.yield(Self.request(r, database)) }
+                                await signal.wait()
+                            }
+                        }
+                        // What the server says.
+                        group.addTask {
+                            for try await m in response.messages {
+                                heard.value.store(true, ordering: .relaxed)
+                                try Self.handle(m, db, database)
+                            }
+                        }
+                        try await group.next()
+                        group.cancelAll()
+                    }
+                })
+            } catch {
+                if Task.isCancelled { sendRequest.finish(); return }
+                logger.debug("listen stream ended (\(error))")
+            }
+            sendRequest.finish()
+            db.remoteStreamStopped()
+            if heard.value.load(ordering: .relaxed) { backoff.reset() }
+            if db.networkEnabled { await backoff.pause() }
+        }
+    }
+
+    static func request(_ r: RemoteRequest, _ database: DatabaseName) -> Google_Firestore_V1_ListenRequest {
+        var out = Google_Firestore_V1_ListenRequest()
+        out.database = database.description
+        switch r {
+        case .listen(let id, let query, let token):
+            var target = query.wireTarget(in: database)
+            target.targetID = Int32(id)
+            if let data = Data(base64Encoded: token), !data.isEmpty { target.resumeToken = data }
+            out.addTarget = target
+        case .unlisten(let id):
+            out.removeTarget = Int32(id)
+        }
+        return out
+    }
+
+    static func handle(_ m: Google_Firestore_V1_ListenResponse, _ db: Firestore, _ database: DatabaseName) throws {
+        switch m.responseType {
+        case nil: break
+        case .targetChange(let c):
+            let ids = c.targetIds.map(Int.init)
+            let token = c.resumeToken.isEmpty ? "" : c.resumeToken.base64EncodedString()
+            switch c.targetChangeType {
+            case .noChange: db.remoteNoChange(ids, resumeToken: token, readTime: c.hasReadTime ? try Timestamp(wire: c.readTime).micros : nil)
+            case .add: db.remoteTargetAdded(ids)
+            case .current: db.remoteTargetCurrent(ids, resumeToken: token)
+            case .reset: db.remoteTargetReset(ids)
+            case .remove:
+                let cause = c.hasCause ? FirestoreErrorCode(FirestoreErrorCode.Code(rawValue: Int(c.cause.code)) ?? .unknown, c.cause.message) : nil
+                db.remoteTargetRemoved(ids, error: cause)
+            case .UNRECOGNIZED: break
+            }
+        case .documentChange(let change):
+            let doc = try WatchDocument(wire: change.document, in: database)
+            db.remoteDocument(doc, key: doc.key, updated: change.targetIds.map(Int.init), removed: change.removedTargetIds.map(Int.init))
+        case .documentDelete(let d):
+            let key = try database.documentPath(d.document)
+            let version = d.hasReadTime ? try Timestamp(wire: d.readTime).micros : 0
+            db.remoteDocument(WatchDocument(key: key, fields: nil, version: version), key: key, updated: [], removed: d.removedTargetIds.map(Int.init))
+        case .documentRemove(let d):
+            let key = try database.documentPath(d.document)
+            db.remoteDocument(nil, key: key, updated: [], removed: d.removedTargetIds.map(Int.init))
+        case .filter(let f):
+            db.remoteExistenceFilter(Int(f.targetID), count: Int(f.count))
+        }
+    }
+}
+
+/// A wake-up that is never lost: a signal before the wait ends the next wait at once.
+final class WakeSignal: Sendable {
+    private struct State {
+        var signalled = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+    private let state = Mutex(State())
+
+    func signal() {
+        let w: CheckedContinuation<Void, Never>? = state.withLock { s in
+            if let w = s.waiter {
+                s.waiter = nil
+                return w
+            }
+            s.signalled = true
+            return nil
+        }
+        w?.resume()
+    }
+
+    /// Waits for a signal (or the task's cancellation).
+    func wait() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let now: Bool = state.withLock { s in
+                    if s.signalled || Task.isCancelled {
+                        s.signalled = false
+                        return true
+                    }
+                    s.waiter = c
+                    return false
+                }
+                if now { c.resume() }
+            }
+        } onCancel: {
+            signal()
+        }
+    }
+}
+
+final class Flag: Sendable {
+    let value = Atomic<Bool>(false)
+}
+
+/// Exponential backoff with jitter: 0.1 s doubling to 10 s.
+struct Backoff {
+    private var next: Double = 0.1
+    mutating func reset() { next = 0.1 }
+    mutating func pause() async {
+        let delay = next * Double.random(in: 0.75...1.25)
+        next = min(next * 2, 10)
+        try? await Task.sleep(for: .seconds(delay))
+    }
+}
