@@ -90,7 +90,7 @@ let package = Package(
         .target(
             name: "FerryDocumentsSync",
             dependencies: [
-                "FerryDocuments", "FerryFirestoreWire",
+                "FerryDocuments", "FerryFirestoreWire", "FerryLog",
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
                 .product(name: "Logging", package: "swift-log"),
@@ -194,10 +194,15 @@ let package = Package(
             dependencies: ["Ferry", "FerrySync", .product(name: "Logging", package: "swift-log")],
             path: "Tests/ferry-sync-child"
         ),
+        .executableTarget(
+            name: "ferry-documents-child",
+            dependencies: ["FerryDocuments", "FerryDocumentsSync", .product(name: "Logging", package: "swift-log")],
+            path: "Tests/ferry-documents-child"
+        ),
         .testTarget(
             name: "FerryServerTests",
             dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryServer", "FerryTestSupport", "ferry-server", "ferry-sync-child", "ferry-sync-demo",
-                           "FerryDocuments", "FerryDocumentsSync"]
+                           "FerryDocuments", "FerryDocumentsSync", "ferry-documents-child"]
         ),
         .testTarget(
             name: "FerryLogTests",

@@ -1,5 +1,6 @@
 import FerryDocuments
 import FerryFirestoreWire
+@_spi(Testing) import FerryLog
 import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2
@@ -129,6 +130,8 @@ public final class FirestoreConnection: Sendable {
             }
             do {
                 let answers = try await commit(batches)
+                // (Tests kill the process here: the server committed, the store has not heard.)
+                CrashPoint.hit("documents.answered")
                 for a in answers {
                     switch a {
                     case .committed(let version): db.remoteWriteAcknowledged(version: version)

@@ -45,3 +45,94 @@ import Testing
         #expect(server.terminate() == 0)
     }
 }
+
+/// Exactly once, with real processes: a client killed with kill -9 (at random moments, and
+/// right after the server answered), and the server killed mid-sync.
+@Suite struct FirestoreExactlyOnceTests {
+    /// What the server holds: the ids in `log`, and `counters/c.n` (each batch wrote one of each).
+    static func serverState(_ dir: TemporaryDirectory, _ server: ServerProcess) async throws -> (ids: Set<Int>, counter: Int) {
+        let db = try Firestore.open(at: dir.sub("reader-\(UUID().uuidString)"))
+        let c = try FirestoreConnection.connect(db, to: .init(host: "127.0.0.1", port: server.firestorePort!, project: "exactly-once"))
+        let ids = Mutex<Set<Int>?>(nil)
+        let counter = Mutex<Int?>(nil)
+        let r1 = db.collection("log").addSnapshotListener { snap, _ in
+            guard let snap, !snap.metadata.isFromCache else { return }
+            ids.withLock { $0 = Set(snap.documents.compactMap { $0.data()["i"] as? Int }) }
+        }
+        let r2 = db.collection("counters").document("c").addSnapshotListener { snap, _ in
+            guard let snap, !snap.metadata.isFromCache else { return }
+            counter.withLock { $0 = snap.data()?["n"] as? Int ?? 0 }
+        }
+        #expect(await eventually { ids.withLock { $0 } != nil && counter.withLock { $0 } != nil })
+        r1.remove()
+        r2.remove()
+        await c.close()
+        try await db.terminate()
+        return (ids.withLock { $0 } ?? [], counter.withLock { $0 } ?? -1)
+    }
+
+    static func durable(_ child: ChildProcess) -> [Int] {
+        child.outputLines.compactMap { $0.hasPrefix("durable ") ? Int($0.dropFirst(8)) : nil }
+    }
+
+    @Test func aClientKilledAtRandomMomentsCommitsEachDurableBatchExactlyOnce() async throws {
+        let dir = try TemporaryDirectory("firestore-kill-client")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let port = String(server.firestorePort!)
+        var rng = SplitMix(seed: 0xF1E57)
+        var printed: [Int] = []
+        for round in 0..<5 {
+            let first = round * 1_000
+            let child = try ChildProcess(Locations.executable("ferry-documents-child"), ["write", dir.sub("client"), port, String(first), "300"])
+            let stopAfter = Int(rng.next() % 250) + 1
+            #expect(await eventually { Self.durable(child).count >= stopAfter || child.outputLines.contains("drained") })
+            child.kill9()
+            _ = child.wait()
+            printed += Self.durable(child)
+        }
+        let drain = try ChildProcess(Locations.executable("ferry-documents-child"), ["drain", dir.sub("client"), port])
+        #expect(await eventually { drain.outputLines.contains("drained") })
+        #expect(drain.wait() == 0)
+        let (ids, counter) = try await Self.serverState(dir, server)
+        #expect(Set(printed).isSubset(of: ids), "a batch durable on the client is missing on the server")
+        #expect(counter == ids.count, "\(counter) increments for \(ids.count) batches: a batch was applied twice (or lost half)")
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func aClientKilledAfterTheServerAnsweredDoesNotCommitTwice() async throws {
+        let dir = try TemporaryDirectory("firestore-crash-answered")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let port = String(server.firestorePort!)
+        // Offline first, so that the batches are pending when the connection's first commit is answered.
+        let crashed = try ChildProcess(Locations.executable("ferry-documents-child"), ["write", dir.sub("client"), port, "0", "50"],
+                                       environment: ["FERRY_CRASH_AT": "documents.answered"])
+        let status = crashed.wait()
+        #expect(status != 0, "the crash point was not reached")
+        let drain = try ChildProcess(Locations.executable("ferry-documents-child"), ["drain", dir.sub("client"), port])
+        #expect(await eventually { drain.outputLines.contains("drained") })
+        #expect(drain.wait() == 0)
+        let (ids, counter) = try await Self.serverState(dir, server)
+        #expect(Set(Self.durable(crashed)).isSubset(of: ids))
+        #expect(!ids.isEmpty)
+        #expect(counter == ids.count, "\(counter) increments for \(ids.count) batches: a batch answered before the crash was applied again")
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func theServerKilledMidSyncLosesNothingAndDoublesNothing() async throws {
+        let dir = try TemporaryDirectory("firestore-kill-server")
+        var server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let httpPort = server.port, firestorePort = server.firestorePort!
+        let child = try ChildProcess(Locations.executable("ferry-documents-child"), ["write", dir.sub("client"), String(firestorePort), "0", "400"])
+        for stop in [60, 200] {
+            #expect(await eventually { Self.durable(child).count >= stop })
+            server.kill9()
+            server = try ServerProcess(data: dir.path, port: httpPort, ["--firestore-port", String(firestorePort)])
+        }
+        #expect(await eventually(timeout: .seconds(60)) { child.outputLines.contains("drained") })
+        #expect(child.wait() == 0)
+        let (ids, counter) = try await Self.serverState(dir, server)
+        #expect(ids == Set(0..<400))
+        #expect(counter == 400)
+        #expect(server.terminate() == 0)
+    }
+}
