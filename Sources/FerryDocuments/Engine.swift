@@ -235,6 +235,18 @@ struct DocumentEngine {
     /// documents in order, the limit applied. A scan that read many more documents than it
     /// returned creates an index when auto-creation is on (the SDK's rule: at least 100 read
     /// and more than 3.4 times the results).
+    /// A server's results for `q` with this store's pending writes applied: each document they
+    /// touch is the local view's (as listeners show it), the rest the server's, matched and
+    /// ordered again.
+    func overlayPending(_ server: [LocalDocument], _ q: QueryCore) -> [LocalDocument] {
+        guard !batchesByKey.isEmpty else { return server }
+        var byKey = Dictionary(server.map { ($0.key, $0) }, uniquingKeysWith: { a, _ in a })
+        for key in batchesByKey.keys where q.holds(key) { byKey[key] = document(key) }
+        let orders = q.orders
+        let matching = byKey.values.filter { q.matches($0, orders: orders) }.sorted { QueryCore.compare($0, $1, orders) < 0 }
+        return Array(q.window(matching[...]))
+    }
+
     mutating func run(_ q: QueryCore) -> [LocalDocument] {
         let (docs, run) = execute(q)
         lastRun = run

@@ -72,6 +72,8 @@ public final class Firestore: Sendable {
     let inSyncNext = FerryMutex(1)
     /// Called when a server connection has something to do (see `attachRemote`).
     let remoteWake = FerryMutex<(@Sendable () -> Void)?>(nil)
+    /// The connected server's direct reads and transactions.
+    let remoteServer = FerryMutex<(any DocumentServer)?>(nil)
     /// The store's id for the server's exactly-once marks (an in-memory store's is random).
     let memoryClientID = UUID().uuidString
 
@@ -222,13 +224,43 @@ public final class Firestore: Sendable {
 
     // MARK: Transactions and network
 
-    /// Runs a transaction. Transactions need the server (they read at its latest state);
-    /// offline, or with no server connected, this fails at once with
-    /// ``FirestoreErrorCode/Code/unavailable`` and `body` is not called. Use a ``WriteBatch``
-    /// for writes that must be kept offline.
-    public func runTransaction<T>(_ body: (Transaction) throws -> T) async throws -> T {
+    /// Runs `body` as a transaction on the server: its reads see the server's documents, its
+    /// writes are committed together only if nothing it read changed meanwhile; otherwise it
+    /// runs again (at most 5 attempts, as Firebase's SDKs), then fails with `aborted`. Reads
+    /// must come before writes. The writes reach the cache through the listeners, not as
+    /// pending writes: offline, a transaction fails with `unavailable` (a WriteBatch is kept
+    /// and sent later instead).
+    public func runTransaction<T: Sendable>(_ body: @Sendable (Transaction) async throws -> T) async throws -> T {
         try checkOpen()
-        throw FirestoreErrorCode(.unavailable, "transactions need the server, and this store is offline (no server connected); a WriteBatch is kept and sent later")
+        guard let server = reachableServer else {
+            throw FirestoreErrorCode(.unavailable, "transactions need the server, and this store is offline (no server connected, or the network disabled); a WriteBatch is kept and sent later")
+        }
+        var retrying: Data?
+        var lastAbort = FirestoreErrorCode(.aborted, "the transaction was aborted")
+        for _ in 1...Transaction.maxAttempts {
+            let id = try await server.beginTransaction(retrying: retrying)
+            let t = Transaction(firestore: self, server: server, id: id)
+            let result: T
+            do {
+                result = try await body(t)
+            } catch {
+                await server.rollback(id)
+                throw error
+            }
+            let writes: [Mutation]
+            do { writes = try t.finish() } catch {
+                await server.rollback(id)
+                throw error
+            }
+            do {
+                try await server.commit(writes, transaction: id)
+                return result
+            } catch let e as FirestoreErrorCode where e.code == .aborted {
+                lastAbort = e
+                retrying = id
+            }
+        }
+        throw FirestoreErrorCode(.aborted, "the transaction failed \(Transaction.maxAttempts) times (\(lastAbort.message))")
     }
 
     /// Stops using the network: reads and listeners are served from the cache and writes are
@@ -472,9 +504,71 @@ public final class ListenerRegistration: Sendable {
     public func remove() { onRemove() }
 }
 
-/// A transaction's reads and writes. Ferry runs transactions only with a server connected
-/// (see ``Firestore/runTransaction(_:)``).
-public final class Transaction: Sendable {}
+/// A transaction's reads and writes (see ``Firestore/runTransaction(_:)``): reads go to the
+/// server, writes are kept and committed with the transaction.
+public final class Transaction: Sendable {
+    static let maxAttempts = 5
+    let firestore: Firestore
+    let server: any DocumentServer
+    let id: Data
+    private let state = FerryMutex<(writes: [Mutation], error: FirestoreErrorCode?, wrote: Bool)>(([], nil, false))
+
+    init(firestore: Firestore, server: any DocumentServer, id: Data) {
+        self.firestore = firestore
+        self.server = server
+        self.id = id
+    }
+
+    /// Reads the document on the server, in the transaction. Every read comes before every
+    /// write (`invalidArgument` otherwise).
+    public func getDocument(_ document: DocumentReference) async throws -> DocumentSnapshot {
+        let key = try own(document)
+        if state.withLock({ $0.wrote }) {
+            throw FirestoreErrorCode(.invalidArgument, "a transaction's reads must come before its writes")
+        }
+        let found = try await server.documents([key], transaction: id).first
+        let doc = found.map { LocalDocument.stored($0.key, $0.fields, createTime: $0.fields == nil ? nil : Timestamp(micros: $0.createTime), updateTime: $0.fields == nil ? nil : Timestamp(micros: $0.version)) }
+        return DocumentSnapshot(firestore: firestore, key: key, doc: doc, fromCache: false)
+    }
+
+    @discardableResult public func setData(_ data: [String: Any], forDocument document: DocumentReference) -> Transaction {
+        add { try DocumentReference.setMutation(own(document), data, merge: false) }
+    }
+    @discardableResult public func setData(_ data: [String: Any], forDocument document: DocumentReference, merge: Bool) -> Transaction {
+        add { try DocumentReference.setMutation(own(document), data, merge: merge) }
+    }
+    @discardableResult public func setData(_ data: [String: Any], forDocument document: DocumentReference, mergeFields: [Any]) -> Transaction {
+        add { try DocumentReference.mergeFieldsMutation(own(document), data, mergeFields) }
+    }
+    @discardableResult public func updateData(_ fields: [AnyHashable: Any], forDocument document: DocumentReference) -> Transaction {
+        add { try DocumentReference.updateMutation(own(document), fields) }
+    }
+    @discardableResult public func deleteDocument(_ document: DocumentReference) -> Transaction {
+        add { Mutation(operation: .delete, key: try own(document)) }
+    }
+
+    private func own(_ ref: DocumentReference) throws -> ResourcePath {
+        guard ref.firestore === firestore else { throw FirestoreErrorCode(.invalidArgument, "the document \(ref.path) belongs to another Firestore instance") }
+        return try ref.key()
+    }
+
+    private func add(_ make: () throws -> Mutation) -> Transaction {
+        do {
+            let m = try make()
+            state.withLock { $0.writes.append(m); $0.wrote = true }
+        } catch {
+            state.withLock { if $0.error == nil { $0.error = error as? FirestoreErrorCode ?? FirestoreErrorCode(.invalidArgument, "\(error)") } }
+        }
+        return self
+    }
+
+    /// The writes to commit (the first invalid one's error, if any).
+    func finish() throws -> [Mutation] {
+        let (writes, error) = state.withLock { ($0.writes, $0.error) }
+        if let error { throw error }
+        return writes
+    }
+}
 
 /// Automatic local indexes (Firebase's `PersistentCacheIndexManager`). Unlike the SDK's, an
 /// index is complete as soon as it is made: it is built at once over the cached documents.

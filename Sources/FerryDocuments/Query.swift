@@ -234,11 +234,26 @@ public class Query: @unchecked Sendable {
         return core
     }
 
-    /// Runs the query. `.cache` (and `.default` while no server can be reached) answers from
-    /// the local cache, with pending writes applied: what is cached, possibly nothing.
+    /// Runs the query. `.server` asks the connected server (`unavailable` offline); `.default`
+    /// asks it when it can be reached, with the store's pending writes applied to its answer,
+    /// else answers as `.cache` does: from the local cache, pending writes applied — what is
+    /// cached, possibly nothing.
     public func getDocuments(source: FirestoreSource = .default) async throws -> QuerySnapshot {
         let q = try validated()
-        if source == .server { throw Self.serverUnavailable }
+        if source != .cache, let server = firestore.reachableServer {
+            do {
+                let found = try await server.query(q, transaction: nil).map {
+                    LocalDocument.stored($0.key, $0.fields, createTime: Timestamp(micros: $0.createTime), updateTime: Timestamp(micros: $0.version))
+                }
+                let docs = source == .server ? found : try firestore.read { $0.overlayPending(found, q) }
+                let changes = docs.enumerated().map { ChangeData(type: .added, doc: $1, oldIndex: nil, newIndex: $0) }
+                return QuerySnapshot(query: self, docs: docs, changes: changes, fromCache: false, hasPendingWrites: docs.contains(where: \.hasLocalMutations))
+            } catch let e as FirestoreErrorCode where source == .default && e.code == .unavailable {
+                // Unreachable after all: the cache answers.
+            }
+        } else if source == .server {
+            throw Self.serverUnavailable
+        }
         let docs = try firestore.read { $0.run(q) }
         let changes = docs.enumerated().map { ChangeData(type: .added, doc: $1, oldIndex: nil, newIndex: $0) }
         return QuerySnapshot(query: self, docs: docs, changes: changes, fromCache: true, hasPendingWrites: docs.contains(where: \.hasLocalMutations))

@@ -90,12 +90,25 @@ public final class DocumentReference: Sendable, Hashable, CustomStringConvertibl
         return Mutation(operation: .patch, key: key, fields: p.fields, mask: p.mask ?? [], transforms: p.transforms, mustExist: true)
     }
 
-    /// Reads the document. `.cache` (and `.default` while no server can be reached) answers
-    /// from the local cache: a document the cache knows nothing of is an `unavailable`
-    /// error; a document known to be deleted is a snapshot whose `exists` is false.
+    /// Reads the document. `.server` asks the connected server (`unavailable` offline);
+    /// `.default` asks it when it can be reached and the document has no pending write here,
+    /// else answers as `.cache` does: from the local cache — a document the cache knows
+    /// nothing of is an `unavailable` error; one known to be deleted is a snapshot whose
+    /// `exists` is false.
     public func getDocument(source: FirestoreSource = .default) async throws -> DocumentSnapshot {
         let k = try key()
-        if source == .server { throw Query.serverUnavailable }
+        let pendingHere = source == .default ? try firestore.read { $0.batchesByKey[k] != nil } : false
+        if source != .cache, !pendingHere, let server = firestore.reachableServer {
+            do {
+                let found = try await server.documents([k], transaction: nil).first
+                let doc = found.map { LocalDocument.stored($0.key, $0.fields, createTime: Timestamp(micros: $0.createTime), updateTime: Timestamp(micros: $0.version)) }
+                return DocumentSnapshot(firestore: firestore, key: k, doc: doc, fromCache: false)
+            } catch let e as FirestoreErrorCode where source == .default && e.code == .unavailable {
+                // Unreachable after all: the cache answers.
+            }
+        } else if source == .server {
+            throw Query.serverUnavailable
+        }
         let doc = try firestore.read { $0.document(k) }
         guard let doc, !doc.unknown else {
             throw FirestoreErrorCode(.unavailable, "failed to get document \(k) from the cache: it is not cached (it may exist on the server, which is not reachable)")

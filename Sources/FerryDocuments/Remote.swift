@@ -1,6 +1,20 @@
 import FerryLog
 import Foundation
 
+/// What a server connection answers directly (reads from the server, transactions): the
+/// connection implements it over the network.
+package protocol DocumentServer: Sendable {
+    /// The documents as the server holds them, in the order asked (fields nil: missing).
+    func documents(_ keys: [ResourcePath], transaction: Data?) async throws -> [WatchDocument]
+    /// The query's results on the server, in its order.
+    func query(_ q: QueryCore, transaction: Data?) async throws -> [WatchDocument]
+    /// A read-write transaction (`retrying`: the one that aborted before it).
+    func beginTransaction(retrying: Data?) async throws -> Data
+    /// Commits `mutations` in the transaction: `aborted` when what it read changed.
+    func commit(_ mutations: [Mutation], transaction: Data) async throws
+    func rollback(_ transaction: Data) async
+}
+
 /// The store's side of a server connection (`FerryDocumentsSync`): what it asks of the server
 /// (listens, pending batches) and what it is told (watch changes, write answers). Each report
 /// is one sync step: applied under the store's lock, recorded, and delivered to listeners.
@@ -12,8 +26,9 @@ extension Firestore {
 
     /// Attaches a server connection: listeners get targets (those made before too), and
     /// `wake` is called, outside the store's lock, whenever there may be something to send.
-    package func attachRemote(wake: @escaping @Sendable () -> Void) {
+    package func attachRemote(server: any DocumentServer, wake: @escaping @Sendable () -> Void) {
         remoteWake.withLock { $0 = wake }
+        remoteServer.withLock { $0 = server }
         syncStep { e in
             guard !e.remoteAttached else { return [] }
             e.remoteAttached = true
@@ -28,6 +43,7 @@ extension Firestore {
     /// Detaches the connection: the store is offline until one is attached again.
     package func detachRemote() {
         remoteWake.withLock { $0 = nil }
+        remoteServer.withLock { $0 = nil }
         syncStep { e in
             e.connectionStopped()
             return e.setOnline(.offline)
@@ -35,6 +51,11 @@ extension Firestore {
     }
 
     func wakeRemote() { remoteWake.withLock { $0 }?() }
+
+    /// The server to read from, when one is connected and the network is enabled.
+    var reachableServer: (any DocumentServer)? {
+        networkEnabled ? remoteServer.withLock { $0 } : nil
+    }
 
     /// Whether the app allows the network (``disableNetwork()``).
     package var networkEnabled: Bool { state.withLock { $0.networkEnabled && !$0.closed } }

@@ -72,7 +72,6 @@ public final class FirestoreConnection: Sendable {
         var md = Metadata()
         md.addString(database.description, forKey: "google-cloud-resource-prefix")
         if let token = server.token { md.addString("Bearer \(token)", forKey: "authorization") }
-        md.addString(db.clientID, forKey: BatchAnswers.clientHeader)
         metadata = md
         let transport = try HTTP2ClientTransport.Posix(target: .ipv4(address: server.host, port: server.port), transportSecurity: .plaintext)
         client = GRPCClient(transport: transport)
@@ -89,7 +88,7 @@ public final class FirestoreConnection: Sendable {
             t.append(Task { await c.listenLoop() })
         }
         let (writes, listens) = (c.writeSignal, c.listenSignal)
-        db.attachRemote {
+        db.attachRemote(server: GRPCDocumentServer(stub: c.stub, database: c.database, metadata: c.metadata)) {
             writes.signal()
             listens.signal()
         }
@@ -163,6 +162,7 @@ public final class FirestoreConnection: Sendable {
         request.database = database.description
         request.writes = batches.flatMap { $0.mutations.map { $0.wire(in: database) } }
         var md = metadata
+        md.addString(db.clientID, forKey: BatchAnswers.clientHeader)
         md.addString(BatchAnswers.header(batches.map { ($0.id, $0.mutations.count) }), forKey: BatchAnswers.batchesHeader)
         let count = batches.count
         return try await stub.commit(request: ClientRequest(message: request, metadata: md)) { response in
@@ -322,5 +322,105 @@ struct Backoff {
         let delay = next * Double.random(in: 0.75...1.25)
         next = min(next * 2, 10)
         try? await Task.sleep(for: .seconds(delay))
+    }
+}
+
+/// Reads and transactions straight from the server (``DocumentServer``), for `getDocument`
+/// with a server source and `runTransaction`.
+struct GRPCDocumentServer: DocumentServer {
+    let stub: Google_Firestore_V1_Firestore.Client<HTTP2ClientTransport.Posix>
+    let database: DatabaseName
+    let metadata: Metadata
+
+    /// The RPC's failure as the document model's error (the codes are gRPC's).
+    private func call<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let e as RPCError {
+            throw FirestoreErrorCode(FirestoreErrorCode.Code(rawValue: e.code.rawValue) ?? .unknown, e.message)
+        } catch let e as FirestoreErrorCode {
+            throw e
+        } catch {
+            throw FirestoreErrorCode(.unavailable, "\(error)")
+        }
+    }
+
+    func documents(_ keys: [ResourcePath], transaction: Data?) async throws -> [WatchDocument] {
+        let database = self.database
+        return try await call {
+            var request = Google_Firestore_V1_BatchGetDocumentsRequest()
+            request.database = database.description
+            request.documents = keys.map { database.name(of: $0) }
+            if let transaction { request.transaction = transaction }
+            let found = try await stub.batchGetDocuments(request: ClientRequest(message: request, metadata: metadata)) { response in
+                var out: [ResourcePath: WatchDocument] = [:]
+                for try await m in response.messages {
+                    switch m.result {
+                    case .found(let d)?:
+                        let doc = try WatchDocument(wire: d, in: database)
+                        out[doc.key] = doc
+                    case .missing(let name)?:
+                        let key = try database.documentPath(name)
+                        out[key] = WatchDocument(key: key, fields: nil, version: 0)
+                    case nil: break
+                    }
+                }
+                return out
+            }
+            return keys.map { found[$0] ?? WatchDocument(key: $0, fields: nil, version: 0) }
+        }
+    }
+
+    func query(_ q: QueryCore, transaction: Data?) async throws -> [WatchDocument] {
+        let database = self.database
+        return try await call {
+            let target = q.wireTarget(in: database)
+            var request = Google_Firestore_V1_RunQueryRequest()
+            if case .documents = target.targetType, let key = q.documentKey {
+                return try await documents([key], transaction: transaction).filter { $0.fields != nil }
+            }
+            request.parent = target.query.parent
+            request.structuredQuery = target.query.structuredQuery
+            if let transaction { request.transaction = transaction }
+            let docs = try await stub.runQuery(request: ClientRequest(message: request, metadata: metadata)) { response in
+                var out: [WatchDocument] = []
+                for try await m in response.messages where m.hasDocument {
+                    out.append(try WatchDocument(wire: m.document, in: database))
+                }
+                return out
+            }
+            // A limit-to-last query was asked as its mirror: its results come reversed.
+            return q.limitType == .last && q.limit != nil ? docs.reversed() : docs
+        }
+    }
+
+    func beginTransaction(retrying: Data?) async throws -> Data {
+        try await call {
+            var request = Google_Firestore_V1_BeginTransactionRequest()
+            request.database = database.description
+            var options = Google_Firestore_V1_TransactionOptions()
+            var readWrite = Google_Firestore_V1_TransactionOptions.ReadWrite()
+            if let retrying { readWrite.retryTransaction = retrying }
+            options.readWrite = readWrite
+            request.options = options
+            return try await stub.beginTransaction(request: ClientRequest(message: request, metadata: metadata)).transaction
+        }
+    }
+
+    func commit(_ mutations: [Mutation], transaction: Data) async throws {
+        try await call {
+            var request = Google_Firestore_V1_CommitRequest()
+            request.database = database.description
+            request.writes = mutations.map { $0.wire(in: database) }
+            request.transaction = transaction
+            _ = try await stub.commit(request: ClientRequest(message: request, metadata: metadata))
+        }
+    }
+
+    func rollback(_ transaction: Data) async {
+        var request = Google_Firestore_V1_RollbackRequest()
+        request.database = database.description
+        request.transaction = transaction
+        _ = try? await stub.rollback(request: ClientRequest(message: request, metadata: metadata))
     }
 }

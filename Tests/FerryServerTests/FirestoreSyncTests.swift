@@ -136,3 +136,93 @@ import Testing
         #expect(server.terminate() == 0)
     }
 }
+
+/// Reads from the server and transactions, through Ferry's client.
+@Suite struct FirestoreOnlineTests {
+    @Test func serverReadsSeeTheServerAndFailOrFallBackOffline() async throws {
+        let dir = try TemporaryDirectory("firestore-online-reads")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let (a, ca) = try FirestoreSyncTests.connected(dir, "a", server)
+        let (b, cb) = try FirestoreSyncTests.connected(dir, "b", server)
+        try await a.collection("items").document("one").setData(["n": 1])
+        try await a.collection("items").document("two").setData(["n": 2])
+        try await a.waitForPendingWrites()
+
+        // B has nothing cached: the server answers.
+        let one = try await b.collection("items").document("one").getDocument(source: .server)
+        #expect(one.exists && !one.metadata.isFromCache)
+        #expect(one.data()?["n"] as? Int == 1)
+        #expect(try await b.collection("items").document("nope").getDocument(source: .server).exists == false)
+        let all = try await b.collection("items").order(by: "n", descending: true).getDocuments(source: .server)
+        #expect(all.documents.map(\.documentID) == ["two", "one"])
+        #expect(!all.metadata.isFromCache)
+        let last = try await b.collection("items").order(by: "n").limit(toLast: 1).getDocuments(source: .server)
+        #expect(last.documents.map(\.documentID) == ["two"])
+
+        // .default online, with a pending write of B's own applied over the server's answer.
+        await cb.close()
+        try await b.collection("items").document("three").setData(["n": 3])
+        let cb2 = try FirestoreConnection.connect(b, to: .init(host: "127.0.0.1", port: server.firestorePort!, project: "sync-test"))
+        let withPending = try await b.collection("items").order(by: "n").getDocuments()
+        #expect(withPending.documents.map(\.documentID).contains("three"))
+
+        // Offline: .server fails, .default answers from the cache.
+        await b.disableNetwork()
+        await #expect(throws: FirestoreErrorCode.self) { _ = try await b.collection("items").document("one").getDocument(source: .server) }
+        let cached = try await b.collection("items").document("three").getDocument()
+        #expect(cached.metadata.isFromCache)
+        await b.enableNetwork()
+
+        await ca.close()
+        await cb2.close()
+        try await a.terminate()
+        try await b.terminate()
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func contendedTransactionsFromTwoStoresCountEachIncrementOnce() async throws {
+        let dir = try TemporaryDirectory("firestore-transactions")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let (a, ca) = try FirestoreSyncTests.connected(dir, "a", server)
+        let (b, cb) = try FirestoreSyncTests.connected(dir, "b", server)
+        try await a.collection("counters").document("c").setData(["n": 0])
+        try await a.waitForPendingWrites()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for db in [a, b, a, b] {
+                group.addTask {
+                    var done = 0
+                    while done < 10 {
+                        do {
+                            try await db.runTransaction { t in
+                                let ref = db.collection("counters").document("c")
+                                let n = try await t.getDocument(ref).data()?["n"] as? Int ?? 0
+                                t.updateData(["n": n + 1], forDocument: ref)
+                            }
+                            done += 1
+                        } catch let e as FirestoreErrorCode where e.code == .aborted {
+                            continue  // five aborts in a row: run it again
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let final = try await b.collection("counters").document("c").getDocument(source: .server)
+        #expect(final.data()?["n"] as? Int == 40)
+
+        // A read after a write is refused, and nothing is committed.
+        await #expect(throws: FirestoreErrorCode.self) {
+            try await a.runTransaction { t in
+                let ref = a.collection("counters").document("c")
+                t.setData(["n": -1], forDocument: ref)
+                _ = try await t.getDocument(ref)
+            }
+        }
+        #expect(try await b.collection("counters").document("c").getDocument(source: .server).data()?["n"] as? Int == 40)
+        await ca.close()
+        await cb.close()
+        try await a.terminate()
+        try await b.terminate()
+        #expect(server.terminate() == 0)
+    }
+}
