@@ -1,5 +1,8 @@
+import FerryDocuments
+import FerryDocumentsSync
 import FerryTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 /// google-cloud-firestore for Python, from PyPI, drives `ferry-server`'s Firestore API
@@ -12,9 +15,39 @@ import Testing
         let dir = try TemporaryDirectory("firestore-python")
         let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
         let firestore = try #require(server.firestorePort)
-        let r = try run("/bin/bash", [Locations.packageRoot + "/scripts/firestore-python-test.sh", "127.0.0.1:\(firestore)", "127.0.0.1:\(server.port)"])
+        let r = try run("/bin/bash", [Locations.packageRoot + "/scripts/firestore-python.sh", "127.0.0.1:\(firestore)", "test_ferry_firestore.py", "127.0.0.1:\(server.port)"])
         #expect(r.status == 0, "google-cloud-firestore test failed:\n\(r.stdout.suffix(3000))\n\(r.stderr.suffix(3000))")
         #expect(r.stdout.contains("all firestore checks passed"))
+        #expect(server.terminate() == 0)
+    }
+}
+
+/// google-cloud-firestore and Ferry's client on one project: each one's writes reach the
+/// other's listener (`Tests/Firestore/interop.py`).
+@Suite struct FirestoreInteropTests {
+    @Test func pythonsWritesReachFerrysListenerAndFerrysReachPythons() async throws {
+        let dir = try TemporaryDirectory("firestore-interop")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let port = try #require(server.firestorePort)
+        let db = try Firestore.open(at: dir.sub("ferry"))
+        let connection = try FirestoreConnection.connect(db, to: .init(host: "127.0.0.1", port: port, project: "interop"))
+        let fromPython = Mutex<(by: String, n: Int)?>(nil)
+        let reg = db.collection("interop").document("from-python").addSnapshotListener { snap, _ in
+            if let data = snap?.data() {
+                let seen = (by: data["by"] as? String ?? "", n: data["n"] as? Int ?? 0)
+                fromPython.withLock { $0 = seen }
+            }
+        }
+        let python = try ChildProcess("/bin/bash", [Locations.packageRoot + "/scripts/firestore-python.sh", "127.0.0.1:\(port)", "interop.py", "interop"])
+        #expect(await eventually(timeout: .seconds(120)) { fromPython.withLock { $0 } != nil })
+        #expect(fromPython.withLock { $0?.by } == "python")
+        #expect(fromPython.withLock { $0?.n } == 7)
+        try await db.collection("interop").document("from-ferry").setData(["by": "ferry", "n": 42])
+        #expect(await eventually(timeout: .seconds(60)) { python.outputLines.contains("python saw ferry") })
+        #expect(python.wait() == 0)
+        reg.remove()
+        await connection.close()
+        try await db.terminate()
         #expect(server.terminate() == 0)
     }
 }
