@@ -202,7 +202,10 @@ let package = Package(
         .testTarget(
             name: "FerryServerTests",
             dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryServer", "FerryTestSupport", "ferry-server", "ferry-sync-child", "ferry-sync-demo",
-                           "FerryDocuments", "FerryDocumentsSync", "ferry-documents-child"]
+                           "FerryDocuments", "FerryDocumentsSync", "ferry-documents-child", "FerryFirestoreWire",
+                           .product(name: "GRPCCore", package: "grpc-swift-2"),
+                           .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                           .product(name: "SwiftProtobuf", package: "swift-protobuf")]
         ),
         .testTarget(
             name: "FerryLogTests",
