@@ -60,6 +60,24 @@ public final class FirestoreConnection: Sendable {
     private let writeSignal = WakeSignal()
     private let listenSignal = WakeSignal()
     private let tasks = Mutex<[Task<Void, Never>]>([])
+    private let counters = Counters()
+
+    /// What the connection has done so far.
+    public struct Statistics: Sendable {
+        /// Documents the server sent on listens (added or changed): a listen resumed from its
+        /// token gets only what changed since.
+        public var documentsReceived: Int
+        /// Batches the server answered (committed, or committed before and answered again).
+        public var batchesCommitted: Int
+        public var batchesRejected: Int
+        /// Listen streams opened (the first and each reconnection).
+        public var streamsOpened: Int
+    }
+
+    public var statistics: Statistics {
+        Statistics(documentsReceived: counters.documents.load(ordering: .relaxed), batchesCommitted: counters.committed.load(ordering: .relaxed),
+                   batchesRejected: counters.rejected.load(ordering: .relaxed), streamsOpened: counters.streams.load(ordering: .relaxed))
+    }
     private let logger: Logger
 
     private init(db: Firestore, server: Server, logger: Logger) throws {
@@ -133,8 +151,12 @@ public final class FirestoreConnection: Sendable {
                 CrashPoint.hit("documents.answered")
                 for a in answers {
                     switch a {
-                    case .committed(let version): db.remoteWriteAcknowledged(version: version)
-                    case .rejected(let error): db.remoteWriteRejected(error)
+                    case .committed(let version):
+                        db.remoteWriteAcknowledged(version: version)
+                        counters.committed.add(1, ordering: .relaxed)
+                    case .rejected(let error):
+                        db.remoteWriteRejected(error)
+                        counters.rejected.add(1, ordering: .relaxed)
                     }
                 }
                 backoff.reset()
@@ -187,7 +209,8 @@ public final class FirestoreConnection: Sendable {
             let heard = Flag()
             let (requests, sendRequest) = AsyncStream<Google_Firestore_V1_ListenRequest>.makeStream()
             db.remoteStreamStarted()
-            let (db, database, signal) = (self.db, self.database, self.listenSignal)
+            counters.streams.add(1, ordering: .relaxed)
+            let (db, database, signal, counters) = (self.db, self.database, self.listenSignal, self.counters)
             do {
                 try await stub.listen(metadata: metadata, requestProducer: { writer in
                     for await r in requests { try await writer.write(r) }
@@ -205,6 +228,7 @@ public final class FirestoreConnection: Sendable {
                         group.addTask {
                             for try await m in response.messages {
                                 heard.value.store(true, ordering: .relaxed)
+                                if case .documentChange? = m.responseType { counters.documents.add(1, ordering: .relaxed) }
                                 try Self.handle(m, db, database)
                             }
                         }
@@ -308,6 +332,13 @@ final class WakeSignal: Sendable {
             signal()
         }
     }
+}
+
+final class Counters: Sendable {
+    let documents = Atomic<Int>(0)
+    let committed = Atomic<Int>(0)
+    let rejected = Atomic<Int>(0)
+    let streams = Atomic<Int>(0)
 }
 
 final class Flag: Sendable {

@@ -46,6 +46,46 @@ import Testing
     }
 }
 
+extension FirestoreSyncTests {
+    @Test func aListenerReopenedAfterARestartGetsOnlyWhatChanged() async throws {
+        let dir = try TemporaryDirectory("firestore-restart-resume")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let (writer, cw) = try Self.connected(dir, "writer", server)
+        let batch = writer.batch()
+        for i in 0..<100 { batch.setData(["i": i], forDocument: writer.collection("many").document("d\(i)")) }
+        try await batch.commit()
+        try await writer.waitForPendingWrites()
+
+        func listenUntilSynced(_ db: Firestore, count: Int) async throws {
+            let synced = Mutex(false)
+            let reg = db.collection("many").addSnapshotListener { snap, _ in
+                if let snap, !snap.metadata.isFromCache, snap.documents.count == count { synced.withLock { $0 = true } }
+            }
+            #expect(await eventually { synced.withLock { $0 } })
+            reg.remove()
+        }
+        var (reader, cr) = try Self.connected(dir, "reader", server)
+        try await listenUntilSynced(reader, count: 100)
+        #expect(cr.statistics.documentsReceived == 100)
+        await cr.close()
+        try await reader.terminate()
+
+        try await writer.collection("many").document("d7").updateData(["i": 700])
+        try await writer.collection("many").document("new").setData(["i": 1000])
+        try await writer.waitForPendingWrites()
+
+        (reader, cr) = try Self.connected(dir, "reader", server)
+        try await listenUntilSynced(reader, count: 101)
+        #expect(cr.statistics.documentsReceived == 2, "a restarted store resumes its listen from the token it kept")
+        #expect(try await reader.collection("many").document("d7").getDocument(source: .cache).data()?["i"] as? Int == 700)
+        await cr.close()
+        await cw.close()
+        try await reader.terminate()
+        try await writer.terminate()
+        #expect(server.terminate() == 0)
+    }
+}
+
 /// Exactly once, with real processes: a client killed with kill -9 (at random moments, and
 /// right after the server answered), and the server killed mid-sync.
 @Suite struct FirestoreExactlyOnceTests {
