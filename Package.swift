@@ -138,7 +138,11 @@ let package = Package(
             name: "ferry-bench",
             dependencies: [
                 "Ferry", "FerryLog", "CLZ4", "CCRC32C", "CLevelDB", "CSQLite", "FerrySync", "FerryDocuments",
+                "FerryDocumentsSync", "FerryFirestoreWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/ferry-bench"
         ),

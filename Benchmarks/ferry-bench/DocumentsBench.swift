@@ -18,13 +18,21 @@ struct DocumentsBench: AsyncParsableCommand {
             documents and one sync, beside LevelDB and SQLite writing the same posts (compare's bulk). reopen: open and \
             count every document, beside LevelDB's and SQLite's open and scan (each in a process of its own, for its \
             peak memory). Goals: indexed ≥ 100× faster than a scan; a build ≤ 1 s; the first query after a reopen \
-            ≤ 0.25× a scan; writes ≥ 1× LevelDB and SQLite; reopen time and peak memory ≤ LevelDB's.
+            ≤ 0.25× a scan; writes ≥ 1× LevelDB and SQLite; reopen time and peak memory ≤ LevelDB's. \
+            sync (ferry-server's Firestore API, a child process on loopback): drain: --drain setDataNow written \
+            offline, then the time until FirestoreConnection has every one committed (goal ≥ 20,000 documents/s); \
+            fan-out: --streams Listen streams on one query (one gRPC connection), one writer committing \
+            --fan-out-documents documents in commits of 100; changes delivered per second to all streams, and \
+            each change's latency from its commit's send (goal ≥ 100,000 changes/s).
             """)
     @OptionGroup var common: CommonOptions
     @Option(help: "Documents of the query workloads.") var documents = 100_000
     @Option(help: "Times each query runs per measurement.") var repeats = 20
     @Option(help: "Documents of the write and reopen workloads.") var writes = 1_000_000
-    @Option(help: "Run only these parts (comma-separated: queries, writes).") var only: String?
+    @Option(help: "Documents of the sync drain.") var drain = 100_000
+    @Option(help: "Listen streams of the sync fan-out.") var streams = 100
+    @Option(help: "Documents the fan-out's writer commits (each delivered to every stream).") var fanOutDocuments = 10_000
+    @Option(help: "Run only these parts (comma-separated: queries, writes, sync).") var only: String?
 
     func wants(_ part: String) -> Bool { only.map { $0.split(separator: ",").contains(Substring(part)) } ?? true }
 
@@ -33,6 +41,7 @@ struct DocumentsBench: AsyncParsableCommand {
         var goals: [String] = []
         if wants("queries") { try await queries(&report, &goals) }
         if wants("writes") { try await writesAndReopen(&report, &goals) }
+        if wants("sync") { try await sync(&report, &goals) }
         say("\ngoals:", json: common.json)
         for g in goals { say("  " + g, json: common.json) }
     }

@@ -25,8 +25,10 @@ final class ServerChild: @unchecked Sendable {
     let process = Process()
     let port: Int
     let data: String
+    /// Firestore's gRPC port, when started with `firestore: true`.
+    private(set) var firestorePort: Int?
 
-    init(data: String) throws {
+    init(data: String, firestore: Bool = false) throws {
         self.data = data
         let exe = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         let server = exe.deletingLastPathComponent().appendingPathComponent("ferry-server")
@@ -34,7 +36,7 @@ final class ServerChild: @unchecked Sendable {
             throw BenchNetError("ferry-server is not next to ferry-bench (\(server.path)): build it (swift build -c release --product ferry-server)")
         }
         process.executableURL = server
-        process.arguments = ["--port", "0", "--data", data]
+        process.arguments = ["--port", "0", "--data", data] + (firestore ? ["--firestore-port", "0"] : [])
         let out = Pipe()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
@@ -46,6 +48,7 @@ final class ServerChild: @unchecked Sendable {
         while read(fd, &byte, 1) == 1 {
             if byte == 10 {
                 let s = String(decoding: line, as: UTF8.self)
+                if s.hasPrefix("firestore listening on ") { firestorePort = Int(s.split(separator: ":").last ?? "") }
                 if s.hasPrefix("listening on "), let p = Int(s.split(separator: ":").last ?? "") {
                     port = p
                     return

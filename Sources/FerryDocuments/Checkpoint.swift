@@ -13,7 +13,7 @@ import Foundation
 struct DocumentCheckpoint {
     static let fileName = DocumentTools.checkpointFileName
     static let magic: [UInt8] = Array("FDCK".utf8)
-    static let version: UInt8 = 2
+    static let version: UInt8 = 3
 
     /// Records below this LSN are in the checkpoint.
     var throughLSN: UInt64
@@ -24,6 +24,8 @@ struct DocumentCheckpoint {
     var targets: [TargetData]
     var pending: [MutationBatch]
     var indexes: [IndexDefinition]
+    /// Refused batches the app has not cleared (version 3 on).
+    var rejected: [Int64: RejectedWriteData] = [:]
 
     /// The checkpoint of an engine's state (the caller holds the store's lock).
     init(_ e: DocumentEngine, throughLSN: UInt64) {
@@ -37,6 +39,7 @@ struct DocumentCheckpoint {
         targets = Array(e.targets.values.filter { !$0.limbo }) + e.savedTargets.values.filter { t in e.targets[t.id] == nil }
         pending = Array(e.pending)
         indexes = e.indexes.map(\.definition)
+        rejected = e.rejectedWrites
     }
 
     /// The file: magic, version, the body's length u32 and its LZ4 block's length u32, the
@@ -94,6 +97,14 @@ struct DocumentCheckpoint {
         let ix = DocumentRecords.encode(indexes)
         w.u32(UInt32(ix.count))
         w.bytes.append(contentsOf: ix)
+        w.u32(UInt32(rejected.count))
+        for (id, r) in rejected.sorted(by: { $0.key < $1.key }) {
+            w.i64(id)
+            w.u32(UInt32(r.error.code.rawValue))
+            w.string(r.error.message)
+            w.u32(UInt32(r.documents.count))
+            for p in r.documents { w.path(p) }
+        }
         return w.bytes
     }
 
@@ -105,7 +116,8 @@ struct DocumentCheckpoint {
         let stored = bytes.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: body, as: UInt32.self)) }
         let crc = bytes.withUnsafeBytes { ferry_crc32c(0, $0.baseAddress, body) }
         guard crc == stored else { throw FirestoreErrorCode(.dataLoss, "\(fileName) fails its checksum (CRC32C \(String(crc, radix: 16)), stored \(String(stored, radix: 16))): it is damaged") }
-        guard bytes[4] == version else { throw FirestoreErrorCode(.dataLoss, "\(fileName) is of version \(bytes[4]), which this build does not read") }
+        let fileVersion = bytes[4]
+        guard fileVersion == 2 || fileVersion == version else { throw FirestoreErrorCode(.dataLoss, "\(fileName) is of version \(fileVersion), which this build does not read") }
         let (rawCount, blockCount) = bytes.withUnsafeBytes { ($0.loadUnaligned(fromByteOffset: 5, as: UInt32.self), $0.loadUnaligned(fromByteOffset: 9, as: UInt32.self)) }
         guard 13 + Int(blockCount) == body else { throw FirestoreErrorCode(.dataLoss, "\(fileName) has a block of the wrong length") }
         var raw = [UInt8](repeating: 0, count: Int(rawCount))
@@ -144,10 +156,21 @@ struct DocumentCheckpoint {
                 pending.append(try DocumentRecords.decodeBatch(id: id, try r.raw(try r.count())))
             }
             let indexes = try DocumentRecords.decodeIndexes(try r.raw(try r.count()))
+            var rejected: [Int64: RejectedWriteData] = [:]
+            if fileVersion >= 3 {
+                for _ in 0..<(try r.count()) {
+                    let id = try r.i64()
+                    let code = FirestoreErrorCode.Code(rawValue: Int(try r.u32())) ?? .unknown
+                    let message = try r.string()
+                    let paths = try (0..<r.count()).map { _ in try r.path() }
+                    rejected[id] = RejectedWriteData(documents: paths, error: FirestoreErrorCode(code, message))
+                }
+            }
             guard r.atEnd else { throw FirestoreErrorCode(.dataLoss, "\(fileName) has bytes after its end") }
             var c = DocumentCheckpoint(throughLSN: through, lastRemoteVersion: lastRemote, nextTargetID: nextTarget, ackedThrough: acked,
                                        remote: remote, targets: targets, pending: pending, indexes: indexes)
             c.throughLSN = through
+            c.rejected = rejected
             return c
         }
     }
@@ -177,6 +200,7 @@ extension DocumentEngine {
         }
         for t in c.targets { savedTargets[Self.targetKey(t.query)] = t }
         for b in c.pending { _ = apply(b) }
+        rejectedWrites = c.rejected
         installIndexes(c.indexes)
     }
 

@@ -124,6 +124,8 @@ struct DocumentEngine {
     /// A server connection (or the spec harness) listens to ``outbox``.
     var remoteAttached = false
     var outbox: [RemoteRequest] = []
+    /// Batches the server refused, until the app clears them (batch id → what and why).
+    var rejectedWrites: [Int64: RejectedWriteData] = [:]
     /// The targets the server is asked to listen to now, with the resume token each was sent with.
     var sentTargets: [Int: String] = [:]
     /// A memory cache with eager collection (documents nothing needs are dropped at once).
@@ -163,6 +165,11 @@ struct DocumentEngine {
             return applyRemoteEvent(try DocumentRecords.decodeRemoteEvent(payload))
         case .writeAnswer:
             return applyAnswer(try DocumentRecords.decodeWriteAnswer(payload))
+        case .rejectionsCleared:
+            var r = PayloadReader(payload)
+            let through = try r.i64()
+            rejectedWrites = rejectedWrites.filter { $0.key > through }
+            return []
         case .target:
             let (id, q) = try DocumentRecords.decodeTarget(payload)
             installTarget(id: id, query: q)

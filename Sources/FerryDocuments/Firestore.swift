@@ -263,6 +263,37 @@ public final class Firestore: Sendable {
         throw FirestoreErrorCode(.aborted, "the transaction failed \(Transaction.maxAttempts) times (\(lastAbort.message))")
     }
 
+    /// The batches the server refused, oldest first, until ``clearRejectedWrites()``: each was
+    /// reverted locally when refused (its waiters got the error); they survive restarts.
+    public func rejectedWrites() throws -> [RejectedWrite] {
+        try read { e in
+            e.rejectedWrites.sorted { $0.key < $1.key }.map { RejectedWrite(batchID: $0.key, documentPaths: $0.value.documents.map(\.description), error: $0.value.error) }
+        }
+    }
+
+    /// Forgets the rejected batches listed now (durably: one record).
+    public func clearRejectedWrites() async throws {
+        try checkOpen()
+        let through = try read { $0.rejectedWrites.keys.max() }
+        guard let through else { return }
+        var w = PayloadWriter()
+        w.i64(through)
+        let lsn = try state.withLock { e -> UInt64 in
+            guard !e.closed else { throw Self.closedError }
+            let lsn: UInt64
+            do { lsn = try e.records.append(kind: DocumentRecordKind.rejectionsCleared.rawValue, w.bytes) } catch {
+                throw FirestoreErrorCode(.unavailable, "the clearing could not be logged: \(error)")
+            }
+            e.rejectedWrites = e.rejectedWrites.filter { $0.key > through }
+            return lsn
+        }
+        if let log {
+            do { try await log.awaitDurability(of: LSN(lsn)...LSN(lsn)) } catch {
+                throw FirestoreErrorCode(.dataLoss, "the clearing was not made durable: \(error)")
+            }
+        }
+    }
+
     /// Stops using the network: reads and listeners are served from the cache and writes are
     /// kept until ``enableNetwork()``.
     public func disableNetwork() async {
@@ -502,6 +533,22 @@ public final class ListenerRegistration: Sendable {
     /// Stops the listener: it is not called again once this returns (a call under way on the
     /// delivery queue may finish).
     public func remove() { onRemove() }
+}
+
+/// A batch the server refused (``Firestore/rejectedWrites()``).
+public struct RejectedWrite: Sendable {
+    /// The batch's id (its record's LSN: later batches have greater ids).
+    public let batchID: Int64
+    /// The documents it wrote (`cities/SF`).
+    public let documentPaths: [String]
+    /// Why the server refused it.
+    public let error: FirestoreErrorCode
+}
+
+/// A refused batch as the engine keeps it.
+struct RejectedWriteData: Sendable {
+    var documents: [ResourcePath]
+    var error: FirestoreErrorCode
 }
 
 /// A transaction's reads and writes (see ``Firestore/runTransaction(_:)``): reads go to the

@@ -14,6 +14,8 @@ enum DocumentRecordKind: UInt8, CaseIterable {
     case writeAnswer = 35
     /// A listen target was made for a query (its id is kept for later listens and restarts).
     case target = 36
+    /// The app cleared the rejected batches up to an id (`clearRejectedWrites`).
+    case rejectionsCleared = 37
 }
 
 /// Little-endian writer of record payloads.

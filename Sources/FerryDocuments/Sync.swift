@@ -450,6 +450,11 @@ extension DocumentEngine {
     /// refused, it is dropped. Either way the view shows what the remaining batches make of it.
     mutating func applyAnswer(_ a: WriteAnswerRecord) -> [(old: LocalDocument?, new: LocalDocument?)] {
         guard let batch = pending.remove(a.batchID) else { return [] }
+        if let rejection = a.rejection {
+            var paths: [ResourcePath] = []
+            for m in batch.mutations where !paths.contains(m.key) { paths.append(m.key) }
+            rejectedWrites[batch.id] = RejectedWriteData(documents: paths, error: rejection)
+        }
         var keys: [ResourcePath] = []
         for m in batch.mutations {
             batchesByKey[m.key]?.removeAll { $0 == batch.id }

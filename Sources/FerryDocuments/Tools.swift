@@ -23,6 +23,9 @@ import Foundation
         case .writeAnswer:
             guard let a = try? DocumentRecords.decodeWriteAnswer(payload) else { return "damaged write answer" }
             return a.rejection.map { "write batch \(a.batchID) rejected: \($0)" } ?? "write batch \(a.batchID) committed at version \(a.version)"
+        case .rejectionsCleared:
+            guard payload.count == 8 else { return "damaged rejections-cleared record" }
+            return "rejected batches cleared through \(Int64(littleEndian: payload.loadUnaligned(as: Int64.self)))"
         case .target:
             guard let t = try? DocumentRecords.decodeTarget(payload) else { return "damaged target" }
             return "target \(t.id) for \(t.query.documentKey?.description ?? (t.query.collectionGroup.map { "group " + $0 } ?? t.query.path.description))"

@@ -51,6 +51,9 @@ public final class FirestoreConnection: Sendable {
     /// Pending batches sent in one commit at most (and at most `maxWritesPerCommit` writes).
     static let maxBatchesPerCommit = 1_000
     static let maxWritesPerCommit = 5_000
+    /// A commit not answered within this is abandoned and sent again (the server's marks make
+    /// that safe): a connection that stalls cannot stall the writes.
+    static let commitTimeout = Duration.seconds(60)
 
     let db: Firestore
     let database: DatabaseName
@@ -186,15 +189,13 @@ public final class FirestoreConnection: Sendable {
         var md = metadata
         md.addString(db.clientID, forKey: BatchAnswers.clientHeader)
         md.addString(BatchAnswers.header(batches.map { ($0.id, $0.mutations.count) }), forKey: BatchAnswers.batchesHeader)
-        let count = batches.count
-        return try await stub.commit(request: ClientRequest(message: request, metadata: md)) { response in
-            _ = try response.message
-            guard let bytes = response.trailingMetadata[binaryValues: BatchAnswers.resultsTrailer].first(where: { _ in true }),
-                  let answers = BatchAnswers.decode(bytes), answers.count == count else {
-                throw RPCError(code: .unavailable, message: "the server did not answer each batch (is it ferry-server?)")
-            }
-            return answers
+        var options = CallOptions.defaults
+        options.timeout = Self.commitTimeout
+        let response = try await stub.commit(request: ClientRequest(message: request, metadata: md), options: options)
+        guard response.ferryBatchAnswers.count == batches.count else {
+            throw RPCError(code: .unavailable, message: "the server did not answer each batch (\(response.ferryBatchAnswers.count) answers for \(batches.count)): is it ferry-server?")
         }
+        return response.ferryBatchAnswers.map(BatchAnswers.answer)
     }
 
     // MARK: Listens

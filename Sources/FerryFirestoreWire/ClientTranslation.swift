@@ -162,12 +162,12 @@ extension WatchDocument {
     }
 }
 
-/// The per-batch answers of a commit that carried several batches (Ferry's extension: the
-/// `x-ferry-batches` header), in the `x-ferry-results-bin` trailer.
+/// A commit carrying several batches of one client store (Ferry's extension): the
+/// `x-ferry-client` and `x-ferry-batches` headers, and each batch's answer in the response's
+/// `ferry_batch_answers`.
 package enum BatchAnswers {
     package static let clientHeader = "x-ferry-client"
     package static let batchesHeader = "x-ferry-batches"
-    package static let resultsTrailer = "x-ferry-results-bin"
 
     package enum Answer: Sendable, Equatable {
         /// Committed at this time (µs); also for a batch the server had committed before.
@@ -190,29 +190,18 @@ package enum BatchAnswers {
         return out
     }
 
-    /// Each answer as a line: `ok MICROS` or `CODE MESSAGE`.
-    package static func encode(_ answers: [Answer]) -> [UInt8] {
-        Array(answers.map { a in
-            switch a {
-            case .committed(let t): "ok \(t)"
-            case .rejected(let e): "\(e.code.rawValue) \(e.message.replacingOccurrences(of: "\n", with: " "))"
-            }
-        }.joined(separator: "\n").utf8)
+    package static func wire(_ a: Answer) -> Google_Firestore_V1_FerryBatchAnswer {
+        var w = Google_Firestore_V1_FerryBatchAnswer()
+        switch a {
+        case .committed(let t): w.commitTimeMicros = t
+        case .rejected(let e):
+            w.code = Int32(e.code.rawValue == 0 ? FirestoreErrorCode.Code.unknown.rawValue : e.code.rawValue)
+            w.message = e.message
+        }
+        return w
     }
 
-    package static func decode(_ bytes: [UInt8]) -> [Answer]? {
-        var out: [Answer] = []
-        for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false) {
-            let parts = line.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
-            guard let head = parts.first else { return nil }
-            if head == "ok", parts.count == 2, let t = Int64(parts[1]) {
-                out.append(.committed(t))
-            } else if let n = Int(head), let code = FirestoreErrorCode.Code(rawValue: n) {
-                out.append(.rejected(FirestoreErrorCode(code, parts.count == 2 ? String(parts[1]) : "")))
-            } else {
-                return nil
-            }
-        }
-        return out
+    package static func answer(_ w: Google_Firestore_V1_FerryBatchAnswer) -> Answer {
+        w.code == 0 ? .committed(w.commitTimeMicros) : .rejected(FirestoreErrorCode(FirestoreErrorCode.Code(rawValue: Int(w.code)) ?? .unknown, w.message))
     }
 }

@@ -1404,11 +1404,32 @@ public nonisolated struct Google_Firestore_V1_CommitResponse: Sendable {
   /// Clears the value of `commitTime`. Subsequent reads from it will return its default value.
   public mutating func clearCommitTime() {self._commitTime = nil}
 
+  /// Ferry's extension (not Google's: its clients skip it as an unknown field): with the
+  /// x-ferry-batches header, each batch's answer, in order.
+  public var ferryBatchAnswers: [Google_Firestore_V1_FerryBatchAnswer] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _commitTime: SwiftProtobuf.Google_Protobuf_Timestamp? = nil
+}
+
+/// One batch's answer: committed at a time, or refused with a gRPC code (never 0) and why.
+public nonisolated struct Google_Firestore_V1_FerryBatchAnswer: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var commitTimeMicros: Int64 = 0
+
+  public var code: Int32 = 0
+
+  public var message: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 public nonisolated struct Google_Firestore_V1_RollbackRequest: Sendable {
@@ -4165,7 +4186,7 @@ nonisolated extension Google_Firestore_V1_CommitRequest: SwiftProtobuf.Message, 
 
 nonisolated extension Google_Firestore_V1_CommitResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".CommitResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}write_results\0\u{3}commit_time\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}write_results\0\u{3}commit_time\0\u{4}g\u{f}ferry_batch_answers\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4175,6 +4196,7 @@ nonisolated extension Google_Firestore_V1_CommitResponse: SwiftProtobuf.Message,
       switch fieldNumber {
       case 1: try { try decoder.decodeRepeatedMessageField(value: &self.writeResults) }()
       case 2: try { try decoder.decodeSingularMessageField(value: &self._commitTime) }()
+      case 1001: try { try decoder.decodeRepeatedMessageField(value: &self.ferryBatchAnswers) }()
       default: break
       }
     }
@@ -4191,12 +4213,56 @@ nonisolated extension Google_Firestore_V1_CommitResponse: SwiftProtobuf.Message,
     try { if let v = self._commitTime {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
     } }()
+    if !self.ferryBatchAnswers.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.ferryBatchAnswers, fieldNumber: 1001)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Google_Firestore_V1_CommitResponse, rhs: Google_Firestore_V1_CommitResponse) -> Bool {
     if lhs.writeResults != rhs.writeResults {return false}
     if lhs._commitTime != rhs._commitTime {return false}
+    if lhs.ferryBatchAnswers != rhs.ferryBatchAnswers {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Google_Firestore_V1_FerryBatchAnswer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FerryBatchAnswer"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}commit_time_micros\0\u{1}code\0\u{1}message\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularInt64Field(value: &self.commitTimeMicros) }()
+      case 2: try { try decoder.decodeSingularInt32Field(value: &self.code) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.message) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.commitTimeMicros != 0 {
+      try visitor.visitSingularInt64Field(value: self.commitTimeMicros, fieldNumber: 1)
+    }
+    if self.code != 0 {
+      try visitor.visitSingularInt32Field(value: self.code, fieldNumber: 2)
+    }
+    if !self.message.isEmpty {
+      try visitor.visitSingularStringField(value: self.message, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Google_Firestore_V1_FerryBatchAnswer, rhs: Google_Firestore_V1_FerryBatchAnswer) -> Bool {
+    if lhs.commitTimeMicros != rhs.commitTimeMicros {return false}
+    if lhs.code != rhs.code {return false}
+    if lhs.message != rhs.message {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

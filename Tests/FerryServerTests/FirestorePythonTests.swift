@@ -39,11 +39,11 @@ import Testing
             }
         }
         let python = try ChildProcess("/bin/bash", [Locations.packageRoot + "/scripts/firestore-python.sh", "127.0.0.1:\(port)", "interop.py", "interop"])
-        #expect(await eventually(timeout: .seconds(120)) { fromPython.withLock { $0 } != nil })
+        #expect(await eventually(timeout: .seconds(300)) { fromPython.withLock { $0 } != nil })
         #expect(fromPython.withLock { $0?.by } == "python")
         #expect(fromPython.withLock { $0?.n } == 7)
         try await db.collection("interop").document("from-ferry").setData(["by": "ferry", "n": 42])
-        #expect(await eventually(timeout: .seconds(60)) { python.outputLines.contains("python saw ferry") })
+        #expect(await eventually(timeout: .seconds(300)) { python.outputLines.contains("python saw ferry") })
         #expect(python.wait() == 0)
         reg.remove()
         await connection.close()

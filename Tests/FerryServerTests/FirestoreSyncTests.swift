@@ -111,6 +111,14 @@ extension FirestoreSyncTests {
         return (ids.withLock { $0 } ?? [], counter.withLock { $0 } ?? -1)
     }
 
+    /// Waits for the child's "drained" (killing it if it never comes, so the test ends).
+    static func expectDrained(_ child: ChildProcess, timeout: Duration = .seconds(30)) async throws {
+        let drained = await eventually(timeout: timeout) { child.outputLines.contains("drained") }
+        #expect(drained, "the client never had every write answered")
+        if !drained { child.kill9() }
+        #expect(child.wait() == 0)
+    }
+
     static func durable(_ child: ChildProcess) -> [Int] {
         child.outputLines.compactMap { $0.hasPrefix("durable ") ? Int($0.dropFirst(8)) : nil }
     }
@@ -131,11 +139,29 @@ extension FirestoreSyncTests {
             printed += Self.durable(child)
         }
         let drain = try ChildProcess(Locations.executable("ferry-documents-child"), ["drain", dir.sub("client"), port])
-        #expect(await eventually { drain.outputLines.contains("drained") })
-        #expect(drain.wait() == 0)
+        try await Self.expectDrained(drain)
         let (ids, counter) = try await Self.serverState(dir, server)
         #expect(Set(printed).isSubset(of: ids), "a batch durable on the client is missing on the server")
         #expect(counter == ids.count, "\(counter) increments for \(ids.count) batches: a batch was applied twice (or lost half)")
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func thousandsOfPendingBatchesDrainAfterAnOfflineRun() async throws {
+        let dir = try TemporaryDirectory("firestore-many-pending")
+        let db = try Firestore.open(at: dir.sub("client"))
+        for i in 0..<3_000 {
+            let batch = db.batch()
+            batch.setData(["i": i], forDocument: db.collection("log").document("\(i)"))
+            batch.setData(["n": FieldValue.increment(Int64(1))], forDocument: db.collection("counters").document("c"), merge: true)
+            try await batch.commit()
+        }
+        try await db.terminate()
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let drain = try ChildProcess(Locations.executable("ferry-documents-child"), ["drain", dir.sub("client"), String(server.firestorePort!)])
+        try await Self.expectDrained(drain, timeout: .seconds(120))
+        let (ids, counter) = try await Self.serverState(dir, server)
+        #expect(ids.count == 3_000)
+        #expect(counter == 3_000)
         #expect(server.terminate() == 0)
     }
 
@@ -149,8 +175,7 @@ extension FirestoreSyncTests {
         let status = crashed.wait()
         #expect(status != 0, "the crash point was not reached")
         let drain = try ChildProcess(Locations.executable("ferry-documents-child"), ["drain", dir.sub("client"), port])
-        #expect(await eventually { drain.outputLines.contains("drained") })
-        #expect(drain.wait() == 0)
+        try await Self.expectDrained(drain)
         let (ids, counter) = try await Self.serverState(dir, server)
         #expect(Set(Self.durable(crashed)).isSubset(of: ids))
         #expect(!ids.isEmpty)
@@ -168,8 +193,7 @@ extension FirestoreSyncTests {
             server.kill9()
             server = try ServerProcess(data: dir.path, port: httpPort, ["--firestore-port", String(firestorePort)])
         }
-        #expect(await eventually(timeout: .seconds(60)) { child.outputLines.contains("drained") })
-        #expect(child.wait() == 0)
+        try await Self.expectDrained(child, timeout: .seconds(60))
         let (ids, counter) = try await Self.serverState(dir, server)
         #expect(ids == Set(0..<400))
         #expect(counter == 400)
@@ -263,6 +287,49 @@ extension FirestoreSyncTests {
         await cb.close()
         try await a.terminate()
         try await b.terminate()
+        #expect(server.terminate() == 0)
+    }
+}
+
+extension FirestoreOnlineTests {
+    @Test func aBatchTheServerRefusesIsRevertedListedAndSurvivesARestartUntilCleared() async throws {
+        let dir = try TemporaryDirectory("firestore-rejected")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        var (a, ca) = try FirestoreSyncTests.connected(dir, "a", server)
+        let (b, cb) = try FirestoreSyncTests.connected(dir, "b", server)
+        let ref = a.collection("things").document("x")
+        try await ref.setData(["n": 1])
+        try await a.waitForPendingWrites()
+
+        // A updates x offline while B deletes it on the server: the server refuses A's update.
+        await a.disableNetwork()
+        try await ref.updateData(["n": 2])
+        #expect(try await ref.getDocument(source: .cache).data()?["n"] as? Int == 2)
+        try await b.collection("things").document("x").delete()
+        try await b.waitForPendingWrites()
+        await a.enableNetwork()
+        await #expect(throws: FirestoreErrorCode.self) { try await a.waitForPendingWrites() }
+        let rejected = try a.rejectedWrites()
+        #expect(rejected.count == 1)
+        #expect(rejected.first?.documentPaths == ["things/x"])
+        #expect(rejected.first?.error.code == .notFound)
+        // Reverted: the cache no longer shows the update.
+        #expect(await eventually { (try? await ref.getDocument(source: .cache).data()?["n"] as? Int) != 2 })
+
+        // Kept across a restart, until cleared.
+        await ca.close()
+        try await a.terminate()
+        a = try Firestore.open(at: dir.sub("a"))
+        #expect(try a.rejectedWrites().map(\.error.code) == [.notFound])
+        try await a.clearRejectedWrites()
+        #expect(try a.rejectedWrites().isEmpty)
+        try await a.terminate()
+        a = try Firestore.open(at: dir.sub("a"))
+        #expect(try a.rejectedWrites().isEmpty)
+        try await a.terminate()
+        await cb.close()
+        try await b.terminate()
+        _ = ca
         #expect(server.terminate() == 0)
     }
 }

@@ -343,7 +343,7 @@ struct FirestoreService: V1.ServiceProtocol {
 
     /// A commit from one of Ferry's client stores: its writes are the client's batches
     /// (`x-ferry-batches`), each committed atomically and once; each batch's answer goes in
-    /// the `x-ferry-results-bin` trailer.
+    /// the response's `ferry_batch_answers`.
     private func commitBatches(_ m: Google_Firestore_V1_CommitRequest, _ db: DatabaseName, client: String, _ metadata: Metadata) async throws -> ServerResponse<Google_Firestore_V1_CommitResponse> {
         guard !client.isEmpty, client.utf8.count <= 128, client.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             throw FirestoreErrorCode(.invalidArgument, "x-ferry-client must be 1 to 128 printable characters")
@@ -386,9 +386,8 @@ struct FirestoreService: V1.ServiceProtocol {
             }
         }
         r.commitTime = wireTimestamp(micros: latest)
-        var trailer = Metadata()
-        trailer.addBinary(BatchAnswers.encode(answers), forKey: BatchAnswers.resultsTrailer)
-        return ServerResponse(message: r, trailingMetadata: trailer)
+        r.ferryBatchAnswers = answers.map(BatchAnswers.wire)
+        return ServerResponse(message: r)
     }
 
     // MARK: Listen
