@@ -26,9 +26,14 @@ extension Firestore {
 
     /// Attaches a server connection: listeners get targets (those made before too), and
     /// `wake` is called, outside the store's lock, whenever there may be something to send.
-    package func attachRemote(server: any DocumentServer, wake: @escaping @Sendable () -> Void) {
+    package func attachRemote(server: any DocumentServer, wake: @escaping @Sendable () -> Void) throws {
+        let attached = remoteServer.withLock { current -> Bool in
+            if current != nil { return true }
+            current = server
+            return false
+        }
+        if attached { throw FirestoreErrorCode(.failedPrecondition, "this store already has a server connection: close it first") }
         remoteWake.withLock { $0 = wake }
-        remoteServer.withLock { $0 = server }
         syncStep { e in
             guard !e.remoteAttached else { return [] }
             e.remoteAttached = true
@@ -46,6 +51,8 @@ extension Firestore {
         remoteServer.withLock { $0 = nil }
         syncStep { e in
             e.connectionStopped()
+            e.remoteAttached = false
+            e.outbox = []
             return e.setOnline(.offline)
         }
     }
@@ -65,14 +72,22 @@ extension Firestore {
         state.withLock { e in defer { e.outbox = [] }; return e.outbox }
     }
 
-    /// The batches not yet answered, oldest first (the server answers them in this order).
-    package func pendingBatches(limit: Int) -> [MutationBatch] {
-        state.withLock { e in Array(e.pending.prefix(limit)) }
+    /// The batches not yet answered and durable here, oldest first (the server answers them in
+    /// this order), and whether more are pending that are not durable yet. A batch leaves the
+    /// device only once durable: its id is its record's LSN, which a crash could give to
+    /// another batch, and the server's exactly-once marks go by that id.
+    package func pendingBatches(limit: Int) -> (durable: [MutationBatch], more: Bool) {
+        let durable = log.map { Int64($0.durableLSN.rawValue) } ?? .max
+        return state.withLock { e in
+            let ready = Array(e.pending.prefix(limit).prefix { $0.id < durable })
+            return (ready, e.pending.count > ready.count && ready.count < limit)
+        }
     }
 
     private func remote(_ body: (inout DocumentEngine) -> [(Int, ListenerEvent)]) {
         syncStep(body)
-        wakeRemote()
+        // Only what may have made listen requests wakes the connection.
+        if state.withLock({ !$0.outbox.isEmpty }) { wakeRemote() }
     }
 
     // MARK: What the server said

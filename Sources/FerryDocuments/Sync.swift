@@ -388,7 +388,8 @@ extension DocumentEngine {
         // Existence-filter mismatches: listen again from scratch.
         for id in resets where isActive(id) {
             outbox.append(.unlisten(targetID: id))
-            watch[id] = WatchTargetState(pendingResponses: 1)
+            // Two requests, two answers to wait for (the unlisten's and the listen's).
+            watch[id] = WatchTargetState(pendingResponses: 2)
             sentTargets[id] = ""
             outbox.append(.listen(targetID: id, query: targets[id]!.query, resumeToken: ""))
         }

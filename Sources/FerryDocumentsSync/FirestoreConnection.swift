@@ -7,9 +7,10 @@ import GRPCNIOTransportHTTP2
 import Logging
 import Synchronization
 
-/// A document store connected to a server that speaks Cloud Firestore's gRPC API
-/// (`ferry-server --firestore-port`, or any Firestore emulator): pending writes are sent in
-/// order and committed exactly once, and every listener's query is listened to on the server.
+/// A document store connected to `ferry-server`'s Cloud Firestore gRPC API
+/// (`ferry-server --firestore-port`): pending writes are sent in order and committed exactly
+/// once, and every listener's query is listened to on the server. (The commits use Ferry's
+/// batch extension, which other Firestore servers do not answer.)
 ///
 /// ```swift
 /// let db = try Firestore.open(at: path)
@@ -51,6 +52,7 @@ public final class FirestoreConnection: Sendable {
     /// Pending batches sent in one commit at most (and at most `maxWritesPerCommit` writes).
     static let maxBatchesPerCommit = 1_000
     static let maxWritesPerCommit = 5_000
+    static let maxBytesPerCommit = 8 << 20
     /// A commit not answered within this is abandoned and sent again (the server's marks make
     /// that safe): a connection that stalls cannot stall the writes.
     static let commitTimeout = Duration.seconds(60)
@@ -102,16 +104,16 @@ public final class FirestoreConnection: Sendable {
     /// Connects `db` to `server` and starts syncing; the connection lives until ``close()``.
     public static func connect(_ db: Firestore, to server: Server, logger: Logger = Logger(label: "ferry.documents.sync")) throws -> FirestoreConnection {
         let c = try FirestoreConnection(db: db, server: server, logger: logger)
+        let (writes, listens) = (c.writeSignal, c.listenSignal)
+        try db.attachRemote(server: GRPCDocumentServer(stub: c.stub, database: c.database, metadata: c.metadata)) {
+            writes.signal()
+            listens.signal()
+        }
         let client = c.client
         c.tasks.withLock { t in
             t.append(Task { try? await client.runConnections() })
             t.append(Task { await c.writeLoop() })
             t.append(Task { await c.listenLoop() })
-        }
-        let (writes, listens) = (c.writeSignal, c.listenSignal)
-        db.attachRemote(server: GRPCDocumentServer(stub: c.stub, database: c.database, metadata: c.metadata)) {
-            writes.signal()
-            listens.signal()
         }
         return c
     }
@@ -136,20 +138,26 @@ public final class FirestoreConnection: Sendable {
                 await writeSignal.wait()
                 continue
             }
-            var batches = db.pendingBatches(limit: limit)
-            var writes = 0
-            if let cut = batches.indices.first(where: { i in
-                writes += batches[i].mutations.count
-                return i > 0 && writes > Self.maxWritesPerCommit
-            }) {
-                batches = Array(batches[..<cut])
-            }
-            if batches.isEmpty {
-                await writeSignal.wait()
+            let (ready, more) = db.pendingBatches(limit: limit)
+            if ready.isEmpty {
+                // Pending batches not on disk yet leave once they are.
+                if more { try? await db.sync() } else { await writeSignal.wait() }
                 continue
             }
+            // At most so many writes and bytes in one commit (the server refuses requests over 16 MiB).
+            var batches: [MutationBatch] = []
+            var writes: [Google_Firestore_V1_Write] = []
+            var bytes = 0
+            for batch in ready {
+                let wire = batch.mutations.map { $0.wire(in: database) }
+                let size = wire.reduce(0) { $0 + ((try? $1.serializedBytes() as [UInt8])?.count ?? 0) }
+                if !batches.isEmpty, writes.count + wire.count > Self.maxWritesPerCommit || bytes + size > Self.maxBytesPerCommit { break }
+                batches.append(batch)
+                writes += wire
+                bytes += size
+            }
             do {
-                let answers = try await commit(batches)
+                let answers = try await commit(batches, writes)
                 // (Tests kill the process here: the server committed, the store has not heard.)
                 CrashPoint.hit("documents.answered")
                 for a in answers {
@@ -167,10 +175,12 @@ public final class FirestoreConnection: Sendable {
             } catch {
                 if Task.isCancelled { return }
                 let code = (error as? RPCError)?.code
-                if code == .invalidArgument || code == .failedPrecondition || code == .outOfRange {
+                if [.invalidArgument, .failedPrecondition, .outOfRange, .resourceExhausted].contains(code) {
                     // The whole commit was refused: send one batch at a time; one refused alone is rejected.
                     if batches.count == 1 {
-                        db.remoteWriteRejected(FirestoreErrorCode(.invalidArgument, (error as? RPCError)?.message ?? "\(error)"))
+                        let e = error as? RPCError
+                        db.remoteWriteRejected(FirestoreErrorCode(FirestoreErrorCode.Code(rawValue: e?.code.rawValue ?? 3) ?? .invalidArgument, e?.message ?? "\(error)"))
+                        counters.rejected.add(1, ordering: .relaxed)
                     }
                     limit = 1
                     continue
@@ -182,10 +192,10 @@ public final class FirestoreConnection: Sendable {
     }
 
     /// One commit of several batches; each batch's answer in order.
-    private func commit(_ batches: [MutationBatch]) async throws -> [BatchAnswers.Answer] {
+    private func commit(_ batches: [MutationBatch], _ writes: [Google_Firestore_V1_Write]) async throws -> [BatchAnswers.Answer] {
         var request = Google_Firestore_V1_CommitRequest()
         request.database = database.description
-        request.writes = batches.flatMap { $0.mutations.map { $0.wire(in: database) } }
+        request.writes = writes
         var md = metadata
         md.addString(db.clientID, forKey: BatchAnswers.clientHeader)
         md.addString(BatchAnswers.header(batches.map { ($0.id, $0.mutations.count) }), forKey: BatchAnswers.batchesHeader)
@@ -207,43 +217,35 @@ public final class FirestoreConnection: Sendable {
                 await listenSignal.wait()
                 continue
             }
-            let heard = Flag()
-            let (requests, sendRequest) = AsyncStream<Google_Firestore_V1_ListenRequest>.makeStream()
+            let synced = Flag()
             db.remoteStreamStarted()
             counters.streams.add(1, ordering: .relaxed)
             let (db, database, signal, counters) = (self.db, self.database, self.listenSignal, self.counters)
             do {
                 try await stub.listen(metadata: metadata, requestProducer: { writer in
-                    for await r in requests { try await writer.write(r) }
+                    // The store's listen requests, as they come (sent without waiting for the
+                    // server's first message: a server may send its headers only with it).
+                    while !Task.isCancelled {
+                        guard db.networkEnabled else { throw CancellationError() }
+                        for r in db.takeRemoteRequests() { try await writer.write(Self.request(r, database)) }
+                        await signal.wait()
+                    }
                 }, onResponse: { response in
-                    try await withThrowingTaskGroup(of: Void.self) { group in
-                        // The store's listen requests, as they come.
-                        group.addTask {
-                            while !Task.isCancelled {
-                                guard db.networkEnabled else { throw CancellationError() }
-                                for r in db.takeRemoteRequests() { sendRequest.yield(Self.request(r, database)) }
-                                await signal.wait()
-                            }
+                    for try await m in response.messages {
+                        if case .documentChange? = m.responseType { counters.documents.add(1, ordering: .relaxed) }
+                        if case .targetChange(let c)? = m.responseType, c.targetChangeType == .noChange, c.targetIds.isEmpty {
+                            synced.value.store(true, ordering: .relaxed)
                         }
-                        // What the server says.
-                        group.addTask {
-                            for try await m in response.messages {
-                                heard.value.store(true, ordering: .relaxed)
-                                if case .documentChange? = m.responseType { counters.documents.add(1, ordering: .relaxed) }
-                                try Self.handle(m, db, database)
-                            }
-                        }
-                        try await group.next()
-                        group.cancelAll()
+                        try Self.handle(m, db, database)
                     }
                 })
             } catch {
-                if Task.isCancelled { sendRequest.finish(); return }
+                if Task.isCancelled { return }
                 logger.debug("listen stream ended (\(error))")
             }
-            sendRequest.finish()
             db.remoteStreamStopped()
-            if heard.value.load(ordering: .relaxed) { backoff.reset() }
+            // A stream that brought a consistent snapshot was healthy: the next one starts at once.
+            if synced.value.load(ordering: .relaxed) { backoff.reset() }
             if db.networkEnabled { await backoff.pause() }
         }
     }

@@ -236,7 +236,7 @@ public final class FerryServer: Sendable {
     /// Answers one request; nil when it became a stream (its events go to `output`).
     func respond(to r: HTTPRequest, stream output: StreamOutput) async -> HTTPResponse? {
         // The Firestore emulator's clear-data request (no token, as the emulator asks none).
-        if r.keys.first == "emulator" {
+        if r.keys.first == "emulator", r.keys.last?.hasSuffix(".json") != true {
             let k = r.keys
             guard r.method == "DELETE", k.count == 7, k[1] == "v1", k[2] == "projects", k[4] == "databases", k[6] == "documents" else {
                 return .error(404, "not found (the emulator API here is DELETE /emulator/v1/projects/P/databases/D/documents)")

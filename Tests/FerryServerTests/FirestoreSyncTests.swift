@@ -86,6 +86,43 @@ extension FirestoreSyncTests {
     }
 }
 
+extension FirestoreSyncTests {
+    @Test func aLimitedListenerReopenedAfterItsWindowChangedShowsTheNewWindow() async throws {
+        let dir = try TemporaryDirectory("firestore-limit-resume")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let (writer, cw) = try Self.connected(dir, "writer", server)
+        for (id, n) in [("a", 1), ("b", 2), ("c", 3)] { try await writer.collection("w").document(id).setData(["n": n]) }
+        try await writer.waitForPendingWrites()
+        let query = { (db: Firestore) in db.collection("w").order(by: "n").limit(to: 2) }
+        func shown(_ db: Firestore, until expected: [String]) async throws -> Bool {
+            let last = Mutex<[String]?>(nil)
+            let failed = Mutex(false)
+            let reg = query(db).addSnapshotListener { snap, error in
+                if error != nil { failed.withLock { $0 = true } }
+                if let snap, !snap.metadata.isFromCache { last.withLock { $0 = snap.documents.map(\.documentID) } }
+            }
+            let ok = await eventually { last.withLock { $0 } == expected || failed.withLock { $0 } }
+            reg.remove()
+            return ok && !failed.withLock { $0 }
+        }
+        var (reader, cr) = try Self.connected(dir, "reader", server)
+        #expect(try await shown(reader, until: ["a", "b"]))
+        await cr.close()
+        try await reader.terminate()
+        // b leaves the window and c slides in without changing.
+        try await writer.collection("w").document("b").delete()
+        try await writer.waitForPendingWrites()
+        (reader, cr) = try Self.connected(dir, "reader", server)
+        #expect(try await shown(reader, until: ["a", "c"]), "the listener must show the new window, without an error")
+        #expect(throws: FirestoreErrorCode.self) { _ = try FirestoreConnection.connect(reader, to: .init(host: "127.0.0.1", port: server.firestorePort!, project: "sync-test")) }
+        await cr.close()
+        await cw.close()
+        try await reader.terminate()
+        try await writer.terminate()
+        #expect(server.terminate() == 0)
+    }
+}
+
 /// Exactly once, with real processes: a client killed with kill -9 (at random moments, and
 /// right after the server answered), and the server killed mid-sync.
 @Suite struct FirestoreExactlyOnceTests {
@@ -162,6 +199,24 @@ extension FirestoreSyncTests {
         let (ids, counter) = try await Self.serverState(dir, server)
         #expect(ids.count == 3_000)
         #expect(counter == 3_000)
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func aRefusedBatchWhoseAnswerWasLostIsRefusedAgainNotCommitted() async throws {
+        let dir = try TemporaryDirectory("firestore-refused-lost")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let port = String(server.firestorePort!)
+        // Both batches go in the first commit; the child dies once it is answered.
+        let crashed = try ChildProcess(Locations.executable("ferry-documents-child"), ["refuse", dir.sub("client"), port],
+                                       environment: ["FERRY_CRASH_AT": "documents.answered"])
+        #expect(crashed.wait() != 0, "the crash point was not reached")
+        #expect(!crashed.outputLines.contains("drained"))
+        let drain = try ChildProcess(Locations.executable("ferry-documents-child"), ["drain", dir.sub("client"), port])
+        try await Self.expectDrained(drain)
+        #expect(drain.outputLines.contains("rejected 5"), "the refused batch, sent again, must be refused again (NOT_FOUND): \(drain.outputLines)")
+        let (ids, counter) = try await Self.serverState(dir, server)
+        #expect(ids == [0])
+        #expect(counter == 1)
         #expect(server.terminate() == 0)
     }
 

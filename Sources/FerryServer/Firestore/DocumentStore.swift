@@ -33,12 +33,42 @@ struct DocumentChangeRecord: Sendable {
 /// data. A listen's resume token names one (see ``ResumeToken``); deletions are remembered
 /// (`tombstones`, at most ``maxTombstones``) so a listen resumes with the changes since it.
 final class DocumentStore: Sendable {
-    /// Record kinds of a server document store (a client store uses 32–36).
+    /// Record kinds of a server document store (a client store uses 32–37).
     enum RecordKind: UInt8 {
         /// A commit: its time, then each document it wrote (state, create time, fields).
         case commit = 40
         /// Every document removed (the emulator's clear-data request), at a time.
         case clear = 41
+        /// A client's batch refused: client id, batch id, code u32, message (so that the batch,
+        /// sent again, gets the same answer).
+        case refusal = 42
+    }
+
+    /// What a client store's batches were answered: the highest batch answered, and the
+    /// answers of its last ``window`` batches. A batch sent again gets its own answer; one at or
+    /// below the highest and older than the window (a client resends only what it has not
+    /// heard, which is never that old) is answered as committed at the highest's time.
+    struct ClientMarks: Sendable {
+        static let window = 8_192
+        var highest: Int64 = .min
+        var highestTime: Int64 = 0
+        var answers: [Int64: Result<Int64, FirestoreErrorCode>] = [:]
+
+        func answer(_ batch: Int64) -> Result<Int64, FirestoreErrorCode>? {
+            if let a = answers[batch] { return a }
+            return batch <= highest ? .success(highestTime) : nil
+        }
+
+        mutating func record(_ batch: Int64, _ answer: Result<Int64, FirestoreErrorCode>, at time: Int64) {
+            answers[batch] = answer
+            if batch > highest {
+                highest = batch
+                highestTime = time
+            }
+            if answers.count > Self.window * 2 {
+                for k in answers.keys.sorted().prefix(answers.count - Self.window) { answers[k] = nil }
+            }
+        }
     }
 
     let name: DatabaseName
@@ -68,8 +98,8 @@ final class DocumentStore: Sendable {
         var transactions: [Data: TransactionState] = [:]
         var listens = ListenRegistry()
         var failure: String?
-        /// Each client store's last committed batch and its commit time (exactly-once marks).
-        var marks: [String: (batch: Int64, time: Int64)] = [:]
+        /// Each client store's answered batches (exactly-once marks).
+        var marks: [String: ClientMarks] = [:]
 
         func document(_ key: ResourcePath) -> StoredDocument? {
             collections[key.parent]?[key.last]
@@ -156,7 +186,7 @@ final class DocumentStore: Sendable {
                     let time = try reader.i64()
                     if version == 2 {
                         let client = try reader.string()
-                        s.marks[client] = (try reader.i64(), time)
+                        s.marks[client, default: ClientMarks()].record(try reader.i64(), .success(time), at: time)
                     }
                     for _ in 0..<(try reader.count()) {
                         let key = try reader.path()
@@ -168,6 +198,13 @@ final class DocumentStore: Sendable {
                         }
                     }
                     s.lastCommit = max(s.lastCommit, time)
+                case .refusal:
+                    var reader = PayloadReader(r.payload)
+                    let client = try reader.string()
+                    let id = try reader.i64()
+                    let code = FirestoreErrorCode.Code(rawValue: Int(try reader.u32())) ?? .unknown
+                    let error = FirestoreErrorCode(code, try reader.string())
+                    s.marks[client, default: ClientMarks()].record(id, .failure(error), at: s.lastCommit)
                 case .clear:
                     var reader = PayloadReader(r.payload)
                     let time = try reader.i64()
@@ -203,7 +240,8 @@ final class DocumentStore: Sendable {
             let docs = keys.map { s.document($0) }
             if let transaction {
                 try Self.useTransaction(&s, transaction) { t in
-                    for (k, d) in zip(keys, docs) { t.reads[k] = d?.updateTime ?? 0 }
+                    // The first read counts: a document read again after it changed aborts the commit.
+                    for (k, d) in zip(keys, docs) where t.reads[k] == nil { t.reads[k] = d?.updateTime ?? 0 }
                 }
             }
             return (docs, s.lastCommit)
@@ -408,12 +446,12 @@ final class DocumentStore: Sendable {
         var changes: [DocumentChangeRecord] = []
         var batch = LogBatch()
         var last = state.withLock { $0.lastCommit }
-        var marks: [String: (batch: Int64, time: Int64)] = [:]
+        var marks: [String: ClientMarks] = [:]
         state.withLock { s in
             for p in group {
-                if let o = p.origin, let mark = marks[o.client] ?? s.marks[o.client], mark.batch >= o.batch {
-                    // Committed before (its answer was lost): answered again, applied once.
-                    outcomes.append(.success(CommitResult(commitTime: mark.time, results: [])))
+                if let o = p.origin, let answer = (marks[o.client] ?? s.marks[o.client])?.answer(o.batch) {
+                    // Answered before (the answer was lost): answered again the same, applied once.
+                    outcomes.append(answer.map { CommitResult(commitTime: $0, results: []) })
                     continue
                 }
                 let time = Self.nextTime(after: last)
@@ -463,12 +501,21 @@ final class DocumentStore: Sendable {
                     for k in written { changes.append(DocumentChangeRecord(key: k, before: overlay[k] ?? s.document(k), after: local[k]!, time: time)) }
                     overlay = local
                     last = time
-                    if let o = p.origin { marks[o.client] = (o.batch, time) }
+                    if let o = p.origin { marks[o.client, default: s.marks[o.client] ?? ClientMarks()].record(o.batch, .success(time), at: time) }
                     outcomes.append(.success(CommitResult(commitTime: time, results: results)))
-                } catch let e as FirestoreErrorCode {
-                    outcomes.append(.failure(e))
                 } catch {
-                    outcomes.append(.failure(FirestoreErrorCode(.internal, "\(error)")))
+                    let e = error as? FirestoreErrorCode ?? FirestoreErrorCode(.internal, "\(error)")
+                    outcomes.append(.failure(e))
+                    if let o = p.origin {
+                        // Refused: recorded, so that the batch sent again is refused again.
+                        var rec = PayloadWriter()
+                        rec.string(o.client)
+                        rec.i64(o.batch)
+                        rec.u32(UInt32(e.code.rawValue))
+                        rec.string(e.message)
+                        batch.append(kind: RecordKind.refusal.rawValue, payload: rec.bytes)
+                        marks[o.client, default: s.marks[o.client] ?? ClientMarks()].record(o.batch, .failure(e), at: last)
+                    }
                 }
                 if let id = p.transaction { s.transactions[id] = nil }
                 if case .clear = p.operation { s.transactions = [:] }

@@ -349,9 +349,10 @@ struct FirestoreService: V1.ServiceProtocol {
             throw FirestoreErrorCode(.invalidArgument, "x-ferry-client must be 1 to 128 printable characters")
         }
         guard m.transaction.isEmpty else { throw FirestoreErrorCode(.invalidArgument, "a client's batches are not a transaction") }
-        let spec = metadata[stringValues: BatchAnswers.batchesHeader].first(where: { _ in true }) ?? "\(Int64.max):\(m.writes.count)"
-        guard let batches = BatchAnswers.parseHeader(spec), batches.reduce(0, { $0 + $1.count }) == m.writes.count else {
-            throw FirestoreErrorCode(.invalidArgument, "x-ferry-batches must be ID:COUNT,… with counts adding up to the commit's writes")
+        guard let spec = metadata[stringValues: BatchAnswers.batchesHeader].first(where: { _ in true }),
+              let batches = BatchAnswers.parseHeader(spec), batches.reduce(0, { $0 + $1.count }) == m.writes.count,
+              zip(batches, batches.dropFirst()).allSatisfy({ $0.id < $1.id }) else {
+            throw FirestoreErrorCode(.invalidArgument, "x-ferry-client needs x-ferry-batches: ID:COUNT,… with increasing ids and counts adding up to the commit's writes")
         }
         var items: [(id: Int64, writes: Result<[ParsedWrite], FirestoreErrorCode>)] = []
         var offset = 0

@@ -19,9 +19,11 @@ final class ListenSink: Sendable {
         (stream, continuation) = AsyncStream<ListenResponse>.makeStream()
     }
 
+    /// Queues `messages`; past the bound of messages already waiting, ends the stream instead
+    /// (one group of messages — a target's first snapshot, however big — always goes).
     func send(_ messages: [ListenResponse]) {
         guard !messages.isEmpty else { return }
-        if waiting.add(messages.count, ordering: .relaxed).newValue > Self.maxWaiting {
+        if waiting.add(messages.count, ordering: .relaxed).newValue - messages.count > Self.maxWaiting {
             overflowed.store(true, ordering: .relaxed)
             continuation.finish()
             return
@@ -83,16 +85,15 @@ extension DocumentStore {
             switch request.targetChange {
             case nil: break
             case .removeTarget(let tid):
-                if s.listens.streams[id]?.targets.removeValue(forKey: tid) != nil {
-                    stream.sink.send([Self.targetChange(.remove, [tid])])
-                }
+                // Answered even for a target not listened to: the client counts its answers.
+                s.listens.streams[id]?.targets[tid] = nil
+                stream.sink.send([Self.targetChange(.remove, [tid])])
             case .addTarget(let target):
                 var tid = target.targetID
                 if tid == 0 { tid = (stream.targets.keys.max() ?? 0) + 2 }
-                if stream.targets[tid] != nil {
-                    stream.sink.send([Self.targetChange(.remove, [tid], cause: FirestoreErrorCode(.invalidArgument, "target \(tid) is already listened to on this stream"))])
-                    return
-                }
+                // A target listened to again (a client that reset it, or listens again after a
+                // reconnection raced with this stream) starts over: it replaces the old one.
+                s.listens.streams[id]?.targets[tid] = nil
                 do {
                     let (listen, messages) = try Self.startTarget(target, id: tid, s, database: name, epoch: epoch)
                     if !target.once { s.listens.streams[id]?.targets[tid] = listen }
@@ -185,7 +186,12 @@ extension DocumentStore {
         }
         var since: Int64?
         var reset = false
+        // A window (limit, offset) is sent whole: a document can enter or leave it without
+        // changing, which the changes since a token do not show.
+        let windowed = t.query.map { $0.core.limit != nil || $0.offset > 0 } ?? false
         switch target.resumeType {
+        case _ where windowed && target.resumeType != nil:
+            reset = true
         case .resumeToken(let data)?:
             if let token = ResumeToken(data), token.epoch == epoch, token.commit >= s.horizon, token.commit <= s.lastCommit {
                 since = token.commit
