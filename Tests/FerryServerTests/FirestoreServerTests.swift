@@ -5,6 +5,7 @@ import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2
 import SwiftProtobuf
+import Synchronization
 import Testing
 
 typealias FS = Google_Firestore_V1_Firestore
@@ -63,6 +64,11 @@ struct RawFirestore {
         r.structuredQuery = q
         return r
     }
+}
+
+final class StreamCounts: Sendable {
+    let ready = Atomic<Int>(0)
+    let documents = Atomic<Int>(0)
 }
 
 /// Any bytes, as a message: for malformed requests.
@@ -220,6 +226,48 @@ struct RawBytes: MessageSerializer, MessageDeserializer {
             }
             return out
         })
+    }
+
+    @Test func aConnectionWithMoreListensThanHTTP2sDefaultStillCommitsAndHearsEveryOne() async throws {
+        let dir = try TemporaryDirectory("firestore-many-streams")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        try await RawFirestore.with(server.firestorePort!) { fs, _ in
+            var t = Google_Firestore_V1_Target()
+            t.targetID = 1
+            t.query.parent = RawFirestore.root
+            t.query.structuredQuery = RawFirestore.query("many").structuredQuery
+            var listen = Google_Firestore_V1_ListenRequest()
+            listen.database = RawFirestore.database
+            listen.addTarget = t
+            let request = listen
+            let counts = StreamCounts()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<150 {
+                    group.addTask {
+                        try await fs.listen(requestProducer: { writer in
+                            try await writer.write(request)
+                            try await Task.sleep(for: .seconds(3600))
+                        }, onResponse: { response in
+                            var snapshots = 0
+                            for try await m in response.messages {
+                                if case .documentChange? = m.responseType { counts.documents.add(1, ordering: .relaxed) }
+                                if case .targetChange(let c)? = m.responseType, c.targetChangeType == .noChange, c.targetIds.isEmpty {
+                                    snapshots += 1
+                                    if snapshots == 1 { counts.ready.add(1, ordering: .relaxed) } else { return }
+                                }
+                            }
+                        })
+                    }
+                }
+                let ready = await eventually { counts.ready.load(ordering: .relaxed) == 150 }
+                #expect(ready, "every listen gets its first snapshot (\(counts.ready.load(ordering: .relaxed)) of 150)")
+                guard ready else { return group.cancelAll() }
+                _ = try await fs.commit(RawFirestore.commit([RawFirestore.set("many/one", ["n": 1])]))
+                try await group.waitForAll()
+            }
+            #expect(counts.documents.load(ordering: .relaxed) == 150)
+        }
+        #expect(server.terminate() == 0)
     }
 
     @Test func aListenResumedFromItsTokenGetsOnlyWhatChangedSince() async throws {

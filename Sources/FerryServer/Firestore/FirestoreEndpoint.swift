@@ -11,6 +11,9 @@ struct FirestoreEndpoint: Sendable {
 }
 
 extension FerryServer {
+    /// The most RPCs (Listen streams included) one connection may have open at once.
+    static let maxStreamsPerConnection = 4_096
+
     /// Starts serving Cloud Firestore's gRPC API on the configuration's `firestorePort`;
     /// returns the bound port.
     ///
@@ -23,6 +26,9 @@ extension FerryServer {
             config: .defaults { config in
                 // Firestore's own limit on a request is 10 MiB; a commit of big documents needs it.
                 config.rpc.maxRequestPayloadSize = 16 * 1024 * 1024
+                // A client opens a Listen stream per listener on one connection (google-cloud-firestore
+                // does): HTTP/2's default of 100 streams would leave its 101st RPC waiting forever.
+                config.http2.maxConcurrentStreams = Self.maxStreamsPerConnection
             }
         )
         let service = FirestoreService(databases: firestore, tokens: { [self] in tokens.withLock { $0 } }, maxWrites: configuration.maxCommitWrites)
