@@ -138,6 +138,22 @@ extension Firestore {
         remote { $0.watchDocument(doc, key: key, updated: updated, removed: removed); return [] }
     }
 
+    /// The oldest pending batches were answered, in order: committed at a version (µs), or
+    /// refused (reverted; their waiters get the error). One step for them all: one sync of
+    /// the answers' records.
+    package func remoteWritesAnswered(_ answers: [Result<Int64, FirestoreErrorCode>]) {
+        remote { e in
+            var events: [(Int, ListenerEvent)] = []
+            for a in answers {
+                switch a {
+                case .success(let version): events += e.acknowledgeOldest(version: version).events
+                case .failure(let error): events += e.rejectOldest(error).events
+                }
+            }
+            return events
+        }
+    }
+
     /// The oldest pending batch was committed at `version` (µs).
     package func remoteWriteAcknowledged(version: Int64) {
         remote { $0.acknowledgeOldest(version: version).events }

@@ -150,7 +150,8 @@ public final class FirestoreConnection: Sendable {
             var bytes = 0
             for batch in ready {
                 let wire = batch.mutations.map { $0.wire(in: database) }
-                let size = wire.reduce(0) { $0 + ((try? $1.serializedBytes() as [UInt8])?.count ?? 0) }
+                // (An estimate: each document's stored size, which its message's is close to.)
+                let size = batch.mutations.reduce(64) { $0 + UserData.documentSize(path: $1.key, fields: $1.fields) }
                 if !batches.isEmpty, writes.count + wire.count > Self.maxWritesPerCommit || bytes + size > Self.maxBytesPerCommit { break }
                 batches.append(batch)
                 writes += wire
@@ -160,16 +161,15 @@ public final class FirestoreConnection: Sendable {
                 let answers = try await commit(batches, writes)
                 // (Tests kill the process here: the server committed, the store has not heard.)
                 CrashPoint.hit("documents.answered")
-                for a in answers {
+                db.remoteWritesAnswered(answers.map { a in
                     switch a {
-                    case .committed(let version):
-                        db.remoteWriteAcknowledged(version: version)
-                        counters.committed.add(1, ordering: .relaxed)
-                    case .rejected(let error):
-                        db.remoteWriteRejected(error)
-                        counters.rejected.add(1, ordering: .relaxed)
+                    case .committed(let version): .success(version)
+                    case .rejected(let error): .failure(error)
                     }
-                }
+                })
+                let refused = answers.filter { if case .rejected = $0 { true } else { false } }.count
+                counters.committed.add(answers.count - refused, ordering: .relaxed)
+                counters.rejected.add(refused, ordering: .relaxed)
                 backoff.reset()
                 limit = Self.maxBatchesPerCommit
             } catch {
