@@ -132,9 +132,17 @@ extension DocumentStore {
         return doc
     }
 
-    private static func changed(_ key: ResourcePath, _ d: StoredDocument, _ tid: Int32, _ database: DatabaseName) -> ListenResponse {
+    private static func changed(_ key: ResourcePath, _ d: StoredDocument, _ tid: Int32, _ database: DatabaseName,
+                                _ converted: inout [ResourcePath: Google_Firestore_V1_Document]) -> ListenResponse {
         var c = Google_Firestore_V1_DocumentChange()
-        c.document = wireDocument(key, d, database)
+        // One conversion per document and publication, however many streams get it.
+        if let w = converted[key] {
+            c.document = w
+        } else {
+            let w = wireDocument(key, d, database)
+            converted[key] = w
+            c.document = w
+        }
         c.targetIds = [tid]
         var r = ListenResponse()
         r.documentChange = c
@@ -206,9 +214,10 @@ extension DocumentStore {
         var out = [targetChange(.add, [tid])]
         if reset { out.append(targetChange(.reset, [tid])) }
         let now = results(t, s)
+        var converted: [ResourcePath: Google_Firestore_V1_Document] = [:]
         for (k, d) in now {
             t.sent[k] = d.updateTime
-            if since.map({ d.updateTime > $0 }) ?? true { out.append(changed(k, d, tid, database)) }
+            if since.map({ d.updateTime > $0 }) ?? true { out.append(changed(k, d, tid, database, &converted)) }
         }
         if let since {
             // What left the target since the token: deleted, or changed so it no longer matches.
@@ -250,6 +259,7 @@ extension DocumentStore {
             changedAt[c.key] = c.time
         }
         var streams = s.listens.streams
+        var converted: [ResourcePath: Google_Firestore_V1_Document] = [:]
         for (sid, stream) in streams {
             var out: [ListenResponse] = []
             for (tid, target) in stream.targets {
@@ -262,7 +272,7 @@ extension DocumentStore {
                     var next: [ResourcePath: Int64] = [:]
                     for (k, d) in now {
                         next[k] = d.updateTime
-                        if t.sent[k] != d.updateTime { out.append(changed(k, d, tid, database)) }
+                        if t.sent[k] != d.updateTime { out.append(changed(k, d, tid, database, &converted)) }
                     }
                     for (k, _) in t.sent where next[k] == nil {
                         out.append(gone(k, deleted: s.document(k) == nil, tid, at: changedAt[k] ?? time, database))
@@ -275,7 +285,7 @@ extension DocumentStore {
                         let matches = after.map { d in t.query.map { $0.core.matches(LocalDocument.stored(k, d.fields), orders: orders) } ?? true } ?? false
                         if matches, let d = after {
                             if t.sent[k] != d.updateTime {
-                                out.append(changed(k, d, tid, database))
+                                out.append(changed(k, d, tid, database, &converted))
                                 t.sent[k] = d.updateTime
                             }
                         } else if t.sent.removeValue(forKey: k) != nil {
