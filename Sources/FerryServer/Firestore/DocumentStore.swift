@@ -455,7 +455,9 @@ final class DocumentStore: Sendable {
                     continue
                 }
                 let time = Self.nextTime(after: last)
-                var local = overlay
+                // This commit's documents, over the group's overlay (merged in only if it succeeds:
+                // a copy of the overlay per commit made a group's cost quadratic).
+                var local: [ResourcePath: StoredDocument?] = [:]
                 do {
                     var results: [(updateTime: Int64, transformResults: [FieldValueData])] = []
                     var written: [ResourcePath] = []
@@ -464,7 +466,7 @@ final class DocumentStore: Sendable {
                     case .writes(let writes):
                         if let id = p.transaction { try Self.checkTransaction(id, in: s, overlay: overlay) }
                         for w in writes {
-                            let before = local[w.key] ?? s.document(w.key)
+                            let before = local[w.key] ?? overlay[w.key] ?? s.document(w.key)
                             let (after, transformResults) = try w.apply(to: before, at: time)
                             local[w.key] = .some(after)
                             if !written.contains(w.key) { written.append(w.key) }
@@ -499,7 +501,7 @@ final class DocumentStore: Sendable {
                         batch.append(kind: RecordKind.clear.rawValue, payload: rec.bytes)
                     }
                     for k in written { changes.append(DocumentChangeRecord(key: k, before: overlay[k] ?? s.document(k), after: local[k]!, time: time)) }
-                    overlay = local
+                    overlay.merge(local) { $1 }
                     last = time
                     if let o = p.origin { marks[o.client, default: s.marks[o.client] ?? ClientMarks()].record(o.batch, .success(time), at: time) }
                     outcomes.append(.success(CommitResult(commitTime: time, results: results)))
