@@ -238,10 +238,6 @@ struct DocumentEngine {
         return out
     }
 
-    /// Runs a query over the local view (through indexes where they serve it): matching
-    /// documents in order, the limit applied. A scan that read many more documents than it
-    /// returned creates an index when auto-creation is on (the SDK's rule: at least 100 read
-    /// and more than 3.4 times the results).
     /// A server's results for `q` with this store's pending writes applied: each document they
     /// touch is the local view's (as listeners show it), the rest the server's, matched and
     /// ordered again.
@@ -254,6 +250,10 @@ struct DocumentEngine {
         return Array(q.window(matching[...]))
     }
 
+    /// Runs a query over the local view (through indexes where they serve it): matching
+    /// documents in order, the limit applied. A scan that read many more documents than it
+    /// returned creates an index when auto-creation is on (the SDK's rule: at least 100 read
+    /// and more than 3.4 times the results).
     mutating func run(_ q: QueryCore) -> [LocalDocument] {
         let (docs, run) = execute(q)
         lastRun = run

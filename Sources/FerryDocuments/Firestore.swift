@@ -558,19 +558,20 @@ public final class Transaction: Sendable {
     let firestore: Firestore
     let server: any DocumentServer
     let id: Data
-    private let state = FerryMutex<(writes: [Mutation], error: FirestoreErrorCode?, wrote: Bool)>(([], nil, false))
+    private let writes: CollectedWrites
 
     init(firestore: Firestore, server: any DocumentServer, id: Data) {
         self.firestore = firestore
         self.server = server
         self.id = id
+        writes = CollectedWrites(firestore: firestore)
     }
 
     /// Reads the document on the server, in the transaction. Every read comes before every
     /// write (`invalidArgument` otherwise).
     public func getDocument(_ document: DocumentReference) async throws -> DocumentSnapshot {
-        let key = try own(document)
-        if state.withLock({ $0.wrote }) {
+        let key = try writes.key(of: document)
+        if !writes.isEmpty {
             throw FirestoreErrorCode(.invalidArgument, "a transaction's reads must come before its writes")
         }
         let found = try await server.documents([key], transaction: id).first
@@ -579,42 +580,28 @@ public final class Transaction: Sendable {
     }
 
     @discardableResult public func setData(_ data: [String: Any], forDocument document: DocumentReference) -> Transaction {
-        add { try DocumentReference.setMutation(own(document), data, merge: false) }
+        writes.set(data, document, merge: false)
+        return self
     }
     @discardableResult public func setData(_ data: [String: Any], forDocument document: DocumentReference, merge: Bool) -> Transaction {
-        add { try DocumentReference.setMutation(own(document), data, merge: merge) }
+        writes.set(data, document, merge: merge)
+        return self
     }
     @discardableResult public func setData(_ data: [String: Any], forDocument document: DocumentReference, mergeFields: [Any]) -> Transaction {
-        add { try DocumentReference.mergeFieldsMutation(own(document), data, mergeFields) }
+        writes.set(data, document, mergeFields: mergeFields)
+        return self
     }
     @discardableResult public func updateData(_ fields: [AnyHashable: Any], forDocument document: DocumentReference) -> Transaction {
-        add { try DocumentReference.updateMutation(own(document), fields) }
+        writes.update(fields, document)
+        return self
     }
     @discardableResult public func deleteDocument(_ document: DocumentReference) -> Transaction {
-        add { Mutation(operation: .delete, key: try own(document)) }
-    }
-
-    private func own(_ ref: DocumentReference) throws -> ResourcePath {
-        guard ref.firestore === firestore else { throw FirestoreErrorCode(.invalidArgument, "the document \(ref.path) belongs to another Firestore instance") }
-        return try ref.key()
-    }
-
-    private func add(_ make: () throws -> Mutation) -> Transaction {
-        do {
-            let m = try make()
-            state.withLock { $0.writes.append(m); $0.wrote = true }
-        } catch {
-            state.withLock { if $0.error == nil { $0.error = error as? FirestoreErrorCode ?? FirestoreErrorCode(.invalidArgument, "\(error)") } }
-        }
+        writes.delete(document)
         return self
     }
 
     /// The writes to commit (the first invalid one's error, if any).
-    func finish() throws -> [Mutation] {
-        let (writes, error) = state.withLock { ($0.writes, $0.error) }
-        if let error { throw error }
-        return writes
-    }
+    func finish() throws -> [Mutation] { try writes.take() }
 }
 
 /// Automatic local indexes (Firebase's `PersistentCacheIndexManager`). Unlike the SDK's, an

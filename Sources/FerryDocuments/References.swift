@@ -201,54 +201,93 @@ public final class CollectionReference: Query, @unchecked Sendable {
     }
 }
 
-/// A batch of writes applied together, as one record (Firebase's `WriteBatch`). Kept offline
-/// and sent later, unlike a transaction.
-public final class WriteBatch: @unchecked Sendable {
+/// The writes of a batch or a transaction as the app makes them: each is checked when made,
+/// and the first invalid one's error is kept for the commit.
+final class CollectedWrites: Sendable {
     let firestore: Firestore
-    private let mutations = FerryMutex<(list: [Mutation], error: FirestoreErrorCode?, committed: Bool)>(([], nil, false))
+    private let state = FerryMutex<(list: [Mutation], error: FirestoreErrorCode?)>(([], nil))
 
     init(firestore: Firestore) { self.firestore = firestore }
 
-    private func add(_ make: () throws -> Mutation) -> WriteBatch {
-        do {
-            let m = try make()
-            mutations.withLock { $0.list.append(m) }
-        } catch {
-            mutations.withLock { if $0.error == nil { $0.error = error as? FirestoreErrorCode ?? FirestoreErrorCode(.invalidArgument, "\(error)") } }
-        }
-        return self
+    func set(_ data: [String: Any], _ document: DocumentReference, merge: Bool) {
+        add { try DocumentReference.setMutation(key(of: document), data, merge: merge) }
+    }
+    func set(_ data: [String: Any], _ document: DocumentReference, mergeFields: [Any]) {
+        add { try DocumentReference.mergeFieldsMutation(key(of: document), data, mergeFields) }
+    }
+    func update(_ fields: [AnyHashable: Any], _ document: DocumentReference) {
+        add { try DocumentReference.updateMutation(key(of: document), fields) }
+    }
+    func delete(_ document: DocumentReference) {
+        add { Mutation(operation: .delete, key: try key(of: document)) }
     }
 
-    private func own(_ ref: DocumentReference) throws -> ResourcePath {
+    /// The document's key, refused when it belongs to another store.
+    func key(of ref: DocumentReference) throws -> ResourcePath {
         guard ref.firestore === firestore else { throw FirestoreErrorCode(.invalidArgument, "the document \(ref.path) belongs to another Firestore instance") }
         return try ref.key()
     }
 
+    /// Whether a valid write was made.
+    var isEmpty: Bool { state.withLock { $0.list.isEmpty } }
+
+    /// The writes, or the first invalid one's error.
+    func take() throws -> [Mutation] {
+        let (list, error) = state.withLock { ($0.list, $0.error) }
+        if let error { throw error }
+        return list
+    }
+
+    private func add(_ make: () throws -> Mutation) {
+        do {
+            let m = try make()
+            state.withLock { $0.list.append(m) }
+        } catch {
+            state.withLock { if $0.error == nil { $0.error = error as? FirestoreErrorCode ?? FirestoreErrorCode(.invalidArgument, "\(error)") } }
+        }
+    }
+}
+
+/// A batch of writes applied together, as one record (Firebase's `WriteBatch`). Kept offline
+/// and sent later, unlike a transaction.
+public final class WriteBatch: @unchecked Sendable {
+    let firestore: Firestore
+    private let writes: CollectedWrites
+    private let committed = FerryMutex(false)
+
+    init(firestore: Firestore) {
+        self.firestore = firestore
+        writes = CollectedWrites(firestore: firestore)
+    }
+
     @discardableResult public func setData(_ data: [String: Any], forDocument document: DocumentReference) -> WriteBatch {
-        add { try DocumentReference.setMutation(own(document), data, merge: false) }
+        writes.set(data, document, merge: false)
+        return self
     }
     @discardableResult public func setData(_ data: [String: Any], forDocument document: DocumentReference, merge: Bool) -> WriteBatch {
-        add { try DocumentReference.setMutation(own(document), data, merge: merge) }
+        writes.set(data, document, merge: merge)
+        return self
     }
     @discardableResult public func setData(_ data: [String: Any], forDocument document: DocumentReference, mergeFields: [Any]) -> WriteBatch {
-        add { try DocumentReference.mergeFieldsMutation(own(document), data, mergeFields) }
+        writes.set(data, document, mergeFields: mergeFields)
+        return self
     }
     @discardableResult public func updateData(_ fields: [AnyHashable: Any], forDocument document: DocumentReference) -> WriteBatch {
-        add { try DocumentReference.updateMutation(own(document), fields) }
+        writes.update(fields, document)
+        return self
     }
     @discardableResult public func deleteDocument(_ document: DocumentReference) -> WriteBatch {
-        add { Mutation(operation: .delete, key: try own(document)) }
+        writes.delete(document)
+        return self
     }
 
     /// Writes the batch (all or nothing: one record); returns once it is durable. A batch
     /// commits once; an invalid write in it fails the commit with its error and writes nothing.
     public func commit() async throws {
-        let (list, error) = try mutations.withLock { s -> ([Mutation], FirestoreErrorCode?) in
-            guard !s.committed else { throw FirestoreErrorCode(.failedPrecondition, "this write batch was already committed") }
-            s.committed = true
-            return (s.list, s.error)
+        try committed.withLock { done in
+            guard !done else { throw FirestoreErrorCode(.failedPrecondition, "this write batch was already committed") }
+            done = true
         }
-        if let error { throw error }
-        try await firestore.write(list)
+        try await firestore.write(try writes.take())
     }
 }

@@ -113,11 +113,6 @@ extension Firestore {
         }
     }
 
-    /// The server cannot be reached.
-    package func remoteUnreachable() {
-        remote { $0.setOnline(.offline) }
-    }
-
     package func remoteTargetAdded(_ ids: [Int]) { remote { $0.watchAck(ids); return [] } }
     package func remoteTargetCurrent(_ ids: [Int], resumeToken: String) { remote { $0.watchCurrent(ids, resumeToken: resumeToken); return [] } }
     package func remoteTargetReset(_ ids: [Int]) { remote { $0.watchReset(ids); return [] } }
@@ -152,15 +147,5 @@ extension Firestore {
             }
             return events
         }
-    }
-
-    /// The oldest pending batch was committed at `version` (µs).
-    package func remoteWriteAcknowledged(version: Int64) {
-        remote { $0.acknowledgeOldest(version: version).events }
-    }
-
-    /// The oldest pending batch was refused: it is reverted and its waiters get `error`.
-    package func remoteWriteRejected(_ error: FirestoreErrorCode) {
-        remote { $0.rejectOldest(error).events }
     }
 }

@@ -179,7 +179,7 @@ public final class FirestoreConnection: Sendable {
                     // The whole commit was refused: send one batch at a time; one refused alone is rejected.
                     if batches.count == 1 {
                         let e = error as? RPCError
-                        db.remoteWriteRejected(FirestoreErrorCode(FirestoreErrorCode.Code(rawValue: e?.code.rawValue ?? 3) ?? .invalidArgument, e?.message ?? "\(error)"))
+                        db.remoteWritesAnswered([.failure(FirestoreErrorCode(FirestoreErrorCode.Code(rawValue: e?.code.rawValue ?? 3) ?? .invalidArgument, e?.message ?? "\(error)"))])
                         counters.rejected.add(1, ordering: .relaxed)
                     }
                     limit = 1

@@ -163,13 +163,13 @@ struct FirestoreService: V1.ServiceProtocol {
         if case .readOnly? = o.mode { true } else { false }
     }
 
-    private func queryTransaction(_ selector: (transaction: Data?, options: Google_Firestore_V1_TransactionOptions?), _ store: DocumentStore) throws -> (use: Data?, new: Data?) {
-        if let t = selector.transaction { return (t, nil) }
-        if let o = selector.options {
-            let t = try store.beginTransaction(readOnly: Self.isReadOnly(o))
-            return (t, t)
-        }
-        return (nil, nil)
+    /// Runs `q` in `transaction`, or in one begun with `newTransaction`'s options (returned,
+    /// for the first response), or in none.
+    private func run(_ q: WireQuery, in store: DocumentStore, transaction: Data?, newTransaction: Google_Firestore_V1_TransactionOptions?) throws
+        -> (docs: [(ResourcePath, StoredDocument)], readTime: Int64, began: Data?) {
+        let began = try newTransaction.map { try store.beginTransaction(readOnly: Self.isReadOnly($0)) }
+        let (docs, readTime) = try store.run(q, transaction: transaction ?? began)
+        return (docs, readTime, began)
     }
 
     func runQuery(request: ServerRequest<Google_Firestore_V1_RunQueryRequest>, context: ServerContext) async throws -> StreamingServerResponse<Google_Firestore_V1_RunQueryResponse> {
@@ -179,15 +179,9 @@ struct FirestoreService: V1.ServiceProtocol {
             let db = try database(ofParent: m.parent)
             guard case .structuredQuery(let sq)? = m.queryType else { throw FirestoreErrorCode(.invalidArgument, "RunQuery needs a structured query") }
             let q = try WireQuery(sq, parent: try db.parentPath(m.parent), in: db)
-            let store = try await databases.store(db)
-            var selector: (Data?, Google_Firestore_V1_TransactionOptions?) = (nil, nil)
-            switch m.consistencySelector {
-            case .transaction(let t)?: selector.0 = t
-            case .newTransaction(let o)?: selector.1 = o
-            default: break
-            }
-            let (use, new) = try queryTransaction(selector, store)
-            let (docs, readTime) = try store.run(q, transaction: use)
+            let transaction: Data? = if case .transaction(let t)? = m.consistencySelector { t } else { nil }
+            let options: Google_Firestore_V1_TransactionOptions? = if case .newTransaction(let o)? = m.consistencySelector { o } else { nil }
+            let (docs, readTime, new) = try run(q, in: try await databases.store(db), transaction: transaction, newTransaction: options)
             var responses: [Google_Firestore_V1_RunQueryResponse] = docs.map { k, d in
                 var r = Google_Firestore_V1_RunQueryResponse()
                 r.document = Self.document(k, d, db, mask: q.projection)
@@ -218,15 +212,9 @@ struct FirestoreService: V1.ServiceProtocol {
             }
             let aggregations = try Aggregation.parse(aq.aggregations)
             let q = try WireQuery(sq, parent: try db.parentPath(m.parent), in: db)
-            let store = try await databases.store(db)
-            var selector: (Data?, Google_Firestore_V1_TransactionOptions?) = (nil, nil)
-            switch m.consistencySelector {
-            case .transaction(let t)?: selector.0 = t
-            case .newTransaction(let o)?: selector.1 = o
-            default: break
-            }
-            let (use, new) = try queryTransaction(selector, store)
-            let (docs, readTime) = try store.run(q, transaction: use)
+            let transaction: Data? = if case .transaction(let t)? = m.consistencySelector { t } else { nil }
+            let options: Google_Firestore_V1_TransactionOptions? = if case .newTransaction(let o)? = m.consistencySelector { o } else { nil }
+            let (docs, readTime, new) = try run(q, in: try await databases.store(db), transaction: transaction, newTransaction: options)
             var r = Google_Firestore_V1_RunAggregationQueryResponse()
             var result = Google_Firestore_V1_AggregationResult()
             for a in aggregations { result.aggregateFields[a.alias] = a.compute(docs.map(\.1.fields)).wire(in: db) }
