@@ -29,6 +29,10 @@ public struct ServerConfiguration: Sendable {
     public var maxBatchWrites = 5_000
     /// A client that sends nothing for this long while a request is unfinished is disconnected.
     public var requestTimeoutSeconds = 30
+    /// How long a connection may wait for its next request once it has been answered (HTTP
+    /// keep-alive). Longer than clients keep idle connections (`FerrySync`'s pool: 30 s), so a
+    /// client closes first and never sends a request on a connection the server is closing.
+    public var idleTimeoutSeconds = 120
     /// Silence on a stream after which a `keep-alive` event is sent.
     public var keepAliveSeconds = 30
     /// The most connections open at once (idle, busy or streaming); a connection beyond it is

@@ -354,9 +354,10 @@ final class HTTPServerHandler: ChannelDuplexHandler {
     }
 
     /// The request timeout: a client that sends nothing for that long while the server waits for
-    /// its request (or for its next one) is disconnected without an answer.
-    private func armTimeout() {
-        timeout.deadline = .now() + .seconds(Int64(configuration.requestTimeoutSeconds))
+    /// its first request, or for the rest of one, is disconnected without an answer. Between
+    /// requests the wait is the idle timeout (`seconds`).
+    private func armTimeout(seconds: Int? = nil) {
+        timeout.deadline = .now() + .seconds(Int64(seconds ?? configuration.requestTimeoutSeconds))
         scheduleTimeout()
     }
 
@@ -427,7 +428,7 @@ final class HTTPServerHandler: ChannelDuplexHandler {
             return
         }
         state = .idle
-        armTimeout()
+        armTimeout(seconds: configuration.idleTimeoutSeconds)
         let parts = queued
         queued = []
         for (i, part) in parts.enumerated() {

@@ -129,8 +129,10 @@ struct Transport: Sendable {
 
     private static func makeClient(followingRedirects: Bool) -> HTTPClient {
         var config = HTTPClient.Configuration()
-        // Each listen holds a streaming request; do not queue them behind a per-host limit.
-        config.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 100_000)
+        // Each listen holds a streaming request; do not queue them behind a per-host limit. Idle
+        // connections close before ferry-server's (120 s) would: a request sent on a connection
+        // the server is closing fails, and a write's outcome is then unknown.
+        config.connectionPool = .init(idleTimeout: .seconds(30), concurrentHTTP1ConnectionsPerHostSoftLimit: 100_000)
         config.timeout = .init(connect: .seconds(5))
         // Writes do not follow redirects: one sent on to another address (a captive portal, a
         // misrouted proxy) and answered 2xx there would count as the server's acknowledgement of

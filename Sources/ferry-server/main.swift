@@ -41,6 +41,9 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "Seconds a client may take to send a whole request before it is disconnected.")
     var requestTimeout: Int = 30
 
+    @Option(help: "Seconds an answered connection may wait for its next request before it is closed.")
+    var idleTimeout: Int = 120
+
     @Option(help: "The most connections open at once (idle, busy or streaming); more are answered 503 and closed.")
     var maxConnections: Int = 16_384
 
@@ -70,6 +73,7 @@ struct FerryServerCommand: ParsableCommand {
         config.maxBody = maxBody
         config.keepAliveSeconds = max(1, keepAlive)
         config.requestTimeoutSeconds = max(1, requestTimeout)
+        config.idleTimeoutSeconds = max(1, idleTimeout)
         config.maxConnections = max(1, maxConnections)
         config.maxStreamBufferBytes = max(1, maxStreamBuffer)
         config.historyCommits = max(0, historyCommits)

@@ -254,6 +254,40 @@ import Glibc
         #expect(server.terminate() == 0)
     }
 
+    @Test func aKeptAliveConnectionOutlivesTheRequestTimeoutAndClosesAtTheIdleTimeout() throws {
+        let dir = try TemporaryDirectory("server-idle")
+        let server = try ServerProcess(data: dir.path, ["--request-timeout", "1", "--idle-timeout", "8"])
+        /// Sends a kept-alive GET on `fd` and reads its one answer (up to its Content-Length).
+        func get(_ fd: Int32) throws -> TestResponse {
+            TestHTTP.send(fd, Array("GET /.json?ns=t HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+            var raw: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                if let r = try? TestHTTP.parse(raw), let length = r.headers["content-length"].flatMap(Int.init), r.body.count >= length {
+                    return r
+                }
+                let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                guard n > 0 else { throw HTTPTestError(message: "the connection closed before its answer: \(String(decoding: raw, as: UTF8.self))") }
+                raw += chunk[0..<n]
+            }
+        }
+        let kept = try TestHTTP.connect(server.port)
+        defer { close(kept) }
+        #expect(try get(kept).status == 200)
+        // A request left unfinished is dropped at the request timeout...
+        let slow = try TestHTTP.connect(server.port)
+        TestHTTP.send(slow, Array("PUT /x.json?ns=t HTTP/1.1\r\nContent-Length: 10\r\n\r\n{".utf8))
+        #expect(TestHTTP.readAll(slow).isEmpty)
+        close(slow)
+        // ...while the connection waiting between requests is still served: a client's pool
+        // never sends on a connection the server closes under it.
+        #expect(try get(kept).status == 200)
+        // It closes once idle for the idle timeout (recv sees the end, not its 20 s limit).
+        var byte: UInt8 = 0
+        #expect(recv(kept, &byte, 1, 0) == 0)
+        #expect(server.terminate() == 0)
+    }
+
     @Test func sigtermFinishesWhatIsInFlightAndClosesTheStore() throws {
         let dir = try TemporaryDirectory("server-term")
         var server = try ServerProcess(data: dir.path)
