@@ -27,6 +27,8 @@ let package = Package(
         .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
         .package(url: "https://github.com/grpc/grpc-swift-protobuf", from: "2.4.1"),
         .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
     ],
     targets: [
         // C shims: bytes only, not API.
@@ -109,6 +111,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "JWTKit", package: "jwt-kit"),
             ]
         ),
         // The client side of sync: a Database connected to a server (networking lives here, not in Ferry).
@@ -209,7 +212,9 @@ let package = Package(
                            "FerryDocuments", "FerryDocumentsSync", "ferry-documents-child", "FerryFirestoreWire",
                            .product(name: "GRPCCore", package: "grpc-swift-2"),
                            .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
-                           .product(name: "SwiftProtobuf", package: "swift-protobuf")]
+                           .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                           .product(name: "JWTKit", package: "jwt-kit"),
+                           .product(name: "CryptoExtras", package: "swift-crypto")]
         ),
         .testTarget(
             name: "FerryLogTests",

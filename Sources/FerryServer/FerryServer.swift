@@ -21,8 +21,25 @@ public struct ServerConfiguration: Sendable {
     public var port = 0
     /// The directory holding one store per namespace, under `ns/NAME`.
     public var dataDirectory: String
-    /// Tokens accepted as authenticated users (`auth != null`). `owner` is always the administrator.
+    /// Development tokens accepted as users: `UID:SECRET` is the user `UID`; a token without a
+    /// colon is its own uid. For tests and development; real apps use signed tokens
+    /// (``tokenVerification``).
     public var tokens: Set<String> = []
+    /// Emulator mode: `Bearer owner` is the administrator, as in Firebase's emulators. nil:
+    /// on when ``host`` is a loopback address, off otherwise.
+    public var emulatorMode: Bool?
+    /// A credential that makes its bearer the administrator (compared in constant time).
+    public var adminToken: String?
+    /// A claim that makes the bearer of a verified token carrying it as `true` the administrator.
+    public var adminClaim: String?
+    /// How signed ID tokens are verified (nil: none are accepted).
+    public var tokenVerification: TokenVerification?
+    /// The rules (`{"rules": {...}}`, JSON text) of every namespace that has not set its own
+    /// (`PUT /.settings/rules.json`). nil: such namespaces are open.
+    public var defaultRules: String?
+    /// Lets the server listen beyond loopback without verified tokens and rules (or in emulator
+    /// mode): anyone who reaches the port may then read and write.
+    public var allowInsecurePublic = false
     /// The largest request body accepted (Firebase's REST limit: 16 MB).
     public var maxBody = 16 * 1024 * 1024
     /// The most writes one batch may hold.
@@ -75,6 +92,8 @@ public struct ServerError: Error, Sendable, CustomStringConvertible {
         public static let invalidAddress = Code(name: "invalid address")
         /// A socket could not be made, bound or listened on (port in use, no permission…).
         public static let cannotListen = Code(name: "cannot listen")
+        /// The security settings are invalid (a key set, the rules), or too weak for the address.
+        public static let insecure = Code(name: "insecure")
         /// The code's name.
         public var description: String { name }
     }
@@ -110,8 +129,12 @@ public final class FerryServer: Sendable {
         var stopping = false
     }
     private let connections = FerryMutex(Connections())
-    /// The tokens accepted now: the configuration's, until the owner replaces them.
-    let tokens: FerryMutex<Set<String>>
+    /// Whom each request speaks for.
+    let authenticator: Authenticator
+    /// The rules of namespaces without their own.
+    let defaultRules: Rules
+    /// What is wrong with the configuration's security settings (``start()`` throws it).
+    private let securityProblem: String?
     private var logger: Logger { configuration.logger }
     /// Cloud Firestore's databases, and the gRPC server serving them once started.
     let firestore: FirestoreDatabases
@@ -120,7 +143,32 @@ public final class FerryServer: Sendable {
     /// A server for `configuration`; call ``start()``.
     public init(configuration: ServerConfiguration) {
         self.configuration = configuration
-        tokens = FerryMutex(configuration.tokens)
+        var problem: String?
+        var verifier: TokenVerifier?
+        if let v = configuration.tokenVerification {
+            do { verifier = try TokenVerifier(v) } catch { problem = "token verification: \(error)" }
+        }
+        var rules = Rules(root: nil)
+        if let text = configuration.defaultRules {
+            do { rules = try Rules(body: try Value(json: text)) } catch let e as Rules.RulesError {
+                problem = "the rules: \(e.message)"
+            } catch {
+                problem = "the rules are not JSON: \(errorMessage(error) ?? "\(error)")"
+            }
+        }
+        let loopback = FerryServer.isLoopback(configuration.host)
+        let emulator = configuration.emulatorMode ?? loopback
+        if !loopback && !configuration.allowInsecurePublic {
+            if emulator {
+                problem = "emulator mode (Bearer owner is the administrator) is for loopback only; to serve \(configuration.host) in it anyway, allow an insecure public server in so many words"
+            } else if configuration.tokenVerification == nil || configuration.defaultRules == nil {
+                problem = "serving \(configuration.host) needs verified tokens and rules; to serve it without them, allow an insecure public server in so many words"
+            }
+        }
+        securityProblem = problem
+        defaultRules = rules
+        authenticator = Authenticator(emulator: emulator, adminToken: configuration.adminToken, adminClaim: configuration.adminClaim,
+                                      verifier: verifier, tokens: configuration.tokens)
         firestore = FirestoreDatabases(directory: configuration.dataDirectory + "/firestore", logger: configuration.logger)
         group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads > 0 ? configuration.eventLoopThreads : System.coreCount)
     }
@@ -134,6 +182,7 @@ public final class FerryServer: Sendable {
         guard inet_pton(AF_INET, configuration.host, &probe) == 1 else {
             throw ServerError(code: .invalidAddress, message: "\(configuration.host) is not an IPv4 address", address: address)
         }
+        if let securityProblem { throw ServerError(code: .insecure, message: securityProblem, address: address) }
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 4096)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -149,6 +198,16 @@ public final class FerryServer: Sendable {
         openNamespacesWithPresence()
         return channel.localAddress?.port ?? configuration.port
     }
+
+    /// Whether `host` is an IPv4 loopback address (127.0.0.0/8).
+    static func isLoopback(_ host: String) -> Bool {
+        var a = in_addr()
+        guard inet_pton(AF_INET, host, &a) == 1 else { return false }
+        return UInt32(bigEndian: a.s_addr) >> 24 == 127
+    }
+
+    /// Whether `Bearer owner` is the administrator (see ``ServerConfiguration/emulatorMode``).
+    public var isEmulator: Bool { authenticator.emulator }
 
     /// 1–63 ASCII letters, digits, `-` or `_`.
     static func isNamespaceName(_ name: String) -> Bool {
@@ -265,18 +324,13 @@ public final class FerryServer: Sendable {
             guard h.hasPrefix("Bearer ") else { return .error(401, "Auth token is expired") }
             token = String(h.dropFirst(7)).trimmingCharacters(in: .whitespaces)
         }
+        // The administrator may act as a user (firebase-admin's databaseAuthVariableOverride): rules apply.
         let caller: Caller
-        switch token {
-        case nil: caller = .anonymous
-        case "owner"?:
-            // The owner acting as a user (firebase-admin's databaseAuthVariableOverride): rules apply.
-            switch r.query["auth_variable_override"] {
-            case nil: caller = .owner
-            case "null"?: caller = .anonymous
-            default: caller = .user
-            }
-        case let t? where tokens.withLock({ $0.contains(t) }): caller = .user
-        default: return .error(401, "Auth token is expired")
+        switch await authenticator.caller(token: token, override: r.query["auth_variable_override"]) {
+        case .success(let c): caller = c
+        case .failure(let e):
+            logger.info("refusing a token: \(e)")
+            return .error(401, "Auth token is expired")
         }
         // The location.
         var keys = r.keys
@@ -319,8 +373,10 @@ public final class FerryServer: Sendable {
             let directory = configuration.dataDirectory + "/ns/" + name
             let limits = (changes: configuration.historyCommits, bytes: configuration.historyBytes)
             let presence = Duration.seconds(configuration.presenceTimeoutSeconds)
-            let t = Task { [log] in try await Namespace(name: name, directory: directory, logger: log, historyLimits: limits, presenceTimeout: presence,
-                                                                 maxResumeBytes: max(1, configuration.maxStreamBufferBytes / 2)) }
+            let t = Task { [log, defaultRules] in
+                try await Namespace(name: name, directory: directory, logger: log, historyLimits: limits, presenceTimeout: presence,
+                                    maxResumeBytes: max(1, configuration.maxStreamBufferBytes / 2), defaultRules: defaultRules)
+            }
             all[name] = t
             return t
         }
@@ -343,7 +399,7 @@ public final class FerryServer: Sendable {
             shallow = s == "true"
             if shallow && query != nil { return .error(400, "shallow cannot be combined with a query") }
         }
-        let (allowed, node) = ns.read { s in (Namespace.mayRead(caller, keys, s.rules), ValueTree.child(s.committed, keys[...])) }
+        let (allowed, node) = ns.read { s in (Namespace.mayRead(caller, keys, s), ValueTree.child(s.committed, keys[...])) }
         guard allowed else { return .error(401, "Permission denied") }
         let value = query.map { ValueTree.exported($0.apply(to: node)) } ?? (shallow ? ValueTree.shallow(node) : ValueTree.exported(node))
         var headers: [(String, String)] = []
@@ -360,18 +416,30 @@ public final class FerryServer: Sendable {
         do { query = try WireQuery(parameters: r.query) } catch {
             return .error(400, errorMessage(error) ?? "invalid query")
         }
-        guard ns.read({ Namespace.mayRead(caller, keys, $0.rules) }) else { return .error(401, "Permission denied") }
+        guard ns.read({ Namespace.mayRead(caller, keys, $0) }) else { return .error(401, "Permission denied") }
         var client: String?
         if let c = r.headers[WireHeader.client] {
             guard WriteIdentity.isStoreID(c) else { return .error(400, "X-Ferry-Client must be a store id (32 lowercase hex digits)") }
             client = c
         }
-        let sink = StreamSink(keys: keys, query: query, caller: caller, token: caller.authenticated ? token : nil, client: client, output: output)
+        // A development token is kept to revoke the stream when the owner withdraws it; a signed
+        // one revokes it when it expires (the client reconnects with a fresh one).
+        var expires: Double?
+        if case .user(.object(let auth)) = caller, case .object(let claims)? = auth["token"] { expires = claims["exp"]?.number }
+        let development = expires == nil && caller.auth != nil
+        let sink = StreamSink(keys: keys, query: query, caller: caller, token: development ? token : nil, client: client, output: output)
         // A stream reconnecting after commit N (`Last-Event-ID`, as an `EventSource` sends it)
         // gets what changed since, when the namespace still holds it.
         let resumeAfter = r.headers[WireHeader.lastEventID].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }.flatMap { $0 >= 0 ? $0 : nil }
         guard let id = ns.addStream(sink, resumeAfter: resumeAfter, epoch: r.headers[WireHeader.epoch]) else { return .error(503, "the namespace is closing") }
         output.onClose { ns.removeStream(id) }
+        if let expires {
+            let wait = max(0, expires - Date().timeIntervalSince1970)
+            Task {
+                try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
+                ns.revokeStream(id)
+            }
+        }
         return nil
     }
 
@@ -503,7 +571,7 @@ public final class FerryServer: Sendable {
         switch (r.method, keys) {
         case ("GET", [".settings", "rules"]):
             guard case .owner = caller else { return .error(401, "Permission denied") }
-            let tree = ns.read { $0.rules.tree }
+            let tree = ns.read { $0.rules.source }
             return .json(200, tree.map { Value.object(["rules": $0]).json } ?? #"{"rules":{".read":true,".write":true}}"#)
         case ("PUT", [".settings", "rules"]):
             guard case .owner = caller else { return .error(401, "Permission denied") }
@@ -542,7 +610,7 @@ public final class FerryServer: Sendable {
                 guard case .string(let t) = item, !t.isEmpty, t != "owner" else { return .error(400, "each token must be a non-empty string other than owner") }
                 list.insert(t)
             }
-            tokens.withLock { $0 = list }
+            authenticator.tokens.withLock { $0 = list }
             // Streams whose token is no longer accepted: auth_revoked, then closed.
             for (_, task) in namespaces.withLock({ $0 }) {
                 if let ns = try? await task.value { ns.revokeStreams { token in !list.contains(token) } }
@@ -584,7 +652,7 @@ public final class FerryServer: Sendable {
             case .failure(let e): return e.response
             case .success: break
             }
-            change = .add(.object(["op": .string(op), "path": .string("/" + keys.joined(separator: "/")), "data": data, "caller": .string(caller.name)]))
+            change = .add(.object(["op": .string(op), "path": .string("/" + keys.joined(separator: "/")), "data": data, "caller": caller.stored]))
         }
         if case .add = change { ns.markPresence(true) }
         let outcome = await run([WriteJob(op: .presence(client: client, change), keys: keys, caller: caller, complete: { _ in })], ns)[0]

@@ -5,36 +5,6 @@ import Foundation
 import Logging
 import Synchronization
 
-/// Who a request speaks for.
-enum Caller: Sendable {
-    /// `Bearer owner`: the administrator; rules do not apply.
-    case owner
-    /// A token the server accepts (`auth != null`).
-    case user
-    /// No token (`auth == null`).
-    case anonymous
-
-    var authenticated: Bool { if case .anonymous = self { false } else { true } }
-
-    /// As stored with a presence registration.
-    var name: String {
-        switch self {
-        case .owner: "owner"
-        case .user: "user"
-        case .anonymous: "anonymous"
-        }
-    }
-
-    init?(name: String) {
-        switch name {
-        case "owner": self = .owner
-        case "user": self = .user
-        case "anonymous": self = .anonymous
-        default: return nil
-        }
-    }
-}
-
 /// A change to a client's presence registrations (see ``Namespace``).
 enum PresenceChange: Sendable {
     /// Run this operation (`{"op", "path", "data", "caller"}`) when the client's connection ends.
@@ -419,7 +389,7 @@ final class Namespace: Sendable {
     /// Opens (creating) the namespace's store under `directory`; `historyLimits` bound the
     /// commits kept for streams that resume.
     init(name: String, directory: String, logger: Logger, historyLimits: (changes: Int, bytes: Int) = (100_000, 64 << 20),
-         presenceTimeout: Duration = .seconds(60), maxResumeBytes: Int = 8 << 20) async throws {
+         presenceTimeout: Duration = .seconds(60), maxResumeBytes: Int = 8 << 20, defaultRules: Rules = Rules(root: nil)) async throws {
         self.name = name
         self.logger = logger
         self.presenceTimeout = presenceTimeout
@@ -445,9 +415,15 @@ final class Namespace: Sendable {
         let data = ValueTree.child(tree, ["data"])
         var clients: [String: Value] = [:]
         if case .object(let c) = ValueTree.child(tree, ["meta", "clients"]) { clients = c }
-        var rules = Rules(tree: nil)
-        if case .string(let text) = ValueTree.child(tree, ["meta", "rules"]), let v = try? Value(json: text), let r = try? Rules(body: v) {
-            rules = r
+        var rules = defaultRules
+        if case .string(let text) = ValueTree.child(tree, ["meta", "rules"]) {
+            do {
+                rules = try Rules(body: try Value(json: text))
+            } catch {
+                // Rules once accepted that no longer parse: nothing is granted until the owner sets them again.
+                logger.error("the namespace's stored rules do not parse (\(error)); only the administrator may read or write until they are set again")
+                rules = Rules(root: Rules.Node(read: nil, write: nil, validate: nil, children: [:], wildcard: nil))
+            }
         }
         var commit: Int64 = 0
         if case .int(let n) = ValueTree.child(tree, ["meta", "commit"]) { commit = n }
@@ -587,7 +563,7 @@ final class Namespace: Sendable {
                 for sink in s.streams.of(client: client) { sink.progress(last) }
             }
             if rulesChanged {
-                for (id, sink) in s.streams where !Namespace.mayRead(sink.caller, sink.keys, s.rules) {
+                for (id, sink) in s.streams where !Namespace.mayRead(sink.caller, sink.keys, s) {
                     sink.send(.cancel)
                     sink.close()
                     s.streams[id] = nil
@@ -597,15 +573,20 @@ final class Namespace: Sendable {
         for (job, outcome) in done { job.complete(outcome) }
     }
 
-    static func mayRead(_ caller: Caller, _ keys: [String], _ rules: Rules) -> Bool {
+    /// Whether the rules let `caller` read at `keys` (the committed data is `data`).
+    static func mayRead(_ caller: Caller, _ keys: [String], _ s: State) -> Bool {
         if case .owner = caller { return true }
-        return rules.allows(".read", at: keys, authenticated: caller.authenticated)
+        return s.rules.mayRead(keys, auth: caller.auth, data: s.committed, now: now())
     }
 
-    static func mayWrite(_ caller: Caller, _ keys: [String], _ rules: Rules) -> Bool {
+    /// Whether the rules let `caller` make `writes` (server values resolved) to the working tree.
+    static func mayWrite(_ caller: Caller, _ writes: [(keys: [String], value: Value)], _ s: State) -> Bool {
         if case .owner = caller { return true }
-        return rules.allows(".write", at: keys, authenticated: caller.authenticated)
+        return s.rules.mayWrite(writes, auth: caller.auth, data: s.working, now: now())
     }
+
+    /// The time in milliseconds since 1970 (`now` in rules, server timestamps).
+    static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
     /// Decides one write against the working tree: its outcome, the record to store (data and
     /// the client's mark together, so they are atomic), and its change for the streams.
@@ -648,7 +629,7 @@ final class Namespace: Sendable {
                 var list = s.presence[client] ?? []
                 switch change {
                 case .add(var op):
-                    guard let keys = Namespace.presenceKeys(op), Namespace.mayWrite(job.caller, keys, s.rules) else {
+                    guard let keys = Namespace.presenceKeys(op), Namespace.mayWrite(job.caller, Namespace.presenceWrites(op, keys, s), s) else {
                         outcome = .rejected(401, "Permission denied")
                         break decide
                     }
@@ -675,16 +656,15 @@ final class Namespace: Sendable {
                 merge["meta/rules"] = .string(text)
                 outcome = WriteOutcome(status: 200, body: (try? Value(json: text)) ?? .null)
             case .set(let data):
-                guard Namespace.mayWrite(job.caller, job.keys, s.rules) else { outcome = .rejected(401, "Permission denied"); break decide }
                 let current = ValueTree.child(s.working, job.keys[...])
-                if let expected = job.ifMatch, expected != ETag.of(current) {
-                    outcome = WriteOutcome(status: 412, body: ValueTree.exported(current), error: "ETag mismatch", etag: ETag.of(current))
+                let resolved: Value
+                do { resolved = try ValueTree.resolvingServerValues(data, at: job.keys, in: s.working, now: Namespace.now()) } catch {
+                    outcome = .rejected(400, errorMessage(error) ?? "\(error)")
                     break decide
                 }
-                let now = Int64(Date().timeIntervalSince1970 * 1000)
-                let resolved: Value
-                do { resolved = try ValueTree.resolvingServerValues(data, at: job.keys, in: s.working, now: now) } catch {
-                    outcome = .rejected(400, errorMessage(error) ?? "\(error)")
+                guard Namespace.mayWrite(job.caller, [(job.keys, resolved)], s) else { outcome = .rejected(401, "Permission denied"); break decide }
+                if let expected = job.ifMatch, expected != ETag.of(current) {
+                    outcome = WriteOutcome(status: 412, body: ValueTree.exported(current), error: "ETag mismatch", etag: ETag.of(current))
                     break decide
                 }
                 if let bad = refusal(job.keys, ValueTree.normalized(resolved)) {
@@ -700,11 +680,7 @@ final class Namespace: Sendable {
                 outcome.commit = commit
                 change = Change(keys: job.keys, parts: [.init(keys: [], old: current, new: written)], isUpdate: false, commit: commit)
             case .update(let children):
-                for c in children where !Namespace.mayWrite(job.caller, job.keys + c.keys, s.rules) {
-                    outcome = .rejected(401, "Permission denied")
-                    break decide
-                }
-                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                let now = Namespace.now()
                 var resolvedChildren: [(keys: [String], value: Value)] = []
                 var shown: [String: Value] = [:]
                 for c in children {
@@ -720,6 +696,11 @@ final class Namespace: Sendable {
                     }
                     resolvedChildren.append((c.keys, resolved))
                     shown[c.keys.joined(separator: "/")] = ValueTree.exported(resolved)
+                }
+                // The rules judge the update whole: each location's .write, and .validate on the data as all of it leaves it.
+                guard Namespace.mayWrite(job.caller, resolvedChildren.map { (job.keys + $0.keys, $0.value) }, s) else {
+                    outcome = .rejected(401, "Permission denied")
+                    break decide
                 }
                 // Decided: now change the tree (in place), each child in turn (none is inside another).
                 var parts: [Change.Part] = []
@@ -846,6 +827,18 @@ final class Namespace: Sendable {
         return p.keys
     }
 
+    /// The writes a registration at `keys` would make now (its server values resolved against
+    /// the working tree), for the rules to judge when it is registered.
+    static func presenceWrites(_ op: Value, _ keys: [String], _ s: State) -> [(keys: [String], value: Value)] {
+        guard case .object(let o) = op else { return [] }
+        let data = o["data"] ?? .null
+        var children: [(keys: [String], value: Value)] = [(keys, data)]
+        if o["op"] == "update", case .object(let d) = data {
+            children = d.keys.sorted().compactMap { k in (try? Path(validating: k)).map { (keys + $0.keys, d[k]!) } }
+        }
+        return children.map { c in (c.keys, (try? ValueTree.resolvingServerValues(c.value, at: c.keys, in: s.working, now: now())) ?? c.value) }
+    }
+
     /// A client's presence stream opened: it is connected (its registrations wait).
     func presenceConnected(_ client: String) {
         state.withLock { $0.presenceStreams[client, default: 0] += 1 }
@@ -915,20 +908,16 @@ final class Namespace: Sendable {
     /// server values resolved against the data as it is then; the change is one update at the
     /// root of the written locations (none inside another) with their values after all.
     static func applyPresence(_ ops: [Value], client: String, _ s: inout State, _ merge: inout [String: Value], logger: Logger) -> Change? {
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let now = Namespace.now()
         var written: [[String]] = []
         for op in ops {
-            guard case .object(let o) = op, let keys = presenceKeys(op), case .string(let c)? = o["caller"], let caller = Caller(name: c) else { continue }
+            guard case .object(let o) = op, let keys = presenceKeys(op), let c = o["caller"], let caller = Caller(stored: c) else { continue }
             let data = o["data"] ?? .null
             var children: [(keys: [String], value: Value)] = []
             if o["op"] == "update", case .object(let d) = data {
                 for k in d.keys.sorted() { if let rel = try? Path(validating: k) { children.append((keys + rel.keys, d[k]!)) } }
             } else {
                 children = [(keys, data)]
-            }
-            guard children.allSatisfy({ mayWrite(caller, $0.keys, s.rules) }) else {
-                logger.warning("onDisconnect of \(client) at /\(keys.joined(separator: "/")): the rules refuse it now; skipped")
-                continue
             }
             var resolved: [(keys: [String], value: Value)] = []
             for c in children {
@@ -939,6 +928,10 @@ final class Namespace: Sendable {
                     break
                 }
                 resolved.append((c.keys, v))
+            }
+            guard !resolved.isEmpty, mayWrite(caller, resolved, s) else {
+                if !resolved.isEmpty { logger.warning("onDisconnect of \(client) at /\(keys.joined(separator: "/")): the rules refuse it now; skipped") }
+                continue
             }
             for c in resolved {
                 ValueTree.set(&s.working, c.keys[...], to: c.value)
@@ -1005,6 +998,15 @@ final class Namespace: Sendable {
                 sink.close()
                 s.streams[id] = nil
             }
+        }
+    }
+
+    /// Ends one stream with `auth_revoked` (its token expired), if it is still open.
+    func revokeStream(_ id: Int) {
+        state.withLock { s in
+            guard let sink = s.streams.removeValue(forKey: id) else { return }
+            sink.send(.authRevoked)
+            sink.close()
         }
     }
 

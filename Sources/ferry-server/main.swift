@@ -29,8 +29,35 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "The address to listen on.")
     var host: String = "127.0.0.1"
 
-    @Option(name: .customLong("token"), help: "A token accepted as an authenticated user (repeatable).")
+    @Option(name: .customLong("token"), help: "A development token accepted as a user (repeatable): UID:SECRET is the user UID; a token without a colon is its own uid.")
     var tokens: [String] = []
+
+    @Flag(inversion: .prefixedNo, help: "Emulator mode: 'Bearer owner' is the administrator (default: on for a loopback --host, off otherwise).")
+    var emulator: Bool?
+
+    @Option(help: "A file holding a credential that makes its bearer the administrator.")
+    var adminTokenFile: String?
+
+    @Option(help: "A claim that makes the bearer of a verified token carrying it as true the administrator.")
+    var adminClaim: String?
+
+    @Option(help: "A JSON Web Key Set file: RS256 and ES256 ID tokens signed by its keys are verified (needs --jwt-issuer and --jwt-audience).")
+    var jwksFile: String?
+
+    @Option(help: "A file holding the secret of HS256 ID tokens (at least 32 bytes).")
+    var jwtSecretFile: String?
+
+    @Option(help: "The issuer (iss) every ID token must carry; Firebase: https://securetoken.google.com/PROJECT.")
+    var jwtIssuer: String?
+
+    @Option(help: "The audience (aud) every ID token must name; Firebase: the project id.")
+    var jwtAudience: String?
+
+    @Option(help: "A rules file ({\"rules\": {...}}) for every namespace that has not set its own.")
+    var rules: String?
+
+    @Flag(help: "Listen beyond loopback without verified tokens and rules, or in emulator mode: anyone who reaches the port may read and write.")
+    var insecurePublic = false
 
     @Option(help: "The largest request body in bytes.")
     var maxBody: Int = 16 * 1024 * 1024
@@ -70,6 +97,24 @@ struct FerryServerCommand: ParsableCommand {
         config.host = host
         config.port = port
         config.tokens = Set(tokens)
+        config.emulatorMode = emulator
+        config.allowInsecurePublic = insecurePublic
+        config.adminClaim = adminClaim
+        do {
+            config.adminToken = try adminTokenFile.map { try Self.secret(from: $0) }
+            config.defaultRules = try rules.map { try String(contentsOfFile: $0, encoding: .utf8) }
+            if jwksFile != nil || jwtSecretFile != nil {
+                guard let jwtIssuer, let jwtAudience else { throw ValidationError("verifying ID tokens needs --jwt-issuer and --jwt-audience") }
+                config.tokenVerification = TokenVerification(jwks: try jwksFile.map { try String(contentsOfFile: $0, encoding: .utf8) },
+                                                             hmacSecret: try jwtSecretFile.map { try Self.secret(from: $0) },
+                                                             issuer: jwtIssuer, audience: jwtAudience)
+            }
+        } catch let e as ValidationError {
+            throw e
+        } catch {
+            FileHandle.standardError.write(Data("ferry-server: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
         config.maxBody = maxBody
         config.keepAliveSeconds = max(1, keepAlive)
         config.requestTimeoutSeconds = max(1, requestTimeout)
@@ -120,8 +165,20 @@ struct FerryServerCommand: ParsableCommand {
                 throw ExitCode(1)
             }
         }
+        if server.isEmulator {
+            FileHandle.standardOutput.write(Data("emulator mode: 'Bearer owner' is the administrator\n".utf8))
+        }
         FileHandle.standardOutput.write(Data("listening on \(host):\(bound)\n".utf8))
         withExtendedLifetime(sources) { dispatchMain() }
+    }
+}
+
+extension FerryServerCommand {
+    /// A secret kept in a file (its surrounding whitespace dropped); an empty one is refused.
+    static func secret(from path: String) throws -> String {
+        let text = try String(contentsOfFile: path, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !text.isEmpty else { throw ValidationError("\(path) is empty") }
+        return text
     }
 }
 

@@ -31,7 +31,7 @@ extension FerryServer {
                 config.http2.maxConcurrentStreams = Self.maxStreamsPerConnection
             }
         )
-        let service = FirestoreService(databases: firestore, tokens: { [self] in tokens.withLock { $0 } }, maxWrites: configuration.maxCommitWrites)
+        let service = FirestoreService(databases: firestore, authenticator: authenticator, maxWrites: configuration.maxCommitWrites)
         let server = GRPCServer(transport: transport, services: [service])
         let serving = Task { try await server.serve() }
         let address: GRPCNIOTransportCore.SocketAddress

@@ -82,18 +82,23 @@ final class FirestoreDatabases: Sendable {
 /// client (`google-cloud-firestore`) and Ferry's client use.
 struct FirestoreService: V1.ServiceProtocol {
     let databases: FirestoreDatabases
-    /// The tokens accepted as users; `owner` is the administrator (the emulator's convention).
-    let tokens: @Sendable () -> Set<String>
+    /// Whom a bearer token speaks for (the REST API's rules of identity).
+    let authenticator: Authenticator
     let maxWrites: Int
 
-    /// Refuses a bearer token the server does not know (`UNAUTHENTICATED`). With no Firestore
-    /// rules yet, the owner, a known token and no token may each read and write.
-    private func authorize(_ metadata: Metadata) throws {
-        guard let header = metadata[stringValues: "authorization"].first(where: { _ in true }) else { return }
+    /// Refuses a bearer token that does not verify (`UNAUTHENTICATED`). With no Firestore rules
+    /// yet, any caller the server knows may read and write; outside emulator mode a caller
+    /// without a token may not.
+    private func authorize(_ metadata: Metadata) async throws {
+        guard let header = metadata[stringValues: "authorization"].first(where: { _ in true }) else {
+            if authenticator.emulator { return }
+            throw FirestoreErrorCode(.unauthenticated, "a token is needed (Authorization: Bearer TOKEN)")
+        }
         guard header.hasPrefix("Bearer ") else { throw FirestoreErrorCode(.unauthenticated, "the authorization header must be 'Bearer TOKEN'") }
         let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
-        if token == "owner" || tokens().contains(token) { return }
-        throw FirestoreErrorCode(.unauthenticated, "the token is not one this server accepts")
+        if case .failure = await authenticator.caller(token: token) {
+            throw FirestoreErrorCode(.unauthenticated, "the token is not one this server accepts")
+        }
     }
 
     /// The database a `parent` (`projects/P/databases/D/documents[/…]`) is in.
@@ -115,7 +120,7 @@ struct FirestoreService: V1.ServiceProtocol {
 
     func batchGetDocuments(request: ServerRequest<Google_Firestore_V1_BatchGetDocumentsRequest>, context: ServerContext) async throws -> StreamingServerResponse<Google_Firestore_V1_BatchGetDocumentsResponse> {
         try await rpc {
-            try authorize(request.metadata)
+            try await authorize(request.metadata)
             let m = request.message
             let db = try DatabaseName(parsing: m.database)
             let keys = try m.documents.map { try db.documentPath($0) }
@@ -174,7 +179,7 @@ struct FirestoreService: V1.ServiceProtocol {
 
     func runQuery(request: ServerRequest<Google_Firestore_V1_RunQueryRequest>, context: ServerContext) async throws -> StreamingServerResponse<Google_Firestore_V1_RunQueryResponse> {
         try await rpc {
-            try authorize(request.metadata)
+            try await authorize(request.metadata)
             let m = request.message
             let db = try database(ofParent: m.parent)
             guard case .structuredQuery(let sq)? = m.queryType else { throw FirestoreErrorCode(.invalidArgument, "RunQuery needs a structured query") }
@@ -204,7 +209,7 @@ struct FirestoreService: V1.ServiceProtocol {
 
     func runAggregationQuery(request: ServerRequest<Google_Firestore_V1_RunAggregationQueryRequest>, context: ServerContext) async throws -> StreamingServerResponse<Google_Firestore_V1_RunAggregationQueryResponse> {
         try await rpc {
-            try authorize(request.metadata)
+            try await authorize(request.metadata)
             let m = request.message
             let db = try database(ofParent: m.parent)
             guard case .structuredAggregationQuery(let aq)? = m.queryType, case .structuredQuery(let sq)? = aq.queryType else {
@@ -230,7 +235,7 @@ struct FirestoreService: V1.ServiceProtocol {
 
     func listCollectionIds(request: ServerRequest<Google_Firestore_V1_ListCollectionIdsRequest>, context: ServerContext) async throws -> ServerResponse<Google_Firestore_V1_ListCollectionIdsResponse> {
         try await rpc {
-            try authorize(request.metadata)
+            try await authorize(request.metadata)
             let m = request.message
             let db = try database(ofParent: m.parent)
             let parent = try db.parentPath(m.parent)
@@ -249,7 +254,7 @@ struct FirestoreService: V1.ServiceProtocol {
 
     func listDocuments(request: ServerRequest<Google_Firestore_V1_ListDocumentsRequest>, context: ServerContext) async throws -> ServerResponse<Google_Firestore_V1_ListDocumentsResponse> {
         try await rpc {
-            try authorize(request.metadata)
+            try await authorize(request.metadata)
             let m = request.message
             let db = try database(ofParent: m.parent)
             let parent = try db.parentPath(m.parent)
@@ -281,7 +286,7 @@ struct FirestoreService: V1.ServiceProtocol {
 
     func beginTransaction(request: ServerRequest<Google_Firestore_V1_BeginTransactionRequest>, context: ServerContext) async throws -> ServerResponse<Google_Firestore_V1_BeginTransactionResponse> {
         try await rpc {
-            try authorize(request.metadata)
+            try await authorize(request.metadata)
             let m = request.message
             let db = try DatabaseName(parsing: m.database)
             let readOnly = m.hasOptions && Self.isReadOnly(m.options)
@@ -293,7 +298,7 @@ struct FirestoreService: V1.ServiceProtocol {
 
     func rollback(request: ServerRequest<Google_Firestore_V1_RollbackRequest>, context: ServerContext) async throws -> ServerResponse<Google_Protobuf_Empty> {
         try await rpc {
-            try authorize(request.metadata)
+            try await authorize(request.metadata)
             let db = try DatabaseName(parsing: request.message.database)
             try await databases.store(db).rollback(request.message.transaction)
             return ServerResponse(message: Google_Protobuf_Empty())
@@ -302,7 +307,7 @@ struct FirestoreService: V1.ServiceProtocol {
 
     func commit(request: ServerRequest<Google_Firestore_V1_CommitRequest>, context: ServerContext) async throws -> ServerResponse<Google_Firestore_V1_CommitResponse> {
         try await rpc {
-            try authorize(request.metadata)
+            try await authorize(request.metadata)
             let m = request.message
             let db = try DatabaseName(parsing: m.database)
             guard m.writes.count <= maxWrites else {
@@ -382,7 +387,7 @@ struct FirestoreService: V1.ServiceProtocol {
     // MARK: Listen
 
     func listen(request: StreamingServerRequest<Google_Firestore_V1_ListenRequest>, context: ServerContext) async throws -> StreamingServerResponse<Google_Firestore_V1_ListenResponse> {
-        try await rpc { try authorize(request.metadata) }
+        try await rpc { try await authorize(request.metadata) }
         let databases = self.databases
         return StreamingServerResponse { writer in
             let sink = ListenSink()
