@@ -29,6 +29,9 @@ let package = Package(
         .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     ],
     targets: [
         // C shims: bytes only, not API.
@@ -112,6 +115,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
         // The client side of sync: a Database connected to a server (networking lives here, not in Ferry).
@@ -120,6 +124,7 @@ let package = Package(
             dependencies: [
                 "Ferry", "FerryWire", "FerryLog",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -214,7 +219,10 @@ let package = Package(
                            .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
                            .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                            .product(name: "JWTKit", package: "jwt-kit"),
-                           .product(name: "CryptoExtras", package: "swift-crypto")]
+                           .product(name: "CryptoExtras", package: "swift-crypto"),
+                           .product(name: "X509", package: "swift-certificates"),
+                           .product(name: "SwiftASN1", package: "swift-asn1"),
+                           .product(name: "Crypto", package: "swift-crypto")]
         ),
         .testTarget(
             name: "FerryLogTests",

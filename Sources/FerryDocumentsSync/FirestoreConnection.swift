@@ -39,14 +39,26 @@ public final class FirestoreConnection: Sendable {
         /// Sent as `Authorization: Bearer TOKEN` (the emulator's administrator is `owner`); nil
         /// sends none.
         public var token: String?
+        /// TLS: the certificate authorities (PEM text) whose certificates are trusted, or
+        /// `.system` for the system's; nil: plaintext. The server's certificate is checked.
+        public var tls: TrustedCertificates?
 
-        public init(host: String, port: Int, project: String, database: String = "(default)", token: String? = "owner") {
+        public init(host: String, port: Int, project: String, database: String = "(default)", token: String? = "owner", tls: TrustedCertificates? = nil) {
             self.host = host
             self.port = port
             self.project = project
             self.database = database
             self.token = token
+            self.tls = tls
         }
+    }
+
+    /// The certificate authorities a TLS connection trusts.
+    public enum TrustedCertificates: Sendable {
+        /// The system's.
+        case system
+        /// These (PEM text): a company's own CA, or a test's.
+        case pem(String)
     }
 
     /// Pending batches sent in one commit at most (and at most `maxWritesPerCommit` writes).
@@ -96,7 +108,12 @@ public final class FirestoreConnection: Sendable {
         md.addString(database.description, forKey: "google-cloud-resource-prefix")
         if let token = server.token { md.addString("Bearer \(token)", forKey: "authorization") }
         metadata = md
-        let transport = try HTTP2ClientTransport.Posix(target: .ipv4(address: server.host, port: server.port), transportSecurity: .plaintext)
+        let security: HTTP2ClientTransport.Posix.TransportSecurity = switch server.tls {
+        case nil: .plaintext
+        case .system?: .tls
+        case .pem(let pem)?: .tls { $0.trustRoots = .certificates([.bytes(Array(pem.utf8), format: .pem)]) }
+        }
+        let transport = try HTTP2ClientTransport.Posix(target: .ipv4(address: server.host, port: server.port), transportSecurity: security)
         client = GRPCClient(transport: transport)
         stub = Google_Firestore_V1_Firestore.Client(wrapping: client)
     }

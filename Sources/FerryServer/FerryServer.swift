@@ -11,6 +11,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 import Synchronization
 
 /// How a ``FerryServer`` runs.
@@ -40,6 +41,9 @@ public struct ServerConfiguration: Sendable {
     /// Lets the server listen beyond loopback without verified tokens and rules (or in emulator
     /// mode): anyone who reaches the port may then read and write.
     public var allowInsecurePublic = false
+    /// TLS for the REST API, its streams and the Firestore API: PEM files of the certificate
+    /// chain (leaf first) and its private key. nil: plaintext.
+    public var tls: TLSFiles?
     /// The largest request body accepted (Firebase's REST limit: 16 MB).
     public var maxBody = 16 * 1024 * 1024
     /// The most writes one batch may hold.
@@ -81,6 +85,19 @@ public struct ServerConfiguration: Sendable {
 
     /// A configuration serving the stores under `dataDirectory`.
     public init(dataDirectory: String) { self.dataDirectory = dataDirectory }
+}
+
+/// Where a server's TLS certificate chain and private key are (PEM files).
+public struct TLSFiles: Sendable {
+    /// The certificate chain, the server's own certificate first.
+    public var certificateChain: String
+    /// The private key of the first certificate.
+    public var privateKey: String
+
+    public init(certificateChain: String, privateKey: String) {
+        self.certificateChain = certificateChain
+        self.privateKey = privateKey
+    }
 }
 
 /// An error starting the server: what failed, where (the address), and the system's errno.
@@ -135,6 +152,8 @@ public final class FerryServer: Sendable {
     let defaultRules: Rules
     /// What is wrong with the configuration's security settings (``start()`` throws it).
     private let securityProblem: String?
+    /// The TLS context every connection starts with (nil: plaintext).
+    private let tlsContext: NIOSSLContext?
     private var logger: Logger { configuration.logger }
     /// Cloud Firestore's databases, and the gRPC server serving them once started.
     let firestore: FirestoreDatabases
@@ -165,6 +184,17 @@ public final class FerryServer: Sendable {
                 problem = "serving \(configuration.host) needs verified tokens and rules; to serve it without them, allow an insecure public server in so many words"
             }
         }
+        var context: NIOSSLContext?
+        if let tls = configuration.tls {
+            do {
+                let chain = try NIOSSLCertificate.fromPEMFile(tls.certificateChain).map { NIOSSLCertificateSource.certificate($0) }
+                let key = try NIOSSLPrivateKey(file: tls.privateKey, format: .pem)
+                context = try NIOSSLContext(configuration: .makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key)))
+            } catch {
+                problem = "TLS: cannot use \(tls.certificateChain) and \(tls.privateKey): \(error)"
+            }
+        }
+        tlsContext = context
         securityProblem = problem
         defaultRules = rules
         authenticator = Authenticator(emulator: emulator, adminToken: configuration.adminToken, adminClaim: configuration.adminClaim,
@@ -241,14 +271,16 @@ public final class FerryServer: Sendable {
             logger.warning("refusing a connection: \(message)")
             let body = "{\"error\":\(HTTPResponse.jsonString(message))}"
             let text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\nX-Ferry-Server-Time: \(now())\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
-            return channel.eventLoop.makeCompletedFuture {
+            return channel.eventLoop.makeCompletedFuture { [tlsContext] in
+                if let tlsContext { try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tlsContext)) }
                 try channel.pipeline.syncOperations.addHandler(RefusalHandler(answer: text))
             }
         }
         channel.closeFuture.whenComplete { [self] _ in
             _ = connections.withLock { $0.open.removeValue(forKey: id) }
         }
-        return channel.eventLoop.makeCompletedFuture {
+        return channel.eventLoop.makeCompletedFuture { [tlsContext] in
+            if let tlsContext { try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tlsContext)) }
             let lastRead = LastReadKeeper()
             try channel.pipeline.syncOperations.addHandler(lastRead)
             try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: false, withErrorHandling: false)

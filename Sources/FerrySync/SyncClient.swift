@@ -34,6 +34,10 @@ public struct SyncOptions: Sendable {
     public var streamSilenceLimit: Duration = .seconds(90)
     /// Where sync logs (failures, rejections, reconnects).
     public var logger = Logger(label: "ferry.sync")
+    /// For an `https` server: the certificate authorities (PEM text) whose certificates are
+    /// trusted instead of the system's — a company's own CA, or a test's. nil: the system's.
+    /// The server's certificate is always checked.
+    public var trustedCertificatesPEM: String?
 
     /// The defaults: batches, no token, 30 s requests, retries from 50 ms to 5 s.
     public init() {}
@@ -130,7 +134,8 @@ public actor SyncClient {
     /// Connects `database` to the server at `url` (`http://127.0.0.1:9000?ns=NAME`, or
     /// `https://NAME.firebaseio.com`). The client starts offline: call ``goOnline()``.
     ///
-    /// - Throws: ``SyncError`` (`invalidURL`).
+    /// - Throws: ``SyncError``: `invalidURL`, or `invalidCertificates` when
+    ///   ``SyncOptions/trustedCertificatesPEM`` holds no certificate.
     public init(database: Database, url: String, options: SyncOptions = SyncOptions()) throws {
         self.database = database
         self.address = try ServerAddress(url)
@@ -138,7 +143,7 @@ public actor SyncClient {
         self.logger = options.logger
         let c = options.requestTimeout.components
         let nanos = c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000
-        self.transport = Transport(address: address, timeout: .nanoseconds(nanos))
+        self.transport = try Transport(address: address, timeout: .nanoseconds(nanos), trusting: options.trustedCertificatesPEM)
         self.storedPositions = Self.loadPositions(database.readSyncState(), address)
     }
 

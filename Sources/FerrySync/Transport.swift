@@ -1,9 +1,11 @@
 import AsyncHTTPClient
 @_spi(Server) import Ferry
+import FerryLog
 import FerryWire
 import Foundation
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 
 /// Where a database lives on a server: `http://127.0.0.1:9000?ns=NAME`, or
 /// `https://NAME.firebaseio.com` (namespace from the host).
@@ -60,6 +62,8 @@ public struct SyncError: Error, Sendable, CustomStringConvertible, Equatable {
         let name: String
         /// The server URL cannot be used.
         public static let invalidURL = Code(name: "invalid URL")
+        /// The trusted certificates given are not PEM certificates.
+        public static let invalidCertificates = Code(name: "invalid certificates")
         /// The server cannot be reached, or answered 5xx (a retry may succeed).
         public static let unavailable = Code(name: "unavailable")
         /// The token was not accepted (401 other than "Permission denied").
@@ -115,20 +119,55 @@ struct Answer: Sendable {
 struct Transport: Sendable {
     let address: ServerAddress
     let timeout: TimeAmount
+    private let clients: Clients
 
     /// HTTP clients for the process (as AsyncHTTPClient's own `shared`), never shut down: a
     /// sync client dropped without ``SyncClient/close()`` leaks no connection pool and trips no
     /// assertion. Writes go through one that does not follow redirects; reads (listens and
     /// `GET`s) through one that does: the Realtime Database redirects a stream (307) to the
     /// machine that holds its data, and its clients must follow.
-    private static let writing = makeClient(followingRedirects: false)
-    private static let reading = makeClient(followingRedirects: true)
+    private struct Clients: Sendable {
+        let writing: HTTPClient
+        let reading: HTTPClient
+    }
 
-    /// The client for a request of `method` (see ``writing``).
-    func client(for method: HTTPMethod) -> HTTPClient { method == .GET ? Self.reading : Self.writing }
+    /// The clients trusting the system's certificate authorities, and those trusting others
+    /// (by their PEM text): one pair per set of authorities in the process.
+    private static let system = Clients(writing: makeClient(followingRedirects: false, trustRoots: nil),
+                                        reading: makeClient(followingRedirects: true, trustRoots: nil))
+    private static let custom = FerryMutex<[String: Clients]>([:])
 
-    private static func makeClient(followingRedirects: Bool) -> HTTPClient {
+    init(address: ServerAddress, timeout: TimeAmount, trusting pem: String? = nil) throws {
+        self.address = address
+        self.timeout = timeout
+        guard let pem else {
+            clients = Self.system
+            return
+        }
+        let certificates: [NIOSSLCertificate]
+        do { certificates = try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)) } catch {
+            throw SyncError(.invalidCertificates, "the trusted certificates are not PEM certificates: \(error)")
+        }
+        guard !certificates.isEmpty else { throw SyncError(.invalidCertificates, "the trusted certificates hold no certificate") }
+        clients = Self.custom.withLock { all in
+            if let c = all[pem] { return c }
+            let c = Clients(writing: Self.makeClient(followingRedirects: false, trustRoots: certificates),
+                            reading: Self.makeClient(followingRedirects: true, trustRoots: certificates))
+            all[pem] = c
+            return c
+        }
+    }
+
+    /// The client for a request of `method` (see ``Clients``).
+    func client(for method: HTTPMethod) -> HTTPClient { method == .GET ? clients.reading : clients.writing }
+
+    private static func makeClient(followingRedirects: Bool, trustRoots: [NIOSSLCertificate]?) -> HTTPClient {
         var config = HTTPClient.Configuration()
+        if let trustRoots {
+            var tls = TLSConfiguration.makeClientConfiguration()
+            tls.trustRoots = .certificates(trustRoots)
+            config.tlsConfiguration = tls
+        }
         // Each listen holds a streaming request; do not queue them behind a per-host limit. Idle
         // connections close before ferry-server's (120 s) would: a request sent on a connection
         // the server is closing fails, and a write's outcome is then unknown.

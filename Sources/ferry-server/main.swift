@@ -56,6 +56,12 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "A rules file ({\"rules\": {...}}) for every namespace that has not set its own.")
     var rules: String?
 
+    @Option(help: "A PEM file with the TLS certificate chain (the server's certificate first); with --tls-key, every API is served over TLS.")
+    var tlsCert: String?
+
+    @Option(help: "A PEM file with the TLS certificate's private key.")
+    var tlsKey: String?
+
     @Flag(help: "Listen beyond loopback without verified tokens and rules, or in emulator mode: anyone who reaches the port may read and write.")
     var insecurePublic = false
 
@@ -100,6 +106,11 @@ struct FerryServerCommand: ParsableCommand {
         config.emulatorMode = emulator
         config.allowInsecurePublic = insecurePublic
         config.adminClaim = adminClaim
+        switch (tlsCert, tlsKey) {
+        case (let cert?, let key?): config.tls = TLSFiles(certificateChain: cert, privateKey: key)
+        case (nil, nil): break
+        default: throw ValidationError("TLS needs both --tls-cert and --tls-key")
+        }
         do {
             config.adminToken = try adminTokenFile.map { try Self.secret(from: $0) }
             config.defaultRules = try rules.map { try String(contentsOfFile: $0, encoding: .utf8) }

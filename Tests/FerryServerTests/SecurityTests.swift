@@ -5,6 +5,7 @@ import FerrySync
 import FerryTestSupport
 import FerryWire
 import Foundation
+import GRPCCore
 import JWTKit
 import Testing
 
@@ -296,6 +297,27 @@ let usersRules = #"""
         #expect(try stream.next(skippingKeepAlive: true) == .put("/", ["name": "Alice"]))
         #expect(try setRules(server.port, #"{"rules": {"users": {"$uid": {".read": false}}}}"#))
         #expect(try stream.next(skippingKeepAlive: true) == .cancel)
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func firestoresAPIFollowsTheSameIdentityRules() async throws {
+        let dir = try TemporaryDirectory("security-firestore")
+        let mint = try await TokenMint()
+        let server = try ServerProcess(data: dir.sub("server"), try mint.serverArguments(dir.path, rules: usersRules) + ["--no-emulator", "--firestore-port", "0"])
+        let good = try await mint.token(.rs256, sub: "alice")
+        let expired = try await mint.token(.hs256, TestClaims(sub: "alice", exp: Int(Date().timeIntervalSince1970) - 3600))
+        try await RawFirestore.with(server.firestorePort!) { fs, _ in
+            func commit(_ token: String?) async -> RPCError.Code? {
+                var md = Metadata()
+                if let token { md.addString("Bearer \(token)", forKey: "authorization") }
+                let write = RawFirestore.set("cities/SF", ["by": token ?? "nobody"])
+                return await FirestoreServerTests.code { _ = try await fs.commit(request: ClientRequest(message: RawFirestore.commit([write]), metadata: md)) }
+            }
+            #expect(await commit(good) == nil)
+            for refused in [nil, "owner", expired, "forged.\(good.split(separator: ".")[1]).x"] {
+                #expect(await commit(refused) == .unauthenticated, "\(refused ?? "no token")")
+            }
+        }
         #expect(server.terminate() == 0)
     }
 

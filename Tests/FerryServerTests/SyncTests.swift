@@ -13,7 +13,7 @@ struct Client {
     let sync: SyncClient
 
     /// Short retry delays; `configure` changes the options further.
-    init(_ path: String, port: Int, ns: String = "t", batches: Bool = true, indexes: [ChildIndex] = [],
+    init(_ path: String, port: Int, ns: String = "t", batches: Bool = true, indexes: [ChildIndex] = [], scheme: String = "http",
          _ configure: (inout SyncOptions) -> Void = { _ in }) async throws {
         var databaseOptions = DatabaseOptions()
         databaseOptions.indexes = indexes
@@ -23,7 +23,7 @@ struct Client {
         options.retryDelay = .milliseconds(20)
         options.maxRetryDelay = .milliseconds(200)
         configure(&options)
-        sync = try SyncClient(database: db, url: "http://127.0.0.1:\(port)?ns=\(ns)", options: options)
+        sync = try SyncClient(database: db, url: "\(scheme)://127.0.0.1:\(port)?ns=\(ns)", options: options)
     }
 
     func close() async throws {

@@ -20,9 +20,14 @@ extension FerryServer {
     /// - Throws: ``ServerError`` `cannotListen` when the port cannot be bound.
     public func startFirestore() async throws -> Int {
         let port = configuration.firestorePort ?? 0
+        let security: HTTP2ServerTransport.Posix.TransportSecurity = if let tls = configuration.tls {
+            .tls(certificateChain: [.file(path: tls.certificateChain, format: .pem)], privateKey: .file(path: tls.privateKey, format: .pem))
+        } else {
+            .plaintext
+        }
         let transport = HTTP2ServerTransport.Posix(
             address: .ipv4(host: configuration.host, port: port),
-            transportSecurity: .plaintext,
+            transportSecurity: security,
             config: .defaults { config in
                 // Firestore's own limit on a request is 10 MiB; a commit of big documents needs it.
                 config.rpc.maxRequestPayloadSize = 16 * 1024 * 1024
