@@ -458,7 +458,7 @@ public final class FerryServer: Sendable {
         // one revokes it when it expires (the client reconnects with a fresh one).
         var expires: Double?
         if case .user(.object(let auth)) = caller, case .object(let claims)? = auth["token"] { expires = claims["exp"]?.number }
-        let development = expires == nil && caller.auth != nil
+        let development = token.map { t in authenticator.tokens.withLock { $0.contains(t) } } ?? false
         let sink = StreamSink(keys: keys, query: query, caller: caller, token: development ? token : nil, client: client, output: output)
         // A stream reconnecting after commit N (`Last-Event-ID`, as an `EventSource` sends it)
         // gets what changed since, when the namespace still holds it.
