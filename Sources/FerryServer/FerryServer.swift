@@ -151,7 +151,7 @@ public final class FerryServer: Sendable {
     /// The rules of namespaces without their own.
     let defaultRules: Rules
     /// What is wrong with the configuration's security settings (``start()`` throws it).
-    private let securityProblem: String?
+    let securityProblem: String?
     /// The TLS context every connection starts with (nil: plaintext).
     private let tlsContext: NIOSSLContext?
     private var logger: Logger { configuration.logger }
@@ -182,6 +182,8 @@ public final class FerryServer: Sendable {
                 problem = "emulator mode (Bearer owner is the administrator) is for loopback only; to serve \(configuration.host) in it anyway, allow an insecure public server in so many words"
             } else if configuration.tokenVerification == nil || configuration.defaultRules == nil {
                 problem = "serving \(configuration.host) needs verified tokens and rules; to serve it without them, allow an insecure public server in so many words"
+            } else if !configuration.tokens.isEmpty {
+                problem = "development tokens (--token) are for loopback; to accept them on \(configuration.host), allow an insecure public server in so many words"
             }
         }
         var context: NIOSSLContext?
@@ -330,11 +332,16 @@ public final class FerryServer: Sendable {
 
     /// Answers one request; nil when it became a stream (its events go to `output`).
     func respond(to r: HTTPRequest, stream output: StreamOutput) async -> HTTPResponse? {
-        // The Firestore emulator's clear-data request (no token, as the emulator asks none).
+        // The Firestore emulator's clear-data request: in emulator mode with no token, as the
+        // emulator asks none; otherwise the administrator's.
         if r.keys.first == "emulator", r.keys.last?.hasSuffix(".json") != true {
             let k = r.keys
             guard r.method == "DELETE", k.count == 7, k[1] == "v1", k[2] == "projects", k[4] == "databases", k[6] == "documents" else {
                 return .error(404, "not found (the emulator API here is DELETE /emulator/v1/projects/P/databases/D/documents)")
+            }
+            if !authenticator.emulator {
+                let bearer = r.headers["authorization"].flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)).trimmingCharacters(in: .whitespaces) : nil }
+                guard case .success(.owner) = await authenticator.caller(token: bearer) else { return .error(401, "Permission denied") }
             }
             return await clearFirestore(project: k[3], database: k[5])
         }
@@ -466,11 +473,12 @@ public final class FerryServer: Sendable {
         guard let id = ns.addStream(sink, resumeAfter: resumeAfter, epoch: r.headers[WireHeader.epoch]) else { return .error(503, "the namespace is closing") }
         output.onClose { ns.removeStream(id) }
         if let expires {
-            let wait = max(0, expires - Date().timeIntervalSince1970)
-            Task {
-                try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
+            let wait = min(max(0, expires - Date().timeIntervalSince1970), 366 * 86_400)
+            let expiry = Task {
+                try await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
                 ns.revokeStream(id)
             }
+            output.onClose { expiry.cancel() }
         }
         return nil
     }

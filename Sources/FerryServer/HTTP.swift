@@ -418,7 +418,7 @@ final class HTTPServerHandler: ChannelDuplexHandler {
             return
         }
         if response.status >= 400 {
-            logger.info("\(request.method) \(request.rawPath) → \(response.status) \(String(decoding: response.body.prefix(200), as: UTF8.self))")
+            logger.info("\(request.method.prefix(20)) \(request.rawPath.prefix(200)) → \(response.status) \(String(decoding: response.body.prefix(200), as: UTF8.self))")
         }
         let keepAlive = request.keepAlive && response.status != 413
         let written = write(response, keepAlive: keepAlive, context)

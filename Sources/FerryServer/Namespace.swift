@@ -562,7 +562,9 @@ final class Namespace: Sendable {
             for client in answered {
                 for sink in s.streams.of(client: client) { sink.progress(last) }
             }
-            if rulesChanged {
+            // Streams the rules no longer let read: after new rules, or after a change to data
+            // (or the time) their .read rules look at.
+            if rulesChanged || (s.rules.readsDependOnData && !changes.isEmpty) {
                 for (id, sink) in s.streams where !Namespace.mayRead(sink.caller, sink.keys, s) {
                     sink.send(.cancel)
                     sink.close()
@@ -600,7 +602,9 @@ final class Namespace: Sendable {
                 if case .string(let e)? = recorded["error"] { outcome.error = e }
                 if case .string(let n)? = recorded["name"] { outcome.body = ["name": .string(n)] }
             }
-            if outcome.status == 200, job.pushName == nil {
+            // The data as it is now answers a duplicate only for a caller who may read it: a
+            // write id is the client's own choice, not proof that the caller wrote it.
+            if outcome.status == 200, job.pushName == nil, Namespace.mayRead(job.caller, job.keys, s) {
                 switch job.op {
                 case .set: outcome.body = ValueTree.exported(ValueTree.child(s.working, job.keys[...]))
                 case .update(let children): outcome.body = .object(Dictionary(children.map { ($0.keys.joined(separator: "/"), ValueTree.exported($0.value)) }, uniquingKeysWith: { $1 }))

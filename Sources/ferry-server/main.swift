@@ -62,6 +62,9 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "A PEM file with the TLS certificate's private key.")
     var tlsKey: String?
 
+    @Option(help: "The least severe messages logged: trace, debug, info, notice, warning, error or critical.")
+    var logLevel: Logger.Level = .info
+
     @Flag(help: "Listen beyond loopback without verified tokens and rules, or in emulator mode: anyone who reaches the port may read and write.")
     var insecurePublic = false
 
@@ -96,7 +99,12 @@ struct FerryServerCommand: ParsableCommand {
     var presenceTimeout: Int = 60
 
     func run() throws {
-        LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+        let level = logLevel
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
         signal(SIGPIPE, SIG_IGN)
         raiseFileLimit()
         var config = ServerConfiguration(dataDirectory: data)
@@ -183,6 +191,8 @@ struct FerryServerCommand: ParsableCommand {
         withExtendedLifetime(sources) { dispatchMain() }
     }
 }
+
+extension Logger.Level: @retroactive ExpressibleByArgument {}
 
 extension FerryServerCommand {
     /// A secret kept in a file (its surrounding whitespace dropped); an empty one is refused.

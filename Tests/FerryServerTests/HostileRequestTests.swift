@@ -191,7 +191,7 @@ final class Tallies: Sendable { let all = FerryMutex(Tally()) }
         let mint = try await TokenMint()
         try "the-admin-credential".write(toFile: dir.path + "/admin", atomically: true, encoding: .utf8)
         let server = try ServerProcess(data: dir.sub("server"), try mint.serverArguments(dir.path, rules: usersRules)
-                                       + ["--no-emulator", "--admin-token-file", dir.path + "/admin", "--request-timeout", "1"])
+                                       + ["--no-emulator", "--admin-token-file", dir.path + "/admin", "--request-timeout", "1", "--log-level", "warning"])
         var tokens: [String] = []
         for (signer, uid) in [(TokenMint.Signer.rs256, "alice"), (.es256, "bob"), (.hs256, "carol")] { tokens.append(try await mint.token(signer, sub: uid)) }
         tokens.append(try await mint.token(.hs256, TestClaims(sub: "dave", exp: Int(Date().timeIntervalSince1970) - 3600)))
@@ -230,6 +230,11 @@ final class Tallies: Sendable { let all = FerryMutex(Tally()) }
                         local.statuses[r.status, default: 0] += 1
                         if r.status >= 500 { local.serverErrors.append("\(r.status): \(String(decoding: bytes.prefix(120), as: UTF8.self))") }
                         if let marker, r.status >= 400 { local.refusedMarkers.insert(marker) }
+                        // A batch is answered 200 with each write's own status: refused when all are.
+                        if let marker, r.status == 200, case .object(let o)? = r.json, case .array(let results)? = o["results"],
+                           results.allSatisfy({ if case .object(let w) = $0 { w["status"] != 200 } else { false } }) {
+                            local.refusedMarkers.insert(marker)
+                        }
                     }
                     let done = local
                     tally.all.withLock { t in

@@ -38,8 +38,11 @@ import Testing
         #expect(try !evaluate("'text'"))  // not a boolean
         #expect(try !evaluate("data.val().length > 0", data: 5))
         #expect(try !evaluate("data.parent().exists()"))  // the root has no parent
-        // An operand of || that fails counts as false.
+        // A failing operand of || is overruled by one that grants, and never becomes a grant.
         #expect(try evaluate("auth.uid === 'x' || true"))
+        #expect(try !evaluate("!(auth.uid === 'x' || false)"))
+        #expect(try !evaluate("(auth.uid === 'x' || false) == false"))
+        #expect(try !evaluate("(auth.uid === 'x' || false) ? false : true"))
     }
 
     @Test func authAndItsTokenClaimsAreReadable() throws {
@@ -51,6 +54,10 @@ import Testing
         #expect(try evaluate("auth.token.email.beginsWith('alice') && auth.token.email.endsWith('.com') && auth.token.email.contains('@')", auth: alice))
         #expect(try evaluate("auth.uid.toUpperCase() === 'ALICE' && 'AbC'.toLowerCase() === 'abc' && 'a-b-c'.replace('-', '') === 'abc'", auth: alice))
         #expect(try evaluate("auth.uid.length === 5", auth: alice))
+        // `$` is the end of the string; escapes as in JavaScript.
+        #expect(try !evaluate("'abc\\n'.matches(/^[a-z]+$/)"))
+        #expect(try evaluate("'abc'.matches(/^[a-z$]+$/) && 'a$'.matches(/^[a-z$]+$/)"))
+        #expect(try evaluate("'\\u0041\\t' === 'A\\t'"))
     }
 
     @Test func snapshotsReadTheDataBeforeAndAfterTheWrite() throws {

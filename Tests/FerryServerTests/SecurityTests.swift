@@ -28,6 +28,8 @@ final class TokenMint: Sendable {
     static let audience = "ferry-test"
     static let secret = "a shared secret of at least thirty-two bytes"
     private let rsa = JWTKeyCollection(), ec = JWTKeyCollection(), hmac = JWTKeyCollection(), stranger = JWTKeyCollection()
+    /// HS256 with the RSA public key as its secret (an attack on servers that mix the two up).
+    private let confused = JWTKeyCollection()
     /// The JSON Web Key Set with the RSA and EC public keys.
     let jwks: String
 
@@ -39,6 +41,7 @@ final class TokenMint: Sendable {
         await hmac.add(hmac: HMACKey(from: Self.secret), digestAlgorithm: .sha256)
         // Another key under a kid the server knows: a token it signs is forged.
         await stranger.add(rsa: try Insecure.RSA.PrivateKey(backing: _RSA.Signing.PrivateKey(keySize: .bits2048)), digestAlgorithm: .sha256, kid: "rsa-1")
+        await confused.add(hmac: HMACKey(from: rsaKey.publicKey.pemRepresentation), digestAlgorithm: .sha256, kid: "rsa-1")
         let (n, e) = try rsaKey.publicKey.getKeyPrimitives()
         let (x, y) = ecKey.publicKey.parameters!
         jwks = """
@@ -49,7 +52,7 @@ final class TokenMint: Sendable {
         """
     }
 
-    enum Signer { case rs256, es256, hs256, stranger }
+    enum Signer { case rs256, es256, hs256, stranger, rs256NamingTheECKey, rs256NamingNoKey, hs256WithTheRSAPublicKey }
 
     func token(_ signer: Signer, _ claims: TestClaims) async throws -> String {
         switch signer {
@@ -57,6 +60,9 @@ final class TokenMint: Sendable {
         case .es256: try await ec.sign(claims, kid: "ec-1")
         case .hs256: try await hmac.sign(claims)
         case .stranger: try await stranger.sign(claims, kid: "rsa-1")
+        case .rs256NamingTheECKey: try await rsa.sign(claims, kid: "ec-1")
+        case .rs256NamingNoKey: try await rsa.sign(claims, kid: "nope")
+        case .hs256WithTheRSAPublicKey: try await confused.sign(claims, kid: "rsa-1")
         }
     }
 
@@ -198,6 +204,9 @@ let usersRules = #"""
         var bad: [(String, String)] = [
             ("a forged signature (the payload changed)", "\(parts[0]).\(otherPayload).\(parts[2])"),
             ("signed by the wrong key", try await mint.token(.stranger, sub: "alice")),
+            ("RS256 naming the EC key", try await mint.token(.rs256NamingTheECKey, sub: "alice")),
+            ("a kid the key set does not have", try await mint.token(.rs256NamingNoKey, sub: "alice")),
+            ("HS256 with the RSA public key as its secret", try await mint.token(.hs256WithTheRSAPublicKey, sub: "alice")),
             ("the wrong audience", try await mint.token(.rs256, TestClaims(sub: "alice", aud: "another-project"))),
             ("the wrong issuer", try await mint.token(.es256, TestClaims(sub: "alice", iss: "https://evil.example"))),
             ("expired", try await mint.token(.hs256, TestClaims(sub: "alice", exp: now - 600))),
@@ -208,7 +217,7 @@ let usersRules = #"""
         ]
         // Within the clock-skew allowance: accepted.
         #expect(try put(server.port, "/skew", "1", token: try await mint.token(.hs256, TestClaims(sub: "alice", exp: now - 5))) == 200)
-        bad.append(("owner outside its claim", "owner-but-not-emulator"))
+        bad.append(("a word the server does not know", "owner-but-not-quite"))
         for (i, (what, token)) in bad.enumerated() {
             #expect(try put(server.port, "/w\(i)", "1", token: token) == 401, "\(what)")
             #expect(try TestHTTP.request(server.port, "GET", "/skew.json?ns=t", headers: ["Authorization": "Bearer \(token)"]).status == 401, "\(what)")
@@ -245,7 +254,7 @@ let usersRules = #"""
         let mint = try await TokenMint()
         let server = Locations.executable("ferry-server")
         let base = ["--port", "0", "--data", dir.sub("data"), "--host", "0.0.0.0"]
-        for refused in [[], ["--emulator"], try mint.serverArguments(dir.path)] {
+        for refused in [[], ["--emulator"], try mint.serverArguments(dir.path), try mint.serverArguments(dir.path, rules: usersRules) + ["--token", "dev"]] {
             let r = try run(server, base + refused)
             #expect(r.status == 1 && r.stderr.contains("so many words"), "\(refused): \(r.stderr)")
         }
@@ -283,6 +292,38 @@ let usersRules = #"""
         #expect(server.terminate() == 0)
     }
 
+    @Test func aWriteIDReplayedByAnotherCallerReadsNothing() async throws {
+        let dir = try TemporaryDirectory("security-replay")
+        let mint = try await TokenMint()
+        let server = try ServerProcess(data: dir.sub("server"), try mint.serverArguments(dir.path, rules: usersRules))
+        let alice = try await mint.token(.rs256, sub: "alice")
+        #expect(try put(server.port, "/users/alice/name", #""secret""#, token: alice) == 200)
+        // A refused write with a high id marks it processed; one below it is a duplicate, whose
+        // answer must not show data the caller may not read.
+        let store = "00000000000000000000000000000bad"
+        let first = try TestHTTP.request(server.port, "PUT", "/users/alice/name.json?ns=t", headers: ["X-Ferry-Write": "\(store)/100"], json: #""x""#)
+        #expect(first.status == 401)
+        let replay = try TestHTTP.request(server.port, "PUT", "/users/alice/name.json?ns=t", headers: ["X-Ferry-Write": "\(store)/5"], json: #""x""#)
+        #expect(!replay.text.contains("secret"), "\(replay.text)")
+        #expect(try serverValue(server.port, "/users/alice/name") == "secret")
+        #expect(server.terminate() == 0)
+    }
+
+    @Test func aListenerWhoseReadIsRevokedByAWriteGetsCancel() async throws {
+        let dir = try TemporaryDirectory("security-members")
+        let mint = try await TokenMint()
+        let rules = #"{"rules": {"rooms": {"$room": {".read": "root.child('members/' + $room + '/' + auth.uid).exists()"}}}}"#
+        let server = try ServerProcess(data: dir.sub("server"), try mint.serverArguments(dir.path, rules: rules))
+        let alice = try await mint.token(.rs256, sub: "alice")
+        #expect(try TestHTTP.request(server.port, "PUT", "/.json?ns=t", headers: ["Authorization": "Bearer owner"],
+                                     json: #"{"members": {"r1": {"alice": true}}, "rooms": {"r1": {"topic": "hi"}}}"#).status == 200)
+        let stream = try StreamReader(port: server.port, path: "/rooms/r1.json?ns=t", headers: ["Authorization": "Bearer \(alice)"])
+        #expect(try stream.next(skippingKeepAlive: true) == .put("/", ["topic": "hi"]))
+        #expect(try TestHTTP.request(server.port, "DELETE", "/members/r1/alice.json?ns=t", headers: ["Authorization": "Bearer owner"]).status == 200)
+        #expect(try stream.next(skippingKeepAlive: true) == .cancel)
+        #expect(server.terminate() == 0)
+    }
+
     @Test func aListenerWhoseReadIsRevokedGetsCancel() async throws {
         let dir = try TemporaryDirectory("security-cancel")
         let mint = try await TokenMint()
@@ -303,21 +344,31 @@ let usersRules = #"""
     @Test func firestoresAPIFollowsTheSameIdentityRules() async throws {
         let dir = try TemporaryDirectory("security-firestore")
         let mint = try await TokenMint()
-        let server = try ServerProcess(data: dir.sub("server"), try mint.serverArguments(dir.path, rules: usersRules) + ["--no-emulator", "--firestore-port", "0"])
-        let good = try await mint.token(.rs256, sub: "alice")
+        let server = try ServerProcess(data: dir.sub("server"), try mint.serverArguments(dir.path, rules: usersRules)
+                                       + ["--no-emulator", "--admin-claim", "admin", "--firestore-port", "0"])
+        let user = try await mint.token(.rs256, sub: "alice")
+        let admin = try await mint.token(.es256, TestClaims(sub: "ops", admin: true))
         let expired = try await mint.token(.hs256, TestClaims(sub: "alice", exp: Int(Date().timeIntervalSince1970) - 3600))
         try await RawFirestore.with(server.firestorePort!) { fs, _ in
             func commit(_ token: String?) async -> RPCError.Code? {
                 var md = Metadata()
                 if let token { md.addString("Bearer \(token)", forKey: "authorization") }
-                let write = RawFirestore.set("cities/SF", ["by": token ?? "nobody"])
+                let write = RawFirestore.set("cities/SF", ["by": "someone"])
                 return await FirestoreServerTests.code { _ = try await fs.commit(request: ClientRequest(message: RawFirestore.commit([write]), metadata: md)) }
             }
-            #expect(await commit(good) == nil)
-            for refused in [nil, "owner", expired, "forged.\(good.split(separator: ".")[1]).x"] {
-                #expect(await commit(refused) == .unauthenticated, "\(refused ?? "no token")")
+            #expect(await commit(admin) == nil)
+            // With no Firestore rules, a user may not use the API outside emulator mode.
+            #expect(await commit(user) == .permissionDenied)
+            for refused in ["owner", expired, "forged.\(user.split(separator: ".")[1]).x"] {
+                #expect(await commit(refused) == .unauthenticated, "\(refused)")
             }
+            #expect(await commit(nil) == .permissionDenied)
         }
+        // The emulator's clear-data request is the administrator's too.
+        let clear = "/emulator/v1/projects/raw/databases/(default)/documents"
+        #expect(try TestHTTP.request(server.port, "DELETE", clear).status == 401)
+        #expect(try TestHTTP.request(server.port, "DELETE", clear, headers: ["Authorization": "Bearer \(user)"]).status == 401)
+        #expect(try TestHTTP.request(server.port, "DELETE", clear, headers: ["Authorization": "Bearer \(admin)"]).status == 200)
         #expect(server.terminate() == 0)
     }
 

@@ -144,6 +144,15 @@ struct TestCertificates {
         try await a.waitForPendingWrites()
         #expect(await eventually { seen.withLock { $0 } == ["SF"] })
         reg.remove()
+        // A client that does not trust the server's certificate gets nothing from it.
+        let strangerDir = dir.sub("stranger")
+        try FileManager.default.createDirectory(atPath: strangerDir, withIntermediateDirectories: true)
+        let stranger = try TestCertificates(in: strangerDir, name: "Another CA")
+        let c = try Firestore.open(at: dir.sub("c"))
+        let cc = try FirestoreConnection.connect(c, to: .init(host: "127.0.0.1", port: server.firestorePort!, project: "tls", tls: .pem(stranger.authorityPEM)))
+        await #expect(throws: (any Error).self) { _ = try await c.collection("cities").document("SF").getDocument(source: .server) }
+        await cc.close()
+        try await c.terminate()
         await ca.close()
         await cb.close()
         try await a.terminate()

@@ -73,7 +73,8 @@ final class TokenVerifier: Sendable {
         keyTypes = types
         keys = Task { [set] in
             let asymmetric = JWTKeyCollection(), symmetric = JWTKeyCollection()
-            if let set { _ = try? await asymmetric.add(jwks: set) }  // (decoded above; a key jwt-kit cannot use verifies nothing)
+            // One at a time: a key jwt-kit cannot use verifies nothing, and does not lose the others.
+            for key in set?.keys ?? [] { _ = try? await asymmetric.add(jwk: key) }
             if let secret = configuration.hmacSecret { await symmetric.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256) }
             return (asymmetric, symmetric)
         }

@@ -17,9 +17,11 @@ extension FerryServer {
     /// Starts serving Cloud Firestore's gRPC API on the configuration's `firestorePort`;
     /// returns the bound port.
     ///
-    /// - Throws: ``ServerError`` `cannotListen` when the port cannot be bound.
+    /// - Throws: ``ServerError``: `cannotListen` when the port cannot be bound, `insecure` as
+    ///   ``start()``.
     public func startFirestore() async throws -> Int {
         let port = configuration.firestorePort ?? 0
+        if let securityProblem { throw ServerError(code: .insecure, message: securityProblem, address: "\(configuration.host):\(port)") }
         let security: HTTP2ServerTransport.Posix.TransportSecurity = if let tls = configuration.tls {
             .tls(certificateChain: [.file(path: tls.certificateChain, format: .pem)], privateKey: .file(path: tls.privateKey, format: .pem))
         } else {
@@ -36,7 +38,8 @@ extension FerryServer {
                 config.http2.maxConcurrentStreams = Self.maxStreamsPerConnection
             }
         )
-        let service = FirestoreService(databases: firestore, authenticator: authenticator, maxWrites: configuration.maxCommitWrites)
+        let service = FirestoreService(databases: firestore, authenticator: authenticator,
+                                       openToEveryone: authenticator.emulator || configuration.allowInsecurePublic, maxWrites: configuration.maxCommitWrites)
         let server = GRPCServer(transport: transport, services: [service])
         let serving = Task { try await server.serve() }
         let address: GRPCNIOTransportCore.SocketAddress

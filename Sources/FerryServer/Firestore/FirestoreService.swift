@@ -84,20 +84,27 @@ struct FirestoreService: V1.ServiceProtocol {
     let databases: FirestoreDatabases
     /// Whom a bearer token speaks for (the REST API's rules of identity).
     let authenticator: Authenticator
+    /// Whether callers other than the administrator may use the API (there are no Firestore
+    /// rules yet): in emulator mode, or when the server was told to be insecure in public.
+    let openToEveryone: Bool
     let maxWrites: Int
 
-    /// Refuses a bearer token that does not verify (`UNAUTHENTICATED`). With no Firestore rules
-    /// yet, any caller the server knows may read and write; outside emulator mode a caller
-    /// without a token may not.
+    /// Refuses a bearer token that does not verify (`UNAUTHENTICATED`), and, outside emulator
+    /// mode, any caller but the administrator (`PERMISSION_DENIED`: with no Firestore rules,
+    /// a user could otherwise read and write every document).
     private func authorize(_ metadata: Metadata) async throws {
-        guard let header = metadata[stringValues: "authorization"].first(where: { _ in true }) else {
-            if authenticator.emulator { return }
-            throw FirestoreErrorCode(.unauthenticated, "a token is needed (Authorization: Bearer TOKEN)")
+        var token: String?
+        if let header = metadata[stringValues: "authorization"].first(where: { _ in true }) {
+            guard header.hasPrefix("Bearer ") else { throw FirestoreErrorCode(.unauthenticated, "the authorization header must be 'Bearer TOKEN'") }
+            token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
         }
-        guard header.hasPrefix("Bearer ") else { throw FirestoreErrorCode(.unauthenticated, "the authorization header must be 'Bearer TOKEN'") }
-        let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
-        if case .failure = await authenticator.caller(token: token) {
-            throw FirestoreErrorCode(.unauthenticated, "the token is not one this server accepts")
+        switch await authenticator.caller(token: token) {
+        case .failure: throw FirestoreErrorCode(.unauthenticated, "the token is not one this server accepts")
+        case .success(.owner): return
+        case .success:
+            guard openToEveryone else {
+                throw FirestoreErrorCode(.permissionDenied, "outside emulator mode only the administrator may use this server's Firestore API (it has no security rules)")
+            }
         }
     }
 

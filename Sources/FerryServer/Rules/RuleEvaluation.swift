@@ -3,22 +3,34 @@ import FerryWire
 import Foundation
 
 /// The data a rule reads: a tree, with writes laid over it when it is the data as a write would
-/// leave it (`newData`). Nothing is copied until a rule reads a location.
+/// leave it (`newData`). The writes are applied once, to the location they share; the rest of
+/// the tree is read where it is.
 struct RuleTree: Sendable {
-    var base: Value
-    /// Locations replaced, in order (normal-form values, as ``ValueTree/set(_:_:to:)`` takes them).
-    var writes: [(keys: [String], value: Value)] = []
+    let base: Value
+    /// The deepest location every write is at or below, and its value once they are applied.
+    private let written: (keys: [String], value: Value)?
+
+    /// `base`, with `writes` (locations replaced, in order) applied.
+    init(base: Value, writes: [(keys: [String], value: Value)] = []) {
+        self.base = base
+        guard var common = writes.first?.keys else {
+            written = nil
+            return
+        }
+        for w in writes.dropFirst() {
+            common = Array(zip(common, w.keys).prefix { $0 == $1 }.map(\.0))
+        }
+        var v = ValueTree.child(base, common[...])
+        for w in writes { ValueTree.set(&v, w.keys.dropFirst(common.count), to: w.value) }
+        written = (common, v)
+    }
 
     /// The value at `keys` (normal form: priorities kept), the writes applied.
     func value(at keys: [String]) -> Value {
+        guard let written else { return ValueTree.child(base, keys[...]) }
+        if keys.starts(with: written.keys) { return ValueTree.child(written.value, keys.dropFirst(written.keys.count)) }
         var v = ValueTree.child(base, keys[...])
-        for w in writes {
-            if keys.starts(with: w.keys) {
-                v = ValueTree.child(ValueTree.normalized(w.value), keys.dropFirst(w.keys.count))
-            } else if w.keys.starts(with: keys) {
-                ValueTree.set(&v, w.keys.dropFirst(keys.count), to: w.value)
-            }
-        }
+        if written.keys.starts(with: keys) { ValueTree.set(&v, written.keys.dropFirst(keys.count), to: written.value) }
         return v
     }
 }
@@ -128,8 +140,15 @@ extension RuleExpression {
             guard case .bool(let y) = try b.evaluate(c) else { throw RuleEvaluationError() }
             return .bool(y)
         case .or(let a, let b):
-            // An operand that fails counts as false, so `auth == null || auth.uid == $uid` reads naturally.
-            if case .bool(true)? = try? a.evaluate(c) { return .bool(true) }
+            // A left operand that fails is overruled only by a right one that grants: a failure
+            // never turns into a grant (`!(failing || false)` fails, it is not true).
+            let left: RuleValue
+            do { left = try a.evaluate(c) } catch {
+                if case .bool(true) = try b.evaluate(c) { return .bool(true) }
+                throw error
+            }
+            guard case .bool(let x) = left else { throw RuleEvaluationError() }
+            if x { return .bool(true) }
             guard case .bool(let y) = try b.evaluate(c) else { throw RuleEvaluationError() }
             return .bool(y)
         case .conditional(let test, let yes, let no):

@@ -21,6 +21,21 @@ indirect enum RuleExpression: Sendable {
     case conditional(RuleExpression, RuleExpression, RuleExpression)
 }
 
+extension RuleExpression {
+    /// Whether the expression uses one of these variables.
+    func mentions(_ names: Set<String>) -> Bool {
+        switch self {
+        case .literal: false
+        case .variable(let n): names.contains(n)
+        case .list(let items): items.contains { $0.mentions(names) }
+        case .member(let e, _), .not(let e), .negate(let e): e.mentions(names)
+        case .index(let a, let b), .binary(_, let a, let b), .and(let a, let b), .or(let a, let b): a.mentions(names) || b.mentions(names)
+        case .call(let e, _, let args): e.mentions(names) || args.contains { $0.mentions(names) }
+        case .conditional(let a, let b, let c): a.mentions(names) || b.mentions(names) || c.mentions(names)
+        }
+    }
+}
+
 enum RuleLiteral: Sendable {
     case null
     case bool(Bool)
@@ -56,8 +71,8 @@ enum RuleMethods {
     static let all = snapshot.union(string)
 }
 
-/// A recursive-descent parser over the expression's UTF-16 code units (offsets in errors are
-/// what an editor counts for ASCII text).
+/// A recursive-descent parser over the expression's characters (offsets in errors count
+/// characters from 1, as an editor shows them).
 struct RuleParser {
     private let text: [Character]
     private var at = 0
@@ -273,6 +288,15 @@ struct RuleParser {
                 case "n": s.append("\n")
                 case "t": s.append("\t")
                 case "r": s.append("\r")
+                case "b": s.append("\u{8}")
+                case "f": s.append("\u{c}")
+                case "v": s.append("\u{b}")
+                case "u":
+                    guard at + 4 <= text.count, let code = UInt32(String(text[at..<at + 4]), radix: 16), let scalar = Unicode.Scalar(code) else {
+                        throw error("invalid \\u escape", at: at - 2)
+                    }
+                    s.unicodeScalars.append(scalar)
+                    at += 4
                 default: s.append(e)
                 }
             } else {
@@ -311,7 +335,8 @@ struct RuleParser {
             }
             if c == "[" { inClass = true } else if c == "]" { inClass = false }
             if c == "/" && !inClass { break }
-            pattern.append(c)
+            // `$` is the end of the string, as in JavaScript (ICU's would also match before a final newline).
+            pattern += c == "$" && !inClass ? "\\z" : String(c)
         }
         var options: NSRegularExpression.Options = []
         while at < text.count, text[at].isLetter {

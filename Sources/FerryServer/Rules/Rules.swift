@@ -41,7 +41,12 @@ struct Rules: Sendable {
     }
 
     /// The rules tree; nil: no rules set (open).
-    var root: Node?
+    var root: Node? {
+        didSet { readsDependOnData = root.map(Rules.readsData) ?? false }
+    }
+    /// Whether a `.read` rule looks at `root`, `data` or `now`: then a write can revoke a
+    /// stream's read, not only new rules.
+    private(set) var readsDependOnData = false
     /// The `rules` object as it was given (what `GET /.settings/rules.json` shows).
     var source: Value?
 
@@ -54,11 +59,21 @@ struct Rules: Sendable {
         guard case .object(let o) = body, let rules = o["rules"], o.count == 1 else {
             throw RulesError(message: "the rules must be an object {\"rules\": {...}}")
         }
-        root = try Rules.node(rules, path: [], variables: [])
+        let node = try Rules.node(rules, path: [], variables: [])
+        root = node
+        readsDependOnData = Rules.readsData(node)
         source = rules
     }
 
-    init(root: Node?) { self.root = root }
+    init(root: Node?) {
+        self.root = root
+        readsDependOnData = root.map(Rules.readsData) ?? false
+    }
+
+    private static func readsData(_ node: Node) -> Bool {
+        if node.read?.mentions(["root", "data", "now"]) == true { return true }
+        return node.children.values.contains(where: readsData) || node.wildcard.map { readsData($0.node) } == true
+    }
 
     struct RulesError: Error, Sendable { var message: String }
 
