@@ -222,7 +222,9 @@ let package = Package(
                            .product(name: "CryptoExtras", package: "swift-crypto"),
                            .product(name: "X509", package: "swift-certificates"),
                            .product(name: "SwiftASN1", package: "swift-asn1"),
-                           .product(name: "Crypto", package: "swift-crypto")]
+                           .product(name: "Crypto", package: "swift-crypto"),
+                           .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                           .product(name: "NIOSSL", package: "swift-nio-ssl")]
         ),
         .testTarget(
             name: "FerryLogTests",

@@ -17,7 +17,8 @@ final class ServerProcess: Sendable {
     init(data: String, port: Int = 0, _ extra: [String] = []) throws {
         self.data = data
         process = try ChildProcess(Locations.executable("ferry-server"),
-                                   ["--port", String(port), "--data", data, "--keep-alive", "1", "--request-timeout", "2"] + extra)
+                                   ["--port", String(port), "--data", data, "--keep-alive", "1", "--request-timeout", "2"] + extra
+                                   + (ServerMode.current.secure?.serverArguments ?? []))
         guard process.waitForLine({ $0.hasPrefix("listening on ") }),
               let line = process.outputLines.first(where: { $0.hasPrefix("listening on ") }),
               let port = Int(line.split(separator: ":").last ?? "") else {
@@ -141,6 +142,7 @@ enum TestHTTP {
 
     /// One request; `path` includes the query (`/a.json?ns=t`).
     static func request(_ port: Int, _ method: String, _ path: String, headers: [String: String] = [:], body: [UInt8]? = nil) throws -> TestResponse {
+        if let secure = ServerMode.current.secure { return try secure.request(port, method, path, headers: headers, body: body) }
         let fd = try connect(port)
         defer { close(fd) }
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"

@@ -22,6 +22,14 @@ struct Client {
         options.usesBatches = batches
         options.retryDelay = .milliseconds(20)
         options.maxRetryDelay = .milliseconds(200)
+        var scheme = scheme
+        if let secure = ServerMode.current.secure {
+            // Over TLS, a signed token for a user of the client's own unless the test gives its provider.
+            scheme = "https"
+            options.trustedCertificatesPEM = secure.certificates.authorityPEM
+            let mint = secure.mint, uid = "user-" + String(path.hashValue.magnitude % 100_000)
+            options.tokenProvider = { _ in try await mint.token(.es256, sub: uid) }
+        }
         configure(&options)
         sync = try SyncClient(database: db, url: "\(scheme)://127.0.0.1:\(port)?ns=\(ns)", options: options)
     }

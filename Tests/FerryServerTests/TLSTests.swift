@@ -160,3 +160,65 @@ struct TestCertificates {
         #expect(server.terminate() == 0)
     }
 }
+
+/// The tests of `FerrySync` against `ferry-server` that need no plaintext-only tool (a scripted
+/// server, a cutting proxy, a child process, raw sockets), run over TLS with signed tokens.
+enum SyncOverTLS: String, CaseIterable, Sendable {
+    case writesMadeOfflineReachTheServerInOrderWhenTheClientGoesOnline
+    case aWriteTheRulesDenyIsRevertedListedAndItsReceiptThrowsWhileTheOthersApply
+    case twoClientsRunningTransactionsOnOneCounterEndWithTheSum
+    case bothClientsConvergeToTheServersDataAfterAPartitionWithConflictingWrites
+    case writesSentWhileTheServerIsKilledAndRestartedAreAllAppliedExactlyOnce
+    case anExpiredTokenPausesSendingUntilTheProviderGivesANewOne
+    case getDataAsksTheServerWhenConnectedAndTheCacheOtherwise
+    case theConnectionStateFollowsTheServerGoingAwayAndComingBack
+    case aQueryListensWithItsOwnParametersAndSeesTheServersWindow
+    case anIndexedLimitedListenerShowsTheCacheOfflineAndTheServersWindowOnline
+    case aReconnectingListenerSeesOnlyWhatChangedWhileItWasAway
+    case withoutBatchesEachWriteIsOneRequestAndStillAppliedOnce
+    case aListenerAddedJustBeforeABurstOfWritesGetsItsListenAndEveryWriteIsSent
+    case aTransactionWhoseDataChangedOnTheServerRunsAgainOnTheNewValue
+    case aListenTheRulesRefuseIsReportedAndAskedAgainWithANewToken
+    case aListenerOfItsOwnWritesNeverSeesAnOlderValueAfterTheServersAnswer
+    case aStreamWhoseTokenIsRevokedReconnectsWithTheProvidersNewToken
+    case listenersSayFromCacheAgainWhenTheClientGoesOfflineAndNotWhenItIsBack
+    case nullBelowALeafLeavesTheLeafOnTheServerInEveryForm
+    case theServerReadsBackAfterARestartExactlyWhatItServed
+    case twoClientsWritingOneLocationInTurnNeverSeeItGoBack
+
+    func run() async throws {
+        let s = SyncTests()
+        switch self {
+        case .writesMadeOfflineReachTheServerInOrderWhenTheClientGoesOnline: try await s.writesMadeOfflineReachTheServerInOrderWhenTheClientGoesOnline()
+        case .aWriteTheRulesDenyIsRevertedListedAndItsReceiptThrowsWhileTheOthersApply: try await s.aWriteTheRulesDenyIsRevertedListedAndItsReceiptThrowsWhileTheOthersApply()
+        case .twoClientsRunningTransactionsOnOneCounterEndWithTheSum: try await s.twoClientsRunningTransactionsOnOneCounterEndWithTheSum()
+        case .bothClientsConvergeToTheServersDataAfterAPartitionWithConflictingWrites: try await s.bothClientsConvergeToTheServersDataAfterAPartitionWithConflictingWrites()
+        case .writesSentWhileTheServerIsKilledAndRestartedAreAllAppliedExactlyOnce: try await s.writesSentWhileTheServerIsKilledAndRestartedAreAllAppliedExactlyOnce()
+        case .anExpiredTokenPausesSendingUntilTheProviderGivesANewOne: try await s.anExpiredTokenPausesSendingUntilTheProviderGivesANewOne()
+        case .getDataAsksTheServerWhenConnectedAndTheCacheOtherwise: try await s.getDataAsksTheServerWhenConnectedAndTheCacheOtherwise()
+        case .theConnectionStateFollowsTheServerGoingAwayAndComingBack: try await s.theConnectionStateFollowsTheServerGoingAwayAndComingBack()
+        case .aQueryListensWithItsOwnParametersAndSeesTheServersWindow: try await s.aQueryListensWithItsOwnParametersAndSeesTheServersWindow()
+        case .anIndexedLimitedListenerShowsTheCacheOfflineAndTheServersWindowOnline: try await s.anIndexedLimitedListenerShowsTheCacheOfflineAndTheServersWindowOnline()
+        case .aReconnectingListenerSeesOnlyWhatChangedWhileItWasAway: try await s.aReconnectingListenerSeesOnlyWhatChangedWhileItWasAway()
+        case .withoutBatchesEachWriteIsOneRequestAndStillAppliedOnce: try await s.withoutBatchesEachWriteIsOneRequestAndStillAppliedOnce()
+        case .aListenerAddedJustBeforeABurstOfWritesGetsItsListenAndEveryWriteIsSent: try await s.aListenerAddedJustBeforeABurstOfWritesGetsItsListenAndEveryWriteIsSent()
+        case .aTransactionWhoseDataChangedOnTheServerRunsAgainOnTheNewValue: try await s.aTransactionWhoseDataChangedOnTheServerRunsAgainOnTheNewValue()
+        case .aListenTheRulesRefuseIsReportedAndAskedAgainWithANewToken: try await s.aListenTheRulesRefuseIsReportedAndAskedAgainWithANewToken()
+        case .aListenerOfItsOwnWritesNeverSeesAnOlderValueAfterTheServersAnswer: try await s.aListenerOfItsOwnWritesNeverSeesAnOlderValueAfterTheServersAnswer()
+        case .aStreamWhoseTokenIsRevokedReconnectsWithTheProvidersNewToken: try await s.aStreamWhoseTokenIsRevokedReconnectsWithTheProvidersNewToken()
+        case .listenersSayFromCacheAgainWhenTheClientGoesOfflineAndNotWhenItIsBack: try await s.listenersSayFromCacheAgainWhenTheClientGoesOfflineAndNotWhenItIsBack()
+        case .nullBelowALeafLeavesTheLeafOnTheServerInEveryForm: try await ConvergenceTests().nullBelowALeafLeavesTheLeafOnTheServerInEveryForm()
+        case .theServerReadsBackAfterARestartExactlyWhatItServed: try await ConvergenceTests().theServerReadsBackAfterARestartExactlyWhatItServed()
+        case .twoClientsWritingOneLocationInTurnNeverSeeItGoBack: try await NeverBackTests().twoClientsWritingOneLocationInTurnNeverSeeItGoBack()
+        }
+    }
+}
+
+extension TLSTests {
+    @Test(arguments: SyncOverTLS.allCases)
+    func theSyncSuitePassesOverTLSWithSignedTokens(_ test: SyncOverTLS) async throws {
+        let dir = try TemporaryDirectory("tls-suite")
+        let setup = try await SecureSetup(in: dir.path)
+        try await ServerMode.$current.withValue(.tlsWithSignedTokens(setup)) { try await test.run() }
+    }
+}
