@@ -202,6 +202,11 @@ let package = Package(
             dependencies: ["Ferry", "FerryLog", "FerryTestSupport", "FerryTortureSupport", "ferry-torture-child"]
         ),
         .executableTarget(
+            name: "ferry-hostile-child",
+            dependencies: ["Ferry", "FerryLog", "FerryTestSupport"],
+            path: "Tests/ferry-hostile-child"
+        ),
+        .executableTarget(
             name: "ferry-sync-child",
             dependencies: ["Ferry", "FerrySync", .product(name: "Logging", package: "swift-log")],
             path: "Tests/ferry-sync-child"
@@ -213,7 +218,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryServerTests",
-            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryServer", "FerryTestSupport", "ferry-server", "ferry-sync-child", "ferry-sync-demo",
+            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryServer", "FerryTestSupport", "ferry-server", "ferry-sync-child", "ferry-sync-demo", "ferry-hostile-child",
                            "FerryDocuments", "FerryDocumentsSync", "ferry-documents-child", "FerryFirestoreWire",
                            .product(name: "GRPCCore", package: "grpc-swift-2"),
                            .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),

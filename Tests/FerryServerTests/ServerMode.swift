@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import FerryLog
+import FerryTestSupport
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -20,6 +21,14 @@ enum ServerMode: Sendable {
 /// A certificate authority and its certificate for the server, signing keys and the files the
 /// server is given.
 final class SecureSetup: Sendable {
+    /// One for every test that runs over TLS: one HTTPS client, one key set, the files made once.
+    static let shared = Task { () throws -> SecureSetup in
+        let dir = try TemporaryDirectory("tls-setup")
+        return try await SecureSetup(in: dir.path, keeping: dir)
+    }
+
+    /// Where the files are (removed with the setup).
+    private let directory: TemporaryDirectory?
     let certificates: TestCertificates
     let mint: TokenMint
     let serverArguments: [String]
@@ -27,7 +36,8 @@ final class SecureSetup: Sendable {
     /// HTTPS clients, by the authority they trust: never shut down (as AsyncHTTPClient's `shared`).
     private static let clients = FerryMutex<[String: HTTPClient]>([:])
 
-    init(in dir: String) async throws {
+    init(in dir: String, keeping directory: TemporaryDirectory? = nil) async throws {
+        self.directory = directory
         certificates = try TestCertificates(in: dir)
         mint = try await TokenMint()
         serverArguments = certificates.serverArguments + (try mint.serverArguments(dir))
