@@ -419,9 +419,9 @@ struct FirestoreService: V1.ServiceProtocol {
                 }
                 // The messages for the client, as the store produces them.
                 group.addTask {
-                    for await m in sink.stream {
-                        try await writer.write(m)
-                        sink.sent()
+                    for await group in sink.stream {
+                        try await writer.write(contentsOf: group)
+                        sink.sent(group.count)
                     }
                     if sink.overflowed.load(ordering: .relaxed) {
                         throw RPCError(code: .resourceExhausted, message: "the client did not read its listen's changes fast enough; listen again with the last resume token")

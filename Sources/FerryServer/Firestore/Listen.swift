@@ -10,13 +10,15 @@ typealias ListenResponse = Google_Firestore_V1_ListenResponse
 /// after which a client listens again with its resume token) instead of growing the server.
 final class ListenSink: Sendable {
     static let maxWaiting = 50_000
-    let stream: AsyncStream<ListenResponse>
-    private let continuation: AsyncStream<ListenResponse>.Continuation
+    /// The messages, a group at a time (one element per group: one hand-over per commit, and
+    /// the writer writes a group before it flushes).
+    let stream: AsyncStream<[ListenResponse]>
+    private let continuation: AsyncStream<[ListenResponse]>.Continuation
     private let waiting = Atomic<Int>(0)
     let overflowed = Atomic<Bool>(false)
 
     init() {
-        (stream, continuation) = AsyncStream<ListenResponse>.makeStream()
+        (stream, continuation) = AsyncStream<[ListenResponse]>.makeStream()
     }
 
     /// Queues `messages`; past the bound of messages already waiting, ends the stream instead
@@ -28,11 +30,11 @@ final class ListenSink: Sendable {
             continuation.finish()
             return
         }
-        for m in messages { continuation.yield(m) }
+        continuation.yield(messages)
     }
 
-    /// One message written to the client.
-    func sent() { waiting.subtract(1, ordering: .relaxed) }
+    /// `count` messages written to the client.
+    func sent(_ count: Int) { waiting.subtract(count, ordering: .relaxed) }
 
     func finish() { continuation.finish() }
 }
@@ -258,13 +260,20 @@ extension DocumentStore {
             final[c.key] = .some(c.after)
             changedAt[c.key] = c.time
         }
+        // The changed names in order once, not per target. The streams are taken out of the
+        // state while they change, so that each target's `sent` is changed in place (a shared
+        // copy would be copied whole, per target and per commit: perf showed it).
+        let changedNames = final.keys.sorted()
         var streams = s.listens.streams
+        s.listens.streams = [:]
         var converted: [ResourcePath: Google_Firestore_V1_Document] = [:]
-        for (sid, stream) in streams {
+        for sid in Array(streams.keys) {
+            guard var stream = streams.removeValue(forKey: sid) else { continue }
             var out: [ListenResponse] = []
-            for (tid, target) in stream.targets {
-                var t = target
-                let touched = final.keys.filter { t.watches($0) }
+            for tid in Array(stream.targets.keys) {
+                guard var t = stream.targets.removeValue(forKey: tid) else { continue }
+                defer { stream.targets[tid] = t }
+                let touched = changedNames.filter { t.watches($0) }
                 if touched.isEmpty { continue }
                 if let q = t.query, q.core.limit != nil || q.offset > 0 {
                     // A window: what enters it may push another out.
@@ -280,7 +289,7 @@ extension DocumentStore {
                     t.sent = next
                 } else {
                     let orders = t.query?.core.orders ?? []
-                    for k in touched.sorted() {
+                    for k in touched {
                         let after = final[k]!
                         let matches = after.map { d in t.query.map { $0.core.matches(LocalDocument.stored(k, d.fields), orders: orders) } ?? true } ?? false
                         if matches, let d = after {
@@ -293,12 +302,12 @@ extension DocumentStore {
                         }
                     }
                 }
-                streams[sid]?.targets[tid] = t
             }
             if !out.isEmpty {
                 out.append(targetChange(.noChange, [], readTime: time, token: ResumeToken(epoch: epoch, commit: time).data))
                 stream.sink.send(out)
             }
+            streams[sid] = stream
         }
         s.listens.streams = streams
     }
