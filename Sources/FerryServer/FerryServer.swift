@@ -231,6 +231,11 @@ public final class FerryServer: Sendable {
         return channel.localAddress?.port ?? configuration.port
     }
 
+    /// The token of an `Authorization: Bearer TOKEN` header; nil for another scheme.
+    static func bearerToken(_ header: String) -> String? {
+        header.hasPrefix("Bearer ") ? String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces) : nil
+    }
+
     /// Whether `host` is an IPv4 loopback address (127.0.0.0/8).
     static func isLoopback(_ host: String) -> Bool {
         var a = in_addr()
@@ -340,8 +345,9 @@ public final class FerryServer: Sendable {
                 return .error(404, "not found (the emulator API here is DELETE /emulator/v1/projects/P/databases/D/documents)")
             }
             if !authenticator.emulator {
-                let bearer = r.headers["authorization"].flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)).trimmingCharacters(in: .whitespaces) : nil }
-                guard case .success(.owner) = await authenticator.caller(token: bearer) else { return .error(401, "Permission denied") }
+                guard case .success(.owner) = await authenticator.caller(token: r.headers["authorization"].flatMap(Self.bearerToken)) else {
+                    return .error(401, "Permission denied")
+                }
             }
             return await clearFirestore(project: k[3], database: k[5])
         }
@@ -360,8 +366,8 @@ public final class FerryServer: Sendable {
         // Who is asking.
         var token = r.query["auth"]
         if let h = r.headers["authorization"] {
-            guard h.hasPrefix("Bearer ") else { return .error(401, "Auth token is expired") }
-            token = String(h.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+            guard let t = Self.bearerToken(h) else { return .error(401, "Auth token is expired") }
+            token = t
         }
         // The administrator may act as a user (firebase-admin's databaseAuthVariableOverride): rules apply.
         let caller: Caller

@@ -834,13 +834,16 @@ final class Namespace: Sendable {
     /// The writes a registration at `keys` would make now (its server values resolved against
     /// the working tree), for the rules to judge when it is registered.
     static func presenceWrites(_ op: Value, _ keys: [String], _ s: State) -> [(keys: [String], value: Value)] {
+        presenceChildren(op, keys).map { c in (c.keys, (try? ValueTree.resolvingServerValues(c.value, at: c.keys, in: s.working, now: now())) ?? c.value) }
+    }
+
+    /// The locations a registration at `keys` writes and their data (server values unresolved):
+    /// an update's children, in key order, or the location itself.
+    static func presenceChildren(_ op: Value, _ keys: [String]) -> [(keys: [String], value: Value)] {
         guard case .object(let o) = op else { return [] }
         let data = o["data"] ?? .null
-        var children: [(keys: [String], value: Value)] = [(keys, data)]
-        if o["op"] == "update", case .object(let d) = data {
-            children = d.keys.sorted().compactMap { k in (try? Path(validating: k)).map { (keys + $0.keys, d[k]!) } }
-        }
-        return children.map { c in (c.keys, (try? ValueTree.resolvingServerValues(c.value, at: c.keys, in: s.working, now: now())) ?? c.value) }
+        guard o["op"] == "update", case .object(let d) = data else { return [(keys, data)] }
+        return d.keys.sorted().compactMap { k in (try? Path(validating: k)).map { (keys + $0.keys, d[k]!) } }
     }
 
     /// A client's presence stream opened: it is connected (its registrations wait).
@@ -916,13 +919,7 @@ final class Namespace: Sendable {
         var written: [[String]] = []
         for op in ops {
             guard case .object(let o) = op, let keys = presenceKeys(op), let c = o["caller"], let caller = Caller(stored: c) else { continue }
-            let data = o["data"] ?? .null
-            var children: [(keys: [String], value: Value)] = []
-            if o["op"] == "update", case .object(let d) = data {
-                for k in d.keys.sorted() { if let rel = try? Path(validating: k) { children.append((keys + rel.keys, d[k]!)) } }
-            } else {
-                children = [(keys, data)]
-            }
+            let children = presenceChildren(op, keys)
             var resolved: [(keys: [String], value: Value)] = []
             for c in children {
                 guard let v = try? ValueTree.resolvingServerValues(c.value, at: c.keys, in: s.working, now: now),

@@ -92,29 +92,11 @@ enum TestHTTP {
     }
 
     static func connect(_ port: Int) throws -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = in_port_t(UInt16(port).bigEndian)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard r == 0 else {
-            close(fd)
-            throw HTTPTestError(message: "cannot connect to port \(port)")
-        }
-        var tv = timeval(tv_sec: 20, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        guard let fd = LoopbackHTTP.connect(port) else { throw HTTPTestError(message: "cannot connect to port \(port)") }
         return fd
     }
 
-    static func send(_ fd: Int32, _ bytes: [UInt8]) {
-        var sent = 0
-        while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
-            if n <= 0 { return }
-            sent += n
-        }
-    }
+    static func send(_ fd: Int32, _ bytes: [UInt8]) { LoopbackHTTP.send(fd, bytes) }
 
     /// Reads until the server closes (or 20 s pass).
     static func readAll(_ fd: Int32) -> [UInt8] {
@@ -128,16 +110,10 @@ enum TestHTTP {
     }
 
     static func parse(_ raw: [UInt8]) throws -> TestResponse {
-        guard let end = raw.indices.dropLast(3).first(where: { raw[$0] == 13 && raw[$0 + 1] == 10 && raw[$0 + 2] == 13 && raw[$0 + 3] == 10 }) else {
+        guard let h = LoopbackHTTP.head(raw) else {
             throw HTTPTestError(message: "no complete response: \(String(decoding: raw, as: UTF8.self))")
         }
-        let lines = String(decoding: raw[..<end], as: UTF8.self).components(separatedBy: "\r\n")
-        let status = Int(lines[0].split(separator: " ")[1]) ?? 0
-        var headers: [String: String] = [:]
-        for l in lines.dropFirst() {
-            if let c = l.firstIndex(of: ":") { headers[l[..<c].lowercased()] = l[l.index(after: c)...].trimmingCharacters(in: .whitespaces) }
-        }
-        return TestResponse(status: status, headers: headers, body: Array(raw[(end + 4)...]))
+        return TestResponse(status: h.status, headers: h.headers, body: Array(raw[h.bodyStart...]))
     }
 
     /// One request; `path` includes the query (`/a.json?ns=t`).

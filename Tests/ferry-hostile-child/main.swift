@@ -172,56 +172,21 @@ struct Answer {
     var body: [UInt8]
 }
 
+/// Reading answers off loopback sockets (``LoopbackHTTP`` connects and sends).
 enum Wire {
-    static func connect(_ port: Int) -> Int32? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = in_port_t(UInt16(port).bigEndian)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard r == 0 else {
-            close(fd)
-            return nil
-        }
-        var tv = timeval(tv_sec: 5, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        return fd
-    }
-
-    static func send(_ fd: Int32, _ bytes: [UInt8]) {
-        var sent = 0
-        while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
-            if n <= 0 { return }
-            sent += n
-        }
-    }
-
-    static func parse(_ raw: [UInt8]) -> Answer? {
-        guard let end = raw.indices.dropLast(3).first(where: { raw[$0] == 13 && raw[$0 + 1] == 10 && raw[$0 + 2] == 13 && raw[$0 + 3] == 10 }) else { return nil }
-        let lines = String(decoding: raw[..<end], as: UTF8.self).components(separatedBy: "\r\n")
-        let parts = lines[0].split(separator: " ")
-        guard parts.count >= 2, let status = Int(parts[1]) else { return nil }
-        var headers: [String: String] = [:]
-        for l in lines.dropFirst() {
-            if let c = l.firstIndex(of: ":") { headers[l[..<c].lowercased()] = l[l.index(after: c)...].trimmingCharacters(in: .whitespaces) }
-        }
-        return Answer(status: status, headers: headers, body: Array(raw[(end + 4)...]))
-    }
-
     /// Reads one answer: its head, and its body up to its Content-Length (an event stream's
     /// head alone); nil when the connection ends before a whole head.
     static func readAnswer(_ fd: Int32, headOnly: Bool) -> Answer? {
         var raw: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
-            if let r = parse(raw) {
+            if let h = LoopbackHTTP.head(raw) {
+                let r = Answer(status: h.status, headers: h.headers, body: Array(raw[h.bodyStart...]))
                 if headOnly || r.headers["content-type"]?.hasPrefix("text/event-stream") == true { return r }
                 if let n = r.headers["content-length"].flatMap(Int.init), r.body.count >= n { return r }
             }
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { return parse(raw) }
+            if n <= 0 { return LoopbackHTTP.head(raw).map { Answer(status: $0.status, headers: $0.headers, body: Array(raw[$0.bodyStart...])) } }
             raw += chunk[0..<n]
         }
     }
@@ -252,11 +217,11 @@ DispatchQueue.concurrentPerform(iterations: workers) { w in
         let (bytes, marker) = requests.next()
         // One connection per request: what a request leaves behind (a half-sent body, a
         // stream) never decides the next one's fate.
-        guard let fd = Wire.connect(port) else {
+        guard let fd = LoopbackHTTP.connect(port, receiveTimeout: 5) else {
             local.serverErrors.append("cannot connect")
             break
         }
-        Wire.send(fd, bytes)
+        LoopbackHTTP.send(fd, bytes)
         if requests.cutShort { shutdown(fd, Int32(SHUT_WR)) }  // (and goes away)
         let r = Wire.readAnswer(fd, headOnly: bytes.starts(with: Array("HEAD ".utf8)))
         close(fd)

@@ -95,8 +95,8 @@ struct FirestoreService: V1.ServiceProtocol {
     private func authorize(_ metadata: Metadata) async throws {
         var token: String?
         if let header = metadata[stringValues: "authorization"].first(where: { _ in true }) {
-            guard header.hasPrefix("Bearer ") else { throw FirestoreErrorCode(.unauthenticated, "the authorization header must be 'Bearer TOKEN'") }
-            token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
+            guard let t = FerryServer.bearerToken(header) else { throw FirestoreErrorCode(.unauthenticated, "the authorization header must be 'Bearer TOKEN'") }
+            token = t
         }
         switch await authenticator.caller(token: token) {
         case .failure: throw FirestoreErrorCode(.unauthenticated, "the token is not one this server accepts")

@@ -41,14 +41,12 @@ struct Rules: Sendable {
     }
 
     /// The rules tree; nil: no rules set (open).
-    var root: Node? {
-        didSet { readsDependOnData = root.map(Rules.readsData) ?? false }
-    }
+    let root: Node?
     /// Whether a `.read` rule looks at `root`, `data` or `now`: then a write can revoke a
     /// stream's read, not only new rules.
-    private(set) var readsDependOnData = false
+    let readsDependOnData: Bool
     /// The `rules` object as it was given (what `GET /.settings/rules.json` shows).
-    var source: Value?
+    let source: Value?
 
     /// The rules of a `PUT /.settings/rules.json` body (`{"rules": {...}}`), each expression parsed.
     ///
@@ -59,14 +57,12 @@ struct Rules: Sendable {
         guard case .object(let o) = body, let rules = o["rules"], o.count == 1 else {
             throw RulesError(message: "the rules must be an object {\"rules\": {...}}")
         }
-        let node = try Rules.node(rules, path: [], variables: [])
-        root = node
-        readsDependOnData = Rules.readsData(node)
-        source = rules
+        self.init(root: try Rules.node(rules, path: [], variables: []), source: rules)
     }
 
-    init(root: Node?) {
+    init(root: Node?, source: Value? = nil) {
         self.root = root
+        self.source = source
         readsDependOnData = root.map(Rules.readsData) ?? false
     }
 
