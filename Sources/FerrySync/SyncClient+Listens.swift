@@ -388,15 +388,18 @@ extension SyncClient {
     /// applied its stream's events through that commit — a stream whose first put came from
     /// before the write, the write's own event, another client's write in between: each is
     /// in the stream's order, and only past `commit` does the stream show the write (or
-    /// later). Listens that end, or are refused, are not waited for. `limit` only keeps an
-    /// answer from waiting for ever on a stream that cannot connect.
+    /// later). Listens that end, or are refused, are not waited for. `limit` (by default the
+    /// stream silence limit, past which a stream counts as lost anyway) only keeps an answer
+    /// from waiting for ever on a stream that cannot connect; a shorter wait would give up on
+    /// streams merely slow on a loaded machine, and their listeners would see a value go back.
     ///
     /// - Throws: `CancellationError` when the client went offline first (its listens ended
     ///   with the commit not reached): the answer is not recorded — acknowledged then, the
     ///   write would leave its listeners on older data for as long as the client stays
     ///   offline. The write stays pending and is sent again; the server answers it as a
     ///   duplicate, at a later commit.
-    func awaitCommit(_ commit: Int64, at paths: [String], limit: Duration = .seconds(15)) async throws {
+    func awaitCommit(_ commit: Int64, at paths: [String], limit: Duration? = nil) async throws {
+        let limit = limit ?? options.streamSilenceLimit
         func related(_ a: String, _ b: String) -> Bool {
             let x = a.split(separator: "/"), y = b.split(separator: "/")
             return x.starts(with: y) || y.starts(with: x)
