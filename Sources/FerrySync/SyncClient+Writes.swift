@@ -18,25 +18,36 @@ extension SyncClient {
     /// Sends every pending write. Returns false when the writer should stop.
     private func drain() async -> Bool {
         var failures = 0
+        // The next batch, read and encoded while the server works on the one sent: the two
+        // are otherwise done one after the other. Used only if it starts where the answer left
+        // the writes and has the same limits; dropped otherwise.
+        var next: NextBatch?
+        defer { next?.task.cancel() }
         while !Task.isCancelled {
-            let writes: [OutgoingWrite]
             do {
                 let caps = try await serverCapabilities()
-                // A write leaves the device only once durable here: a write the server applied
-                // must never come back after a crash under another write's id.
-                try await database.sync()
-                writes = try database.outgoingWrites(after: max(database.acknowledgedThrough, recording?.through ?? -1),
-                                                     // (At least one: a server offering batches of 0 writes
-                                                     // left every write unsent, silently.)
-                                                     limit: caps.batch ? max(1, min(options.maxBatchWrites, caps.maxWrites, batchWriteLimit)) : 1,
-                                                     maxBytes: min(options.maxBatchBytes, caps.maxBytes))
+                let request = NextBatch.Request(after: max(database.acknowledgedThrough, recording?.through ?? -1),
+                                                // (At least one: a server offering batches of 0 writes
+                                                // left every write unsent, silently.)
+                                                limit: caps.batch ? max(1, min(options.maxBatchWrites, caps.maxWrites, batchWriteLimit)) : 1,
+                                                maxBytes: min(options.maxBatchBytes, caps.maxBytes))
+                var batch: Batch?
+                if let n = next, n.request == request { batch = try? await n.task.value }
+                next = nil
+                if batch == nil || batch!.writes.isEmpty {
+                    batch = try await Self.read(request, from: database)
+                }
+                let writes = batch!.writes
                 if writes.isEmpty {
                     try await finishRecording()
                     return true
                 }
                 let answered: Answered
                 if caps.batch && writes.count > 1 && writes[0].id > alonePast {
-                    answered = try await sendBatch(writes)
+                    let following = NextBatch.Request(after: writes[writes.count - 1].id, limit: request.limit, maxBytes: request.maxBytes)
+                    let database = database
+                    next = NextBatch(request: following, task: Task { try await Self.read(following, from: database) })
+                    answered = try await sendBatch(batch!)
                 } else {
                     answered = try await sendAlone(writes[0])
                 }
@@ -89,6 +100,38 @@ extension SyncClient {
         }
         try? await finishRecording()
         return false
+    }
+
+    /// Pending writes read to be sent together, with the JSON of their list.
+    struct Batch: Sendable {
+        var writes: [OutgoingWrite]
+        var json: [UInt8]
+    }
+
+    /// A batch being read ahead, and what it was asked for.
+    struct NextBatch {
+        struct Request: Equatable {
+            var after: Int64
+            var limit: Int
+            var maxBytes: Int
+        }
+        var request: Request
+        var task: Task<Batch, any Error>
+    }
+
+    /// Reads the durable pending writes after `request.after` (up to its limits) and encodes
+    /// them as a batch's list. A write leaves the device only once durable here: a write the
+    /// server applied must never come back after a crash under another write's id.
+    static func read(_ request: NextBatch.Request, from database: Database) async throws -> Batch {
+        try await database.sync()
+        let writes = try database.outgoingWrites(after: request.after, limit: request.limit, maxBytes: request.maxBytes)
+        var list: [Value] = []
+        list.reserveCapacity(writes.count)
+        for w in writes {
+            list.append(.object(["id": .int(w.id), "op": .string(w.operation == .set ? "set" : "update"),
+                                 "path": .string(w.path), "data": w.data]))
+        }
+        return Batch(writes: writes, json: Value.array(list).jsonBytes)
     }
 
     /// Waits for the answer being recorded (the previous request's), if any.
@@ -157,17 +200,17 @@ extension SyncClient {
     }
 
     /// Many writes in one request (`POST /.ferry/batch.json`), answered per write.
-    private func sendBatch(_ writes: [OutgoingWrite]) async throws -> Answered {
-        var list: [Value] = []
-        list.reserveCapacity(writes.count)
-        for w in writes {
-            list.append(.object(["id": .int(w.id), "op": .string(w.operation == .set ? "set" : "update"),
-                                 "path": .string(w.path), "data": w.data]))
-        }
-        let body: Value = .object(["client": .string(database.storeIdentifier),
-                                   "acked": .int(recordedCursor), "writes": .array(list)])
+    private func sendBatch(_ batch: Batch) async throws -> Answered {
+        let writes = batch.writes
+        // {"acked":…,"client":…,"writes":[…]}: the writes as read, the cursor as it is now.
+        var body = Array(#"{"acked":"#.utf8) + Array(String(recordedCursor).utf8)
+        body += #","client":"#.utf8
+        body += Value.string(database.storeIdentifier).jsonBytes
+        body += #","writes":"#.utf8
+        body += batch.json
+        body.append(UInt8(ascii: "}"))
         let sentSerial = eventSerial
-        let answer = try await send(.POST, "/.ferry/batch", body: body.jsonBytes)
+        let answer = try await send(.POST, "/.ferry/batch", body: body)
         guard answer.status == 200, case .object(let o)? = answer.value, case .array(let results)? = o["results"] else {
             // The request as a whole was refused: none of its writes was applied.
             throw SyncError(.badAnswer, "the batch was answered \(answer.status): \(answer.errorMessage)", status: answer.status)

@@ -105,7 +105,7 @@ struct Answer: Sendable {
     /// The server's clock at the midpoint of the request minus ours, when it said.
     var clockOffset: Int64?
 
-    var value: Value? { body.isEmpty ? nil : try? Value(json: String(decoding: body, as: UTF8.self)) }
+    var value: Value? { body.isEmpty ? nil : try? Value(jsonBytes: body) }
     var errorMessage: String {
         if case .object(let o)? = value, case .string(let m)? = o["error"] { return m }
         return String(decoding: body.prefix(200), as: UTF8.self)
@@ -237,8 +237,3 @@ extension Transport {
 }
 
 func wallClockMillis() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
-
-extension Value {
-    /// The value as JSON bytes.
-    var jsonBytes: [UInt8] { Array(json.utf8) }
-}

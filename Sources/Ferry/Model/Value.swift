@@ -99,6 +99,13 @@ extension Value {
 
     /// Compact JSON text, keys sorted.
     public var json: String { JSON.serialize(self) }
+
+    /// ``json`` as UTF-8 bytes, without making a string first.
+    public var jsonBytes: [UInt8] {
+        var out: [UInt8] = []
+        JSON.write(self, to: &out)
+        return out
+    }
 }
 
 /// Values the server fills in.
