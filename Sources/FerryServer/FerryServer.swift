@@ -740,13 +740,14 @@ public final class FerryServer: Sendable {
             }
             job.identity = WriteIdentity(store: request.client, id: w.id)
             job.acked = request.acked
+            job.answersData = false
             jobs.append(job)
         }
         let outcomes = await run(jobs, ns)
         let results = zip(request.writes, outcomes).map { w, o in
-            BatchResult(id: w.id, status: o.status, error: o.status == 200 ? nil : o.error, duplicate: o.duplicate, commit: o.commit).value
+            BatchResult(id: w.id, status: o.status, error: o.status == 200 ? nil : o.error, duplicate: o.duplicate, commit: o.commit)
         }
-        return .json(200, Value.object(["results": .array(results)]).json)
+        return HTTPResponse(status: 200, headers: [("Content-Type", "application/json; charset=utf-8")], body: BatchResult.answer(results))
     }
 }
 

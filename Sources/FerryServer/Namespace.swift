@@ -51,6 +51,8 @@ struct WriteJob: Sendable {
     var caller: Caller
     var identity: WriteIdentity?
     var acked: Int64 = 0
+    /// Whether the answer shows the written data (a batch's answers show only statuses).
+    var answersData = true
     var complete: @Sendable (WriteOutcome) -> Void
 }
 
@@ -85,14 +87,41 @@ struct Change: Sendable {
     }
 }
 
-/// The store writes of a group of writes as one merge, with each location's value at the end
-/// of the group: what storing the writes one after another leaves.
+/// What one write changes in the namespace's store: the data locations it wrote (as keys below
+/// `data`) and the other locations' values (`meta/…`).
+struct StoreMerge {
+    var data: [[String]] = []
+    var meta: [String: Value] = [:]
+
+    var isEmpty: Bool { data.isEmpty && meta.isEmpty }
+
+    /// Notes a write at `keys`, with `tree` the writer's tree before it. A location below one
+    /// that holds a leaf is stored from that leaf's location, since the write replaces the
+    /// leaf: a value stored below a leaf would be dropped (a removal below a leaf changes
+    /// nothing). The store's paths are one key deeper (`data/…`), so a write at the deepest
+    /// level stores its parent.
+    mutating func write(at keys: [String], before tree: Value) {
+        var at = keys.count >= Path.maxDepth ? Array(keys.prefix(Path.maxDepth - 1)) : keys
+        var node = tree
+        for (n, k) in at.enumerated() {
+            if case .object(let o) = node, o[".value"] == nil {
+                node = o[k] ?? .null
+            } else if case .null = node {
+                break
+            } else {
+                at = Array(at[..<n])
+                break
+            }
+        }
+        data.append(at)
+    }
+}
+
+/// The store writes of a run of writes as one merge, with each location's value at the end of
+/// the run: what storing the writes one after another leaves.
 ///
 /// Data locations are kept as paths (none inside another: a location below one already kept is
-/// covered by it); their values are read from the writer's tree when the merge is stored. A
-/// path below a location that held a leaf in the store is lifted to that location, since the
-/// writes below it replaced the leaf — a value stored below a leaf that the merge does not
-/// replace would be dropped (a removal below a leaf changes nothing).
+/// covered by it); their values are read from the writer's tree when the merge is stored.
 struct FoldedMerge {
     /// Data paths (keys below `data`, joined by `/`) to their keys.
     private(set) var paths: [String: [String]] = [:]
@@ -102,25 +131,23 @@ struct FoldedMerge {
     private(set) var meta: [String: Value] = [:]
     /// About how many bytes the writes held.
     private(set) var bytes = 0
-    /// Past this, the merge is stored and a new one begun (records stay well under the log's
-    /// 64 MiB).
-    static let maxBytes = 16 << 20
+    /// How many writes were added.
+    private(set) var writes = 0
+    /// Past this many bytes, or this many writes, the merge is stored (while the writes after
+    /// it are decided) and a new one begun: records stay well under the log's 64 MiB.
+    static let maxBytes = 4 << 20
+    static let maxWrites = 1_000
 
     var isEmpty: Bool { paths.isEmpty && meta.isEmpty }
+    var isFull: Bool { bytes > FoldedMerge.maxBytes || writes >= FoldedMerge.maxWrites }
 
     /// Adds one write's store merge (see `Namespace.process`), whose data holds about `size`
     /// bytes.
-    mutating func add(_ merge: [String: Value], size: Int) {
+    mutating func add(_ merge: StoreMerge, size: Int) {
         bytes += size
-        for (k, v) in merge {
-            if k == "data" {
-                add(keys: [])
-            } else if k.hasPrefix("data/") {
-                add(keys: k.dropFirst(5).split(separator: "/", omittingEmptySubsequences: false).map(String.init))
-            } else {
-                meta[k] = v
-            }
-        }
+        writes += 1
+        for keys in merge.data { add(keys: keys) }
+        for (k, v) in merge.meta { meta[k] = v }
     }
 
     private mutating func add(keys: [String]) {
@@ -161,41 +188,12 @@ struct FoldedMerge {
         }
     }
 
-    /// The merge to store: each data path's value in `tree` (the writer's, after the writes),
-    /// lifted to a location that held a leaf in `stored` (the store's data before them).
-    func entries(tree: Value, stored: Value) -> [String: Value] {
+    /// The merge to store: each data path's value in `tree` (the writer's, after the writes).
+    func entries(tree: Value) -> [String: Value] {
         var out = meta
-        var kept: [[String]] = []
-        kept.reserveCapacity(paths.count)
-        var lifted = Set<String>()  // (the locations a path was lifted to)
-        for (_, keys) in paths {
-            var at = keys
-            var node = stored
-            for (n, k) in keys.enumerated() {
-                if case .object(let o) = node, o[".value"] == nil {
-                    node = o[k] ?? .null
-                } else if case .null = node {
-                    break
-                } else {
-                    at = Array(keys[..<n])  // a leaf here: written below, it was replaced
-                    lifted.insert(at.joined(separator: "/"))
-                    break
-                }
-            }
-            kept.append(at)
-        }
-        for keys in kept {
-            // (A lifted location covers the paths below it: each is stored once, from above.)
-            if !lifted.isEmpty {
-                var prefix = ""
-                var covered = lifted.contains("") && !keys.isEmpty
-                for (n, k) in keys.dropLast().enumerated() where !covered {
-                    prefix += (n == 0 ? "" : "/") + k
-                    covered = lifted.contains(prefix)
-                }
-                if covered { continue }
-            }
-            out[(["data"] + keys).joined(separator: "/")] = ValueTree.child(tree, keys[...])
+        out.reserveCapacity(meta.count + paths.count)
+        for (path, keys) in paths {
+            out[path.isEmpty ? "data" : "data/" + path] = ValueTree.child(tree, keys[...])
         }
         return out
     }
@@ -487,39 +485,44 @@ final class Namespace: Sendable {
     /// Applies a group of writes in order (one record each), syncs once, then commits them:
     /// reads see them, streams get their events, callers get their answers.
     private func runGroup(_ jobs: [WriteJob]) async {
-        var done: [(WriteJob, WriteOutcome)] = []
+        var outcomes: [WriteOutcome] = []  // (the jobs', in order: a job is not copied per step)
+        outcomes.reserveCapacity(jobs.count)
         var changes: [Change] = []
         var sizes: [Int] = []  // (each change's approximate bytes)
         var rulesChanged = false
         var failed: (any Error)?
-        // The group's writes go to the store as one record (a few when big): one record per
-        // write cost more than the writes' own work.
+        // The group's writes go to the store as a few records (one per run of writes: one
+        // record per write cost more than the writes' own work), each stored in order while
+        // the writes after it are decided.
         var folded = FoldedMerge()
-        var stored = state.withLock { $0.committed }  // (the store's data, as the merge will find it)
-        func store() async {
-            guard failed == nil, !folded.isEmpty else { return }
-            let (entries, now) = state.withLock { s in (folded.entries(tree: s.working, stored: stored), s.working) }
-            do { try await db.applyServerMerge(at: "", entries) } catch { failed = error }
+        var storing: Task<Void, any Error>?
+        func store() {
+            guard !folded.isEmpty else { return }
+            let entries = state.withLock { s in folded.entries(tree: s.working) }
             folded = FoldedMerge()
-            stored = now
+            let (previous, db) = (storing, db)
+            storing = Task {
+                try await previous?.value
+                try await db.applyServerMerge(at: "", entries)
+            }
         }
-        for job in jobs {
-            let (outcome, merge, change) = state.withLock { s in process(job, &s) }
-            if case .rules = job.op, outcome.status == 200 { rulesChanged = true }
+        for i in jobs.indices {
+            let (outcome, merge, change) = state.withLock { s in process(jobs[i], &s) }
+            if case .rules = jobs[i].op, outcome.status == 200 { rulesChanged = true }
             // (Measured once, for the record's size and the history's.)
             let size = change?.approximateBytes ?? 0
-            if let merge, failed == nil {
+            if let merge {
                 folded.add(merge, size: size)
-                if folded.bytes > FoldedMerge.maxBytes { await store() }
+                if folded.isFull { store() }
             }
             if let change {
                 changes.append(change)
                 sizes.append(size)
             }
-            done.append((job, outcome))
+            outcomes.append(outcome)
         }
-        await store()
-        stored = .null  // (a second reference would make the commit below copy the tree's objects)
+        store()
+        do { try await storing?.value } catch { failed = error }
         if failed == nil {
             do { try await db.sync() } catch { failed = error }
         }
@@ -530,7 +533,7 @@ final class Namespace: Sendable {
                 for (_, sink) in s.streams { sink.close() }
                 s.streams.removeAll()
             }
-            for (job, _) in done { job.complete(.rejected(503, "the store failed; the write may not have been applied")) }
+            for i in outcomes.indices { jobs[i].complete(.rejected(503, "the store failed; the write may not have been applied")) }
             return
         }
         state.withLock { s in
@@ -555,9 +558,9 @@ final class Namespace: Sendable {
             // A duplicate is visible at the commit that applied it, or since: at the last. The
             // streams of the clients answered learn that they are current through it.
             var answered = Set<String>()
-            for i in done.indices where done[i].1.status == 200 {
-                if done[i].1.commit == nil { done[i].1.commit = last }
-                if let client = done[i].0.identity?.store { answered.insert(client) }
+            for i in outcomes.indices where outcomes[i].status == 200 {
+                if outcomes[i].commit == nil { outcomes[i].commit = last }
+                if let client = jobs[i].identity?.store { answered.insert(client) }
             }
             for client in answered {
                 for sink in s.streams.of(client: client) { sink.progress(last) }
@@ -572,7 +575,7 @@ final class Namespace: Sendable {
                 }
             }
         }
-        for (job, outcome) in done { job.complete(outcome) }
+        for i in outcomes.indices { jobs[i].complete(outcomes[i]) }
     }
 
     /// Whether the rules let `caller` read at `keys` (the committed data is `data`).
@@ -592,7 +595,7 @@ final class Namespace: Sendable {
 
     /// Decides one write against the working tree: its outcome, the record to store (data and
     /// the client's mark together, so they are atomic), and its change for the streams.
-    private func process(_ job: WriteJob, _ s: inout State) -> (WriteOutcome, [String: Value]?, Change?) {
+    private func process(_ job: WriteJob, _ s: inout State) -> (WriteOutcome, StoreMerge?, Change?) {
         // At most once: a write at or below the client's mark was processed already.
         if let identity = job.identity, case .object(let meta)? = s.clients[identity.store],
            let applied = meta["applied"]?.number, Double(identity.id) <= applied {
@@ -604,7 +607,7 @@ final class Namespace: Sendable {
             }
             // The data as it is now answers a duplicate only for a caller who may read it: a
             // write id is the client's own choice, not proof that the caller wrote it.
-            if outcome.status == 200, job.pushName == nil, Namespace.mayRead(job.caller, job.keys, s) {
+            if outcome.status == 200, job.pushName == nil, job.answersData, Namespace.mayRead(job.caller, job.keys, s) {
                 switch job.op {
                 case .set: outcome.body = ValueTree.exported(ValueTree.child(s.working, job.keys[...]))
                 case .update(let children): outcome.body = .object(Dictionary(children.map { ($0.keys.joined(separator: "/"), ValueTree.exported($0.value)) }, uniquingKeysWith: { $1 }))
@@ -617,13 +620,15 @@ final class Namespace: Sendable {
         }
 
         var outcome: WriteOutcome
-        var merge: [String: Value] = [:]
+        var merge = StoreMerge()
         var change: Change?
         // What the store would refuse (the data one key deeper than the client sees: a value
-        // 32 levels deep; a number an increment made infinite) is refused before it changes
-        // anything: a refusal by the store itself would stop the namespace.
-        func refusal(_ keys: [String], _ value: Value) -> String? {
-            do { try Database.checkServerValue(value, at: (["data"] + keys).joined(separator: "/")); return nil } catch { return errorMessage(error) ?? "\(error)" }
+        // 32 levels deep) is refused before it changes anything: a refusal by the store itself
+        // would stop the namespace. A resolved value passed the data model's checks at `keys`
+        // already, so only its depth can differ: the whole check runs near the limit only.
+        func refusal(_ keys: [String], _ resolved: Value) -> String? {
+            guard keys.count + 2 + ValueTree.depth(resolved) > Path.maxDepth else { return nil }
+            do { try Database.checkServerValue(ValueTree.normalized(resolved), at: (["data"] + keys).joined(separator: "/")); return nil } catch { return errorMessage(error) ?? "\(error)" }
         }
         decide: do {
             switch job.op {
@@ -644,20 +649,20 @@ final class Namespace: Sendable {
                     list.removeAll { Namespace.presenceKeys($0)?.starts(with: keys) ?? true }
                 }
                 s.presence[client] = list.isEmpty ? nil : list
-                merge["meta/presence/\(client)"] = Namespace.storedPresence(list)
+                merge.meta["meta/presence/\(client)"] = Namespace.storedPresence(list)
                 outcome = WriteOutcome(status: 200, body: ["status": "ok"])
             case .presenceRun(let client, let through):
                 let list = s.presence[client] ?? []
                 let run = list.filter { Namespace.presenceSeq($0) <= through }
                 let rest = list.filter { Namespace.presenceSeq($0) > through }
                 s.presence[client] = rest.isEmpty ? nil : rest
-                merge["meta/presence/\(client)"] = Namespace.storedPresence(rest)
+                merge.meta["meta/presence/\(client)"] = Namespace.storedPresence(rest)
                 outcome = WriteOutcome(status: 200)
                 change = Namespace.applyPresence(run, client: client, &s, &merge, logger: logger)
             case .rules(let rules, let text):
                 guard case .owner = job.caller else { outcome = .rejected(401, "Permission denied"); break decide }
                 s.rules = rules
-                merge["meta/rules"] = .string(text)
+                merge.meta["meta/rules"] = .string(text)
                 outcome = WriteOutcome(status: 200, body: (try? Value(json: text)) ?? .null)
             case .set(let data):
                 let current = ValueTree.child(s.working, job.keys[...])
@@ -671,14 +676,14 @@ final class Namespace: Sendable {
                     outcome = WriteOutcome(status: 412, body: ValueTree.exported(current), error: "ETag mismatch", etag: ETag.of(current))
                     break decide
                 }
-                if let bad = refusal(job.keys, ValueTree.normalized(resolved)) {
+                if let bad = refusal(job.keys, resolved) {
                     outcome = .rejected(400, bad)
                     break decide
                 }
+                merge.write(at: job.keys, before: s.working)
                 ValueTree.set(&s.working, job.keys[...], to: resolved)
                 let written = ValueTree.child(s.working, job.keys[...])
-                Namespace.addData(&merge, job.keys, s.working)
-                outcome = WriteOutcome(status: 200, body: job.pushName.map { ["name": .string($0)] } ?? ValueTree.exported(written))
+                outcome = WriteOutcome(status: 200, body: job.pushName.map { ["name": .string($0)] } ?? (job.answersData ? ValueTree.exported(written) : .null))
                 if job.ifMatch != nil { outcome.etag = ETag.of(written) }
                 let commit = Namespace.nextCommit(&s, &merge)
                 outcome.commit = commit
@@ -694,12 +699,12 @@ final class Namespace: Sendable {
                         outcome = .rejected(400, errorMessage(error) ?? "\(error)")
                         break decide
                     }
-                    if let bad = refusal(abs, ValueTree.normalized(resolved)) {
+                    if let bad = refusal(abs, resolved) {
                         outcome = .rejected(400, bad)
                         break decide
                     }
                     resolvedChildren.append((c.keys, resolved))
-                    shown[c.keys.joined(separator: "/")] = ValueTree.exported(resolved)
+                    if job.answersData { shown[c.keys.joined(separator: "/")] = ValueTree.exported(resolved) }
                 }
                 // The rules judge the update whole: each location's .write, and .validate on the data as all of it leaves it.
                 guard Namespace.mayWrite(job.caller, resolvedChildren.map { (job.keys + $0.keys, $0.value) }, s) else {
@@ -711,10 +716,10 @@ final class Namespace: Sendable {
                 for c in resolvedChildren {
                     let abs = job.keys + c.keys
                     let before = ValueTree.child(s.working, abs[...])
+                    merge.write(at: abs, before: s.working)
                     ValueTree.set(&s.working, abs[...], to: c.value)
                     parts.append(.init(keys: c.keys, old: before, new: ValueTree.child(s.working, abs[...])))
                 }
-                for c in children { Namespace.addData(&merge, job.keys + c.keys, s.working) }
                 outcome = WriteOutcome(status: 200, body: .object(shown))
                 let commit = Namespace.nextCommit(&s, &merge)
                 outcome.commit = commit
@@ -741,23 +746,16 @@ final class Namespace: Sendable {
             meta["applied"] = .int(identity.id)
             meta["outcomes"] = outcomes.isEmpty ? nil : .object(outcomes)
             s.clients[identity.store] = .object(meta)
-            merge["meta/clients/\(identity.store)"] = .object(meta)
+            merge.meta["meta/clients/\(identity.store)"] = .object(meta)
         }
         return (outcome, merge.isEmpty ? nil : merge, change)
     }
 
     /// Numbers a commit: the next number, stored in the commit's record.
-    private static func nextCommit(_ s: inout State, _ merge: inout [String: Value]) -> Int64 {
+    private static func nextCommit(_ s: inout State, _ merge: inout StoreMerge) -> Int64 {
         s.workingCommit += 1
-        merge["meta/commit"] = .int(s.workingCommit)
+        merge.meta["meta/commit"] = .int(s.workingCommit)
         return s.workingCommit
-    }
-
-    /// Adds the stored form of the data at `keys` (from `tree`) to a record. The store's paths
-    /// are one key deeper (`data/…`), so a write at the deepest level stores its parent instead.
-    private static func addData(_ merge: inout [String: Value], _ keys: [String], _ tree: Value) {
-        let k = keys.count >= Path.maxDepth ? Array(keys.prefix(Path.maxDepth - 1)) : keys
-        merge[(["data"] + k).joined(separator: "/")] = ValueTree.child(tree, k[...])
     }
 
     /// The events a change raises on one stream (without a query: query streams get their
@@ -914,7 +912,7 @@ final class Namespace: Sendable {
     /// caller now (one the rules or the data model refuse is skipped, and logged), with its
     /// server values resolved against the data as it is then; the change is one update at the
     /// root of the written locations (none inside another) with their values after all.
-    static func applyPresence(_ ops: [Value], client: String, _ s: inout State, _ merge: inout [String: Value], logger: Logger) -> Change? {
+    static func applyPresence(_ ops: [Value], client: String, _ s: inout State, _ merge: inout StoreMerge, logger: Logger) -> Change? {
         let now = Namespace.now()
         var written: [[String]] = []
         for op in ops {
@@ -935,6 +933,7 @@ final class Namespace: Sendable {
                 continue
             }
             for c in resolved {
+                merge.write(at: c.keys, before: s.working)
                 ValueTree.set(&s.working, c.keys[...], to: c.value)
                 if written.contains(where: { c.keys.starts(with: $0) }) { continue }
                 written.removeAll { $0.starts(with: c.keys) }
@@ -944,7 +943,6 @@ final class Namespace: Sendable {
         guard !written.isEmpty else { return nil }
         var parts: [Change.Part] = []
         for keys in written {
-            addData(&merge, keys, s.working)
             parts.append(.init(keys: keys, old: nil, new: ValueTree.child(s.working, keys[...])))
         }
         let commit = nextCommit(&s, &merge)

@@ -101,4 +101,35 @@ public struct BatchResult: Sendable, Equatable {
         if let commit { o["commit"] = .int(commit) }
         return .object(o)
     }
+
+    /// Appends the result's JSON (``value``'s, written directly: a batch's answer holds
+    /// thousands).
+    public func appendJSON(to out: inout [UInt8]) {
+        out += #"{"id":"#.utf8
+        out += String(id).utf8
+        out += #","status":"#.utf8
+        out += String(status).utf8
+        if let error {
+            out += #","error":"#.utf8
+            out += Value.string(error).jsonBytes
+        }
+        if duplicate { out += #","duplicate":true"#.utf8 }
+        if let commit {
+            out += #","commit":"#.utf8
+            out += String(commit).utf8
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
+    /// A batch's answer, `{"results":[…]}`, as JSON.
+    public static func answer(_ results: [BatchResult]) -> [UInt8] {
+        var out = Array(#"{"results":["#.utf8)
+        out.reserveCapacity(results.count * 48)
+        for (i, r) in results.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            r.appendJSON(to: &out)
+        }
+        out += "]}".utf8
+        return out
+    }
 }

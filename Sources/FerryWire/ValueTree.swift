@@ -7,6 +7,7 @@ public enum ValueTree {
     /// `value` in the tree's normal form: arrays as objects keyed "0", "1"…, nulls and empty
     /// objects removed.
     public static func normalized(_ value: Value) -> Value {
+        if isNormal(value) { return value }  // (most are: checked without building anything)
         switch value {
         case .array(let items):
             var o: [String: Value] = [:]
@@ -28,6 +29,22 @@ public enum ValueTree {
             return .object(o)
         default:
             return value
+        }
+    }
+
+    /// Whether `value` is in the tree's normal form already: no arrays, no nulls inside, no
+    /// empty objects, no object holding only a priority.
+    static func isNormal(_ value: Value) -> Bool {
+        switch value {
+        case .array: return false
+        case .object(let o):
+            if o.isEmpty || (o.count == 1 && o[".priority"] != nil) { return false }
+            for child in o.values {
+                if case .null = child { return false }
+                if !isNormal(child) { return false }
+            }
+            return true
+        default: return true
         }
     }
 
@@ -92,8 +109,13 @@ public enum ValueTree {
         switch value {
         case .object(let o):
             if o[".value"] != nil { return 0 }
-            return 1 + (o.values.map(depth).max() ?? 0)
-        case .array(let a): return 1 + (a.map(depth).max() ?? 0)
+            var deepest = 0
+            for v in o.values { deepest = max(deepest, depth(v)) }
+            return 1 + deepest
+        case .array(let a):
+            var deepest = 0
+            for v in a { deepest = max(deepest, depth(v)) }
+            return 1 + deepest
         default: return 0
         }
     }

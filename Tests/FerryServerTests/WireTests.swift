@@ -1,7 +1,7 @@
 @testable @_spi(Server) import Ferry
 @testable import FerryServer
 import FerryTestSupport
-import FerryWire
+@testable import FerryWire
 import Testing
 
 /// The pieces client and server share: hashes, ETags, event parsing, queries.
@@ -173,33 +173,96 @@ import Testing
         #expect(lastChild == ["z": true])
     }
 
-    /// A group's store writes folded into one merge leave the store as storing them one
-    /// after another does, whatever their locations (above, below, beside one another, below
-    /// leaves they replace).
-    @Test func aFoldedMergeStoresWhatTheWritesOneByOneWould() throws {
+    /// A group's store writes folded into merges — each stored while the writes after it
+    /// are decided — leave the store as storing them one after another does, whatever their
+    /// locations (above, below, beside one another, below leaves they replace).
+    @Test func foldedMergesStoreWhatTheWritesOneByOneWould() throws {
         var rng = SplitMix(seed: 0xF01D)
         let keys = ["a", "b", "c"]
         func pick() -> String { keys[Int(rng.next() % 3)] }
         let start: Value = ["data": ["a": ["b": 1], "c": "x"], "meta": ["n": 0]]
         for round in 0..<3_000 {
             var oneByOne = start
+            var merged = start
             var folded = FoldedMerge()
+            var runs = 0
+            func store() {
+                // (The writer's tree as the run ends: the values stored are read from it.)
+                let entries = folded.entries(tree: ValueTree.child(oneByOne, ["data"]))
+                folded = FoldedMerge()
+                let paths = Array(entries.keys)
+                for (i, p) in paths.enumerated() {
+                    for q in paths[(i + 1)...] { #expect(!p.hasPrefix(q + "/") && !q.hasPrefix(p + "/"), "round \(round): \(p) and \(q) overlap") }
+                }
+                for (p, v) in entries { ValueTree.set(&merged, p.split(separator: "/").map(String.init)[...], to: v) }
+                runs += 1
+            }
             for step in 0..<Int(1 + rng.next() % 8) {
                 let keys = (0..<Int(1 + rng.next() % 3)).map { _ in pick() }
                 let value: Value = [.null, .int(Int64(rng.next() % 9)), ["c": .string(pick())], "x"][Int(rng.next() % 4)]
+                // (What the writer notes for a write: its location, against its tree before it, and meta.)
+                var merge = StoreMerge()
+                merge.write(at: keys, before: ValueTree.child(oneByOne, ["data"]))
+                merge.meta["meta/n"] = .int(Int64(step))
                 ValueTree.set(&oneByOne, (["data"] + keys)[...], to: value)
                 ValueTree.set(&oneByOne, ["meta", "n"], to: .int(Int64(step)))
-                // (What the writer stores for a write: its location's value after it, and meta.)
-                folded.add([(["data"] + keys).joined(separator: "/"): ValueTree.child(oneByOne, (["data"] + keys)[...]), "meta/n": .int(Int64(step))], size: 16)
+                folded.add(merge, size: 16)
+                if rng.next() % 3 == 0 { store() }
             }
-            let entries = folded.entries(tree: ValueTree.child(oneByOne, ["data"]), stored: ValueTree.child(start, ["data"]))
-            let paths = Array(entries.keys)
-            for (i, p) in paths.enumerated() {
-                for q in paths[(i + 1)...] { #expect(!p.hasPrefix(q + "/") && !q.hasPrefix(p + "/"), "round \(round): \(p) and \(q) overlap") }
+            store()
+            #expect(merged == oneByOne, "round \(round), \(runs) runs")
+        }
+    }
+
+    /// A batch's answer, written as bytes, is the JSON of its results' values.
+    @Test func aBatchAnswerIsTheJSONOfItsResults() throws {
+        let results = [BatchResult(id: 1, status: 200, commit: 7), BatchResult(id: 2, status: 400, error: "bad \"data\"\n\u{1}é"),
+                       BatchResult(id: 3, status: 200, duplicate: true, commit: 9), BatchResult(id: Int64.max, status: 503)]
+        #expect(try Value(jsonBytes: BatchResult.answer(results)) == ["results": .array(results.map(\.value))])
+        #expect(try Value(jsonBytes: BatchResult.answer([])) == ["results": []])
+    }
+
+    /// Server values resolve without building a node when a value holds none and is in the
+    /// export form already; every other value takes the node's way, with its checks and errors.
+    @Test func resolvingAValueWithoutServerValuesGivesWhatTheDataModelDoes() throws {
+        let deep = (0..<30).reduce(Value.int(1)) { v, _ in .object(["k": v]) }
+        let values: [Value] = [
+            .null, 1, 1.5, "s", true, ["a": 1, "b": ["c": "d"]], ["a": .null, "b": 1], ["a": [:]], [:], [1, 2, .null, 3],
+            ["a": [".value": 1, ".priority": 2]], [".priority": 1, "a": 1], ["a/b": 1], ["a": .double(.nan)], ["$x": 1], ["a": ["b.c": 1]],
+            deep, ["a": deep],
+        ]
+        for v in values {
+            for at in ["a", "a/b/c"] {
+                let viaNode = Result { try Node(v, path: try Path(validating: at)).value(export: true) }
+                let resolved = Result { try ServerValues.resolve(v, at: at, existing: .null, time: 0) }
+                switch (viaNode, resolved) {
+                case let (.success(a), .success(b)): #expect(a == b, "\(v.json) at \(at)")
+                case (.failure, .failure): break
+                default: Issue.record("\(v.json) at \(at): the node gives \(viaNode), resolving \(resolved)")
+                }
             }
-            var merged = start
-            for (p, v) in entries { ValueTree.set(&merged, p.split(separator: "/").map(String.init)[...], to: v) }
-            #expect(merged == oneByOne, "round \(round): \(entries)")
+        }
+    }
+
+    /// The normal form's check agrees with normalizing: a value is normal exactly when the
+    /// tree's rules (no arrays, no nulls inside, no empty objects, no priority alone) rebuild
+    /// it as it is.
+    @Test func aValueIsNormalExactlyWhenNormalizingLeavesItAsItIs() {
+        func rebuilt(_ v: Value) -> Value {
+            let children: [(String, Value)]
+            switch v {
+            case .array(let a): children = a.enumerated().map { (String($0.offset), $0.element) }
+            case .object(let o): children = Array(o)
+            default: return v
+            }
+            let kept = Dictionary(uniqueKeysWithValues: children.map { ($0.0, rebuilt($0.1)) }.filter { $0.1 != .null })
+            return kept.isEmpty || (kept.count == 1 && kept[".priority"] != nil) ? .null : .object(kept)
+        }
+        let values: [Value] = [.null, 1, ["a": 1], ["a": .null], [:], ["a": [:]], [1], [".priority": 1], ["a": [".priority": 1]],
+                               [".value": 1, ".priority": 2], ["a": ["b": ["c": .null]]], ["a": ["b": ["c": 1]], ".priority": "p"], ["a": [1, 2]]]
+        for v in values {
+            #expect(ValueTree.isNormal(v) == (rebuilt(v) == v), "\(v.json)")
+            #expect(ValueTree.normalized(v) == rebuilt(v), "\(v.json)")
         }
     }
 

@@ -56,7 +56,32 @@
     ///   unknown server value among them), or an increment whose sum is not finite.
     public static func resolve(_ value: Value, at path: String, existing: Value, time: Int64) throws -> Value {
         let at = try Path(validating: path)
+        // A value already in the export form, valid, with no server value is its own result,
+        // checked without building a node (most writes).
+        if isPlain(value, depth: at.count) { return value }
         let node = try Node(value, path: at)
+        // (Most writes hold none: the location's current value is then not needed at all.)
+        guard ServerValueResolver.containsDeferred(node) else { return node.value(export: true) }
         return try ServerValueResolver.resolve(node, existing: try Node(existing), time: time, at: at).value(export: true)
+    }
+
+    /// Whether `value`, `depth` keys below the root, is one that ``Node/build(_:at:depth:)``
+    /// accepts and ``Node/value(export:)`` gives back unchanged: leaves with finite numbers,
+    /// and non-empty objects of valid keys (none special: `.sv`, `.value`, `.priority`),
+    /// none null, within ``Path/maxDepth``. (No: the node's own checks decide.)
+    private static func isPlain(_ value: Value, depth: Int) -> Bool {
+        switch value {
+        case .null, .bool, .int, .string: return true
+        case .double(let d): return d.isFinite
+        case .array: return false
+        case .object(let o):
+            guard !o.isEmpty, depth < Path.maxDepth else { return false }
+            for (key, child) in o {
+                if key.utf8.first == UInt8(ascii: ".") { return false }
+                if case .null = child { return false }
+                guard (try? Path.validate(key: key)) != nil, isPlain(child, depth: depth + 1) else { return false }
+            }
+            return true
+        }
     }
 }
