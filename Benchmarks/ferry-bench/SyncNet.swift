@@ -158,6 +158,10 @@ final class CountingProxy: @unchecked Sendable {
         while true {
             let c = accept(listener, nil, nil)
             if c < 0 { return }
+            // (Both sides without Nagle's delay: the proxy's writes to the client must not wait
+            // for the client's delayed acknowledgement, which the server's own socket never does.)
+            var one: Int32 = 1
+            setsockopt(c, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             guard let s = try? connectLoopback(serverPort) else { close(c); continue }
             sockets.withLock { $0 += [c, s] }
             Thread.detachNewThread { [self] in pump(from: c, to: s, count: false) }

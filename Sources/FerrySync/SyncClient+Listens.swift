@@ -82,20 +82,32 @@ extension SyncClient {
         }
     }
 
-    /// Applies the events gathered in `batch` as one merge, then notes their commit.
-    private func flush(_ batch: inout EventBatch, _ resuming: inout Int64?, _ listen: ListenRequest, _ generation: Int, _ epoch: String?) async throws {
+    /// Applies the events gathered in `batch` as one merge, then notes their commit. A resumed
+    /// listen that they (or the progress mark `reaching`, read after them) bring through the
+    /// commit it resumes to is complete with them, in the same step.
+    private func flush(_ batch: inout EventBatch, _ resuming: inout Int64?, _ listen: ListenRequest, _ generation: Int, _ epoch: String?,
+                       reaching mark: String? = nil) async throws {
         guard !batch.isEmpty else { return }
         if Task.isCancelled { throw CancellationError() }  // (a listen ended: its data is not wanted)
         let taken = batch
         batch = EventBatch(base: listen.path)
-        try await database.applyServerMerge(at: listen.path, taken.children, tag: listen.tag)
+        let completes = resuming.map { through in [taken.lastID, mark].contains { $0.flatMap { Int64($0) }.map { $0 >= through } ?? false } } ?? false
+        try await database.applyServerMerge(at: listen.path, taken.children, tag: listen.tag, completingListenAt: completes ? listen.path : nil)
         for at in taken.paths {
             forgetPositions(overlapping: at, except: listen)
             noteTouch(at, snapshotRequestedAt: nil)
         }
         noteCommit(taken.lastID, listen, generation, epoch: epoch)
-        resuming = try await caughtUp(taken.lastID, resuming, listen, generation)
+        if completes {
+            liveListens[listen] = generation
+            resuming = nil
+        } else {
+            resuming = try await caughtUp(taken.lastID, resuming, listen, generation)
+        }
     }
+
+    /// The most events a resumed stream gathers before applying them, while it catches up.
+    static let maxCatchUpBatch = 10_000
 
     /// A resumed stream applied everything through `id`: once that reaches the commit it
     /// resumes through, the listen is complete (live) again. Returns what is still awaited.
@@ -274,7 +286,7 @@ extension SyncClient {
                 if Task.isCancelled { throw CancellationError() }
                 for event in try parser.feed(buffer.readableBytesView) {
                     if event.isProgress {
-                        try await flush(&batch, &resuming, listen, generation, epoch)
+                        try await flush(&batch, &resuming, listen, generation, epoch, reaching: event.id)
                         if complete { noteCommit(event.id, listen, generation, epoch: epoch) }
                         resuming = try await caughtUp(event.id, resuming, listen, generation)
                         continue
@@ -319,7 +331,12 @@ extension SyncClient {
                         logger.debug("ignoring a \(event.name) event on \(listen)")
                     }
                 }
-                try await flush(&batch, &resuming, listen, generation, epoch)
+                // A live stream's events apply as they come. A resumed stream's catching up
+                // applies at once when caught up (its pieces come in small reads at first, and
+                // each apply is a pass over the location).
+                if resuming == nil || batch.count >= Self.maxCatchUpBatch || batch.lastID.flatMap({ Int64($0) }).map({ $0 >= resuming! }) == true {
+                    try await flush(&batch, &resuming, listen, generation, epoch)
+                }
             }
         } catch let e as DatabaseError {
             // Server data the data model refuses is the server's fault: reconnect later.
@@ -452,6 +469,7 @@ struct EventBatch {
     init(base: String) { self.base = base }
 
     var isEmpty: Bool { children.isEmpty }
+    var count: Int { children.count }
 
     /// Adds an event; false when it cannot join (at the listen's location, or a location
     /// inside or above one already here).

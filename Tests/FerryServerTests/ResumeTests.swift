@@ -53,7 +53,8 @@ import Testing
     }
 
     /// Offline and online again, a listener of a big location gets only what changed while it
-    /// was away; its snapshots say `fromCache` until the stream has caught up.
+    /// was away; its snapshots say `fromCache` until the stream has caught up, and it shows the
+    /// changes all at once, live — never a state part way through them.
     @Test func aListenerBackOnlineGetsOnlyWhatChangedAndIsCurrentOnceCaughtUp() async throws {
         let dir = try TemporaryDirectory("resume-offline")
         let server = try ServerProcess(data: dir.sub("server"))
@@ -63,17 +64,24 @@ import Testing
         #expect(try TestHTTP.request(server.port, "PUT", "/big.json?ns=t", json: Value.object(all).json).status == 200)
         let a = try await Client(dir.sub("a"), port: proxy.port)
         let last = FerryMutex<DataSnapshot?>(nil)
-        let handle = try a.db.reference("big").observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
+        let shown = FerryMutex<[DataSnapshot]>([])
+        let handle = try a.db.reference("big").observe(.value, includeMetadataChanges: true) { s in
+            last.withLock { $0 = s }
+            shown.withLock { $0.append(s) }
+        }
         await a.sync.goOnline()
         #expect(await eventually { last.withLock { $0?.metadata.fromCache == false && $0?.childrenCount == 2_000 } })
         await a.sync.goOffline()
         #expect(await eventually { last.withLock { $0?.metadata.fromCache == true } })
         for i in 0..<10 { _ = try TestHTTP.request(server.port, "PUT", "/big/c\(i).json?ns=t", json: #""changed""#) }
         _ = try TestHTTP.request(server.port, "DELETE", "/big/c1999.json?ns=t")
+        shown.withLock { $0 = [] }
         await a.sync.goOnline()
         #expect(await eventually { last.withLock { $0?.metadata.fromCache == false } })
         let truth = try #require(try serverValue(server.port, "/big"))
         #expect(last.withLock { $0?.value } == truth, "current once caught up")
+        let states = shown.withLock { $0 }.map { ($0.value == truth ? "caught up" : $0.value == .object(all) ? "as left" : "part way", $0.metadata.fromCache) }
+        #expect(states.allSatisfy { $0 == ("as left", true) || $0 == ("caught up", false) }, "\(states)")
         // The second stream resumed: its answer was a few events, not the location again.
         let streams = proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") }
         let resumed = streams.filter { $0.request.contains("last-event-id: 1\r\n") && $0.answer.contains("\(WireHeader.resumedThrough): 12") }

@@ -30,16 +30,23 @@
         _ = try Node(value, path: try Path(validating: path))
     }
 
-    /// The server says: these children (paths relative to `path`) now have these values.
+    /// The server says: these children (paths relative to `path`) now have these values; with
+    /// `listenPath`, the listen there is complete with them (one pass over its view, where
+    /// applying and completing apart would take two).
     /// - Throws: as ``applyServerPut(at:_:tag:completingListenAt:)``; each child's depth counts from the root.
-    public func applyServerMerge(at path: String, _ children: [String: Value], tag: Int? = nil) async throws {
+    public func applyServerMerge(at path: String, _ children: [String: Value], tag: Int? = nil, completingListenAt listenPath: String? = nil) async throws {
         let p = try Path(validating: path)
         let list = try children.keys.sorted().map { k -> (Path, Node) in
             let rel = try Path(validating: k)
             try p.child(rel).validate()
             return (rel, try Node(children[k]!, path: p.child(rel)))
         }
-        _ = try await perform { e in (nil, try e.serverMerge(p, list, tag: tag)) }
+        let complete = try listenPath.map { try Path(validating: $0) }
+        _ = try await perform { e in
+            var events = try e.serverMerge(p, list, tag: tag)
+            if let complete { events += e.listenComplete(complete, tag: tag) }
+            return (nil, events)
+        }
         await notedServerData(bytes: log == nil ? list.reduce(0) { $0 + ValueCodec.sizeBound($1.1) } : 0)
     }
 
