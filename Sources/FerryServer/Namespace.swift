@@ -219,6 +219,38 @@ struct CommitHistory {
 
     var count: Int { changes.count - start }
 
+    /// The last commit held (the floor when none is).
+    var last: Int64 { count > 0 ? changes[changes.count - 1].commit : floor }
+
+    /// The history that the store's records give, up to the store's `commit`: one change per
+    /// stored run of writes (its locations' values at its end) at the run's last commit. The
+    /// oldest run read only sets the floor (its run's first commits are not known); a stream
+    /// resuming inside a later run gets that run whole — values it may hold already, which
+    /// applied again change nothing. Nothing is held unless the records reach `commit`.
+    init(_ records: [Database.RecordedServerData], through commit: Int64, maxChanges: Int, maxBytes: Int) {
+        var built: CommitHistory?
+        for record in records {
+            switch record {
+            case .put:
+                built = nil  // (the store replaced whole: nothing before it can be replayed)
+            case .merge(let path, let children):
+                guard path == "/", let stored = children.first(where: { $0.path == "meta/commit" }), case .int(let c) = stored.value else { continue }
+                var parts: [Change.Part] = []
+                for (p, v) in children where p == "data" || p.hasPrefix("data/") {
+                    parts.append(.init(keys: p.split(separator: "/").dropFirst().map(String.init), old: nil, new: ValueTree.normalized(v)))
+                }
+                if var h = built, c > h.last {
+                    let change = Change(keys: [], parts: parts, isUpdate: true, commit: c)
+                    h.append(change, size: change.approximateBytes)
+                    built = h
+                } else {
+                    built = CommitHistory(after: c, maxChanges: maxChanges, maxBytes: maxBytes)
+                }
+            }
+        }
+        self = built.flatMap { $0.last == commit ? $0 : nil } ?? CommitHistory(after: commit, maxChanges: maxChanges, maxBytes: maxBytes)
+    }
+
     /// Keeps `change`, which holds about `size` bytes.
     mutating func append(_ change: Change, size: Int) {
         changes.append(change.forHistory)
@@ -432,8 +464,14 @@ final class Namespace: Sendable {
                 if case .string(let text) = list, case .array(let ops)? = try? Value(json: text) { presence[client] = ops }
             }
         }
+        // The history as the store's log still holds it: streams resume across a restart.
+        let recorded: [Database.RecordedServerData]
+        do { recorded = try db.recentServerData(maxRecords: historyLimits.changes, maxBytes: historyLimits.bytes) } catch {
+            logger.warning("namespace \(name): its recent commits cannot be read from its store (\(error)); streams resuming from before this start get the whole data")
+            recorded = []
+        }
         var initial = State(committed: data, commit: commit, workingCommit: commit, working: data, clients: clients, rules: rules,
-                            history: CommitHistory(after: commit, maxChanges: historyLimits.changes, maxBytes: historyLimits.bytes))
+                            history: CommitHistory(recorded, through: commit, maxChanges: historyLimits.changes, maxBytes: historyLimits.bytes))
         initial.presence = presence
         initial.presenceSeq = presence.values.joined().map(Namespace.presenceSeq).max() ?? 0
         state = FerryMutex(initial)

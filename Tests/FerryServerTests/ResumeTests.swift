@@ -129,4 +129,40 @@ import Testing
         proxy.stop()
         #expect(server.terminate() == 0)
     }
+
+    /// The history comes from the server's own log: a server killed with kill -9 and started
+    /// again still resumes a stream from a commit before the restart, with what changed while
+    /// the client was away (before the kill and after the start), not the whole location.
+    @Test func aStreamResumesAcrossAServerKilledAndStartedAgain() async throws {
+        let dir = try TemporaryDirectory("resume-server-restart")
+        var server = try ServerProcess(data: dir.sub("server"))
+        let port = server.port
+        let proxy = try CuttingProxy(to: port)
+        for i in 0..<200 { _ = try TestHTTP.request(port, "PUT", "/items/c\(i).json?ns=t", json: #"{"n": \#(i)}"#) }
+        let a = try await Client(dir.sub("a"), port: proxy.port)
+        let last = FerryMutex<DataSnapshot?>(nil)
+        let handle = try a.db.reference("items").observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
+        await a.sync.goOnline()
+        #expect(await eventually { last.withLock { $0?.metadata.fromCache == false && $0?.childrenCount == 200 } })
+        await a.sync.goOffline()
+        #expect(await eventually { last.withLock { $0?.metadata.fromCache == true } })
+        // Away: changes, a kill -9 of the server, a start, more changes.
+        for i in 0..<5 { _ = try TestHTTP.request(port, "PUT", "/items/c\(i)/n.json?ns=t", json: "-1") }
+        _ = try TestHTTP.request(port, "PATCH", "/items.json?ns=t", json: #"{"c10/n": -2, "c11": null, "new": {"n": 1000}}"#)
+        server.kill9()
+        server = try ServerProcess(data: dir.sub("server"), port: port)
+        _ = try TestHTTP.request(port, "DELETE", "/items/c199.json?ns=t")
+        let truth = try #require(try serverValue(port, "/items"))
+        await a.sync.goOnline()
+        #expect(await eventually { last.withLock { $0?.metadata.fromCache == false } })
+        #expect(last.withLock { $0?.value } == truth, "current once caught up")
+        // The stream after the restart resumed (a few events), it did not get the location again.
+        let streams = proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") }
+        #expect(streams.count == 2 && streams.last!.request.contains("last-event-id: 200\r\n") && streams.last!.answer.contains("\(WireHeader.resumedThrough): 207"),
+                "\(streams.map { ($0.request, $0.answer) })")
+        try a.db.reference("items").removeObserver(withHandle: handle)
+        try await a.close()
+        proxy.stop()
+        #expect(server.terminate() == 0)
+    }
 }

@@ -397,8 +397,9 @@ extension ServerTests {
     }
 
     /// A stream reconnecting with `Last-Event-ID: N` gets the changes after commit N that
-    /// concern it — from the namespace's history of recent commits — instead of the whole
-    /// value; from a commit older than the history holds (or after a restart), the whole value.
+    /// concern it — from the namespace's history of recent commits, which a restart reads back
+    /// from the store's log — instead of the whole value; from a commit older than the history
+    /// holds, the whole value.
     @Test func aStreamResumingAfterACommitGetsOnlyWhatChangedSinceWhileTheHistoryHoldsIt() throws {
         let dir = try TemporaryDirectory("server-resume")
         var server = try ServerProcess(data: dir.path, ["--history-commits", "5"])
@@ -431,14 +432,20 @@ extension ServerTests {
         // Live events follow a resumed stream as any other.
         _ = try TestHTTP.request(server.port, "PUT", "/room/k0.json?ns=t", json: "12")
         #expect(try resumed.next(skippingKeepAlive: true, keepingIDs: true) == .put("/k0", 12, id: "12"))
-        // A restarted server holds the commits since it started: a stream current at its
-        // start resumes; one from before gets the whole value.
+        // A restarted server reads its recent commits back from its store's log, as many as
+        // its history holds (the oldest read only bounds it): a stream from before the
+        // restart still resumes; one from before those gets the whole value.
         #expect(server.terminate() == 0)
-        server = try ServerProcess(data: dir.path)
+        server = try ServerProcess(data: dir.path, ["--history-commits", "5"])
         let current2 = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "12", WireHeader.client: store])
         #expect(try current2.next(keepingIDs: true) == .progress("12"))
-        let before = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "11"])
-        #expect(try before.next(keepingIDs: true) == .put("/", ["k0": 12, "k1": 10, "k2": 8], id: "12"))
+        let before = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "9", WireHeader.client: store])
+        #expect(try before.next(keepingIDs: true) == .put("/k1", 10, id: "10"))
+        #expect(try before.next(keepingIDs: true) == .put("/k0", 12, id: "12"))  // (current through its id: no mark needed)
+        #expect(before.head.contains("\(WireHeader.resumedThrough): 12"))
+        let older = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "7"])
+        #expect(try older.next(keepingIDs: true) == .put("/", ["k0": 12, "k1": 10, "k2": 8], id: "12"))
+        #expect(!older.head.contains(WireHeader.resumedThrough))
         #expect(server.terminate() == 0)
     }
 

@@ -1,3 +1,5 @@
+import FerryLog
+
 /// Server data and acknowledgements enter the database here — as records in the log, like
 /// everything else. `FerrySync`'s client calls these with what the server sends; tests and
 /// tools may too.
@@ -48,6 +50,55 @@
             return (nil, events)
         }
         await notedServerData(bytes: log == nil ? list.reduce(0) { $0 + ValueCodec.sizeBound($1.1) } : 0)
+    }
+
+    /// One server record still in the log: a merge (its location and children, in the export
+    /// form, paths relative to it) or a put, which replaced the location whole.
+    public enum RecordedServerData: Sendable {
+        case merge(path: String, children: [(path: String, value: Value)])
+        case put(path: String)
+    }
+
+    /// The server data recorded in the log, oldest first, going back as far as the newest
+    /// `maxRecords` records of it and about `maxBytes` of their bytes reach: for a server whose
+    /// store is a Ferry database, what it changed recently, read from its own log (older
+    /// records are compacted away in time). Empty for a memory-only database.
+    /// - Throws: ``DatabaseError/Code/storage`` when the log cannot be read.
+    public func recentServerData(maxRecords: Int, maxBytes: Int) throws -> [RecordedServerData] {
+        guard let log, maxRecords > 0 else { return [] }
+        do {
+            // First the records' sizes (no value decoded), then the newest of them decoded.
+            var sizes: [(lsn: LSN, bytes: Int)] = []
+            try log.forEachRecord(from: log.firstLSN) { r in
+                if r.kind == RecordKind.serverMerge.rawValue || r.kind == RecordKind.serverPut.rawValue { sizes.append((r.lsn, r.payload.count)) }
+            }
+            var first = sizes.count
+            var bytes = 0
+            while first > 0 && sizes.count - first < maxRecords && bytes + sizes[first - 1].bytes <= maxBytes {
+                first -= 1
+                bytes += sizes[first].bytes
+            }
+            guard first < sizes.count else { return [] }
+            var out: [RecordedServerData] = []
+            try log.forEachRecord(from: sizes[first].lsn) { r in
+                let s = try RecordCodec.summarize(kind: r.kind, r.payload)
+                switch s.kind {
+                case .serverMerge:
+                    let children = try s.values.map { v in
+                        (v.path.keys.joined(separator: "/"),
+                         try ValueCodec.decode(UnsafeRawBufferPointer(rebasing: r.payload[v.range])).value(export: true))
+                    }
+                    out.append(.merge(path: s.path.description, children: children))
+                case .serverPut:
+                    out.append(.put(path: s.path.description))
+                default:
+                    break
+                }
+            }
+            return out
+        } catch let e as LogError {
+            throw DatabaseError(.storage, "reading the log of \(path ?? "the store") failed: \(e)", underlying: e)
+        }
     }
 
     /// The server acknowledged (or rejected) one local write, in any order: a record per call,
