@@ -87,6 +87,18 @@ struct Change: Sendable {
     }
 }
 
+extension Change {
+    /// The change of `parts` written at the root's level: a patch of the root, or — when one
+    /// of them is the root itself (none is then inside another) — a set of it.
+    init(rootParts parts: [Part], commit: Int64) {
+        if let whole = parts.first(where: { $0.keys.isEmpty }) {
+            self.init(keys: [], parts: [whole], isUpdate: false, commit: commit)
+        } else {
+            self.init(keys: [], parts: parts, isUpdate: true, commit: commit)
+        }
+    }
+}
+
 /// What one write changes in the namespace's store: the data locations it wrote (as keys below
 /// `data`) and the other locations' values (`meta/…`).
 struct StoreMerge {
@@ -240,7 +252,7 @@ struct CommitHistory {
                     parts.append(.init(keys: p.split(separator: "/").dropFirst().map(String.init), old: nil, new: ValueTree.normalized(v)))
                 }
                 if var h = built, c > h.last {
-                    let change = Change(keys: [], parts: parts, isUpdate: true, commit: c)
+                    let change = Change(rootParts: parts, commit: c)
                     h.append(change, size: change.approximateBytes)
                     built = h
                 } else {
@@ -984,7 +996,7 @@ final class Namespace: Sendable {
             parts.append(.init(keys: keys, old: nil, new: ValueTree.child(s.working, keys[...])))
         }
         let commit = nextCommit(&s, &merge)
-        return Change(keys: [], parts: parts, isUpdate: true, commit: commit)
+        return Change(rootParts: parts, commit: commit)
     }
 
     // MARK: Reads and streams

@@ -449,6 +449,23 @@ extension ServerTests {
         #expect(server.terminate() == 0)
     }
 
+    /// Read back from the log after a restart, a set of the whole tree reaches a stream at the
+    /// root as a put of it, and later writes as patches of the root.
+    @Test func aStreamAtTheRootResumesAcrossARestartThroughASetOfTheWholeTree() throws {
+        let dir = try TemporaryDirectory("server-resume-root")
+        var server = try ServerProcess(data: dir.path)
+        _ = try TestHTTP.request(server.port, "PUT", "/x.json?ns=t", json: "1")  // commit 1
+        _ = try TestHTTP.request(server.port, "PUT", "/.json?ns=t", json: #"{"b": 2}"#)  // commit 2
+        _ = try TestHTTP.request(server.port, "PUT", "/c.json?ns=t", json: "3")  // commit 3
+        server.kill9()
+        server = try ServerProcess(data: dir.path)
+        let resumed = try StreamReader(port: server.port, path: "/.json?ns=t", headers: ["Last-Event-ID": "1", WireHeader.client: store])
+        #expect(try resumed.next(keepingIDs: true) == .put("/", ["b": 2], id: "2"))
+        #expect(resumed.head.contains("\(WireHeader.resumedThrough): 3"))
+        #expect(try resumed.next(keepingIDs: true) == .patch("/", ["c": 3], id: "3"))
+        #expect(server.terminate() == 0)
+    }
+
     @Test func aStreamBelowAWriteGetsItsOwnValueAndNothingWhenItDidNotChange() throws {
         let dir = try TemporaryDirectory("server-stream-below")
         let server = try ServerProcess(data: dir.path)

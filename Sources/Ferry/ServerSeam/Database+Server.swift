@@ -61,15 +61,18 @@ import FerryLog
 
     /// The server data recorded in the log, oldest first, going back as far as the newest
     /// `maxRecords` records of it and about `maxBytes` of their bytes reach: for a server whose
-    /// store is a Ferry database, what it changed recently, read from its own log (older
-    /// records are compacted away in time). Empty for a memory-only database.
+    /// store is a Ferry database, what it changed recently, read from its own log. Only the
+    /// last `2 × maxRecords` records of the log are looked at, however long it is. Empty for a
+    /// memory-only database.
     /// - Throws: ``DatabaseError/Code/storage`` when the log cannot be read.
     public func recentServerData(maxRecords: Int, maxBytes: Int) throws -> [RecordedServerData] {
         guard let log, maxRecords > 0 else { return [] }
         do {
             // First the records' sizes (no value decoded), then the newest of them decoded.
             var sizes: [(lsn: LSN, bytes: Int)] = []
-            try log.forEachRecord(from: log.firstLSN) { r in
+            let back = UInt64(min(maxRecords, Int.max / 2) * 2)
+            let from = log.nextLSN.rawValue > back ? max(log.firstLSN, LSN(log.nextLSN.rawValue - back)) : log.firstLSN
+            try log.forEachRecord(from: from) { r in
                 if r.kind == RecordKind.serverMerge.rawValue || r.kind == RecordKind.serverPut.rawValue { sizes.append((r.lsn, r.payload.count)) }
             }
             var first = sizes.count
