@@ -309,8 +309,11 @@ extension SyncClient {
                         if Task.isCancelled { throw CancellationError() }
                         let first = event.name == "put" && !complete
                         if event.name == "put" {
-                            try await database.applyServerPut(at: at, data, tag: listen.tag, completingListenAt: complete ? nil : listen.path)
-                            if !complete { liveListens[listen] = generation }
+                            // (Complete with it: a first put, or a resumed stream's last change.)
+                            let catchesUp = resuming.map { through in event.id.flatMap { Int64($0) }.map { $0 >= through } ?? false } ?? false
+                            try await database.applyServerPut(at: at, data, tag: listen.tag, completingListenAt: !complete || catchesUp ? listen.path : nil)
+                            if !complete || catchesUp { liveListens[listen] = generation }
+                            if catchesUp { resuming = nil }
                             complete = true
                         } else if case .object(let children) = data {
                             try await database.applyServerMerge(at: at, children, tag: listen.tag)

@@ -158,9 +158,38 @@ import Testing
         #expect(last.withLock { $0?.value } == truth, "current once caught up")
         // The stream after the restart resumed (a few events), it did not get the location again.
         let streams = proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") }
-        #expect(streams.count == 2 && streams.last!.request.contains("last-event-id: 200\r\n") && streams.last!.answer.contains("\(WireHeader.resumedThrough): 207"),
+        #expect(streams.count == 2 && streams.contains { $0.request.contains("last-event-id: 200\r\n") && $0.answer.contains("\(WireHeader.resumedThrough): 207") },
                 "\(streams.map { ($0.request, $0.answer) })")
         try a.db.reference("items").removeObserver(withHandle: handle)
+        try await a.close()
+        proxy.stop()
+        #expect(server.terminate() == 0)
+    }
+
+    /// A location replaced whole while the client was away comes back as a put of it when its
+    /// listen resumes: the listener shows it once, live, not first from the cache.
+    @Test func aLocationReplacedWholeWhileAwayShowsOnceAndLiveWhenTheListenResumes() async throws {
+        let dir = try TemporaryDirectory("resume-replaced")
+        let server = try ServerProcess(data: dir.sub("server"))
+        let proxy = try CuttingProxy(to: server.port)
+        _ = try TestHTTP.request(server.port, "PUT", "/room.json?ns=t", json: #"{"a": 1, "b": 2}"#)
+        let a = try await Client(dir.sub("a"), port: proxy.port)
+        let shown = FerryMutex<[DataSnapshot]>([])
+        let handle = try a.db.reference("room").observe(.value, includeMetadataChanges: true) { s in shown.withLock { $0.append(s) } }
+        await a.sync.goOnline()
+        #expect(await eventually { shown.withLock { $0.last?.metadata.fromCache == false } })
+        await a.sync.goOffline()
+        #expect(await eventually { shown.withLock { $0.last?.metadata.fromCache == true } })
+        _ = try TestHTTP.request(server.port, "PUT", "/room.json?ns=t", json: #"{"z": 26}"#)
+        shown.withLock { $0 = [] }
+        await a.sync.goOnline()
+        #expect(await eventually { shown.withLock { $0.last?.metadata.fromCache == false } })
+        let states = shown.withLock { $0 }.map { ($0.value.json, $0.metadata.fromCache) }
+        #expect(states.allSatisfy { $0 == (#"{"a":1,"b":2}"#, true) || $0 == (#"{"z":26}"#, false) } && states.last?.0 == #"{"z":26}"#, "\(states)")
+        let streams = proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") }
+        #expect(streams.count == 2 && streams.contains { $0.request.contains("last-event-id: 1\r\n") && $0.answer.contains("\(WireHeader.resumedThrough): 2") },
+                "\(streams.map { ($0.request, $0.answer) })")
+        try a.db.reference("room").removeObserver(withHandle: handle)
         try await a.close()
         proxy.stop()
         #expect(server.terminate() == 0)
