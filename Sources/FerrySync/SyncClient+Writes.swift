@@ -32,8 +32,10 @@ extension SyncClient {
                                                 limit: caps.batch ? max(1, min(options.maxBatchWrites, caps.maxWrites, batchWriteLimit)) : 1,
                                                 maxBytes: min(options.maxBatchBytes, caps.maxBytes))
                 var batch: Batch?
-                if let n = next, n.request == request { batch = try? await n.task.value }
-                next = nil
+                if let n = next {
+                    if n.request == request { batch = try? await n.task.value } else { n.task.cancel() }
+                    next = nil
+                }
                 if batch == nil || batch!.writes.isEmpty {
                     batch = try await Self.read(request, from: database)
                 }
