@@ -37,8 +37,12 @@ public final class FirestoreConnection: Sendable {
         public var project: String
         public var database: String
         /// Sent as `Authorization: Bearer TOKEN` (the emulator's administrator is `owner`); nil
-        /// sends none.
+        /// sends none. Ignored when there is a ``tokenProvider``.
         public var token: String?
+        /// Gives the token to send (an ID token, which expires): asked before the first call,
+        /// and again with `forceRefresh` true after the server refuses one
+        /// (`UNAUTHENTICATED`), as Firebase's SDKs ask their auth provider. nil from it sends none.
+        public var tokenProvider: (@Sendable (_ forceRefresh: Bool) async throws -> String?)?
         /// TLS: the certificate authorities (PEM text) whose certificates are trusted, or
         /// `.system` for the system's; nil: plaintext. The server's certificate is checked.
         public var tls: TrustedCertificates?
@@ -71,7 +75,7 @@ public final class FirestoreConnection: Sendable {
 
     let db: Firestore
     let database: DatabaseName
-    let metadata: Metadata
+    let credentials: Credentials
     private let client: GRPCClient<HTTP2ClientTransport.Posix>
     private let stub: Google_Firestore_V1_Firestore.Client<HTTP2ClientTransport.Posix>
     private let writeSignal = WakeSignal()
@@ -106,8 +110,7 @@ public final class FirestoreConnection: Sendable {
         database = DatabaseName(project: server.project, database: server.database)
         var md = Metadata()
         md.addString(database.description, forKey: "google-cloud-resource-prefix")
-        if let token = server.token { md.addString("Bearer \(token)", forKey: "authorization") }
-        metadata = md
+        credentials = Credentials(base: md, token: server.token, provider: server.tokenProvider)
         let security: HTTP2ClientTransport.Posix.TransportSecurity = switch server.tls {
         case nil: .plaintext
         case .system?: .tls
@@ -122,7 +125,7 @@ public final class FirestoreConnection: Sendable {
     public static func connect(_ db: Firestore, to server: Server, logger: Logger = Logger(label: "ferry.documents.sync")) throws -> FirestoreConnection {
         let c = try FirestoreConnection(db: db, server: server, logger: logger)
         let (writes, listens) = (c.writeSignal, c.listenSignal)
-        try db.attachRemote(server: GRPCDocumentServer(stub: c.stub, database: c.database, metadata: c.metadata)) {
+        try db.attachRemote(server: GRPCDocumentServer(stub: c.stub, database: c.database, credentials: c.credentials)) {
             writes.signal()
             listens.signal()
         }
@@ -213,12 +216,12 @@ public final class FirestoreConnection: Sendable {
         var request = Google_Firestore_V1_CommitRequest()
         request.database = database.description
         request.writes = writes
-        var md = metadata
+        var md = try await credentials.metadata()
         md.addString(db.clientID, forKey: BatchAnswers.clientHeader)
         md.addString(BatchAnswers.header(batches.map { ($0.id, $0.mutations.count) }), forKey: BatchAnswers.batchesHeader)
         var options = CallOptions.defaults
         options.timeout = Self.commitTimeout
-        let response = try await stub.commit(request: ClientRequest(message: request, metadata: md), options: options)
+        let response = try await credentials.refusing { try await stub.commit(request: ClientRequest(message: request, metadata: md), options: options) }
         guard response.ferryBatchAnswers.count == batches.count else {
             throw RPCError(code: .unavailable, message: "the server did not answer each batch (\(response.ferryBatchAnswers.count) answers for \(batches.count)): is it ferry-server?")
         }
@@ -239,7 +242,8 @@ public final class FirestoreConnection: Sendable {
             counters.streams.add(1, ordering: .relaxed)
             let (db, database, signal, counters) = (self.db, self.database, self.listenSignal, self.counters)
             do {
-                try await stub.listen(metadata: metadata, requestProducer: { writer in
+                let metadata = try await credentials.metadata()
+                try await credentials.refusing { try await stub.listen(metadata: metadata, requestProducer: { writer in
                     // The store's listen requests, as they come (sent without waiting for the
                     // server's first message: a server may send its headers only with it).
                     while !Task.isCancelled {
@@ -255,7 +259,7 @@ public final class FirestoreConnection: Sendable {
                         }
                         try Self.handle(m, db, database)
                     }
-                })
+                }) }
             } catch {
                 if Task.isCancelled { return }
                 logger.debug("listen stream ended (\(error))")
@@ -378,15 +382,59 @@ struct Backoff {
 
 /// Reads and transactions straight from the server (``DocumentServer``), for `getDocument`
 /// with a server source and `runTransaction`.
+/// The bearer token a connection sends: a fixed one, or its provider's, asked again when the
+/// server refuses the one it gave.
+final class Credentials: Sendable {
+    private let base: Metadata
+    private let fixed: String?
+    private let provider: (@Sendable (Bool) async throws -> String?)?
+    /// The provider's last token (nil: ask it), and whether the server refused the one before.
+    private let current = Mutex<(token: String??, refused: Bool)>((nil, false))
+
+    init(base: Metadata, token: String?, provider: (@Sendable (Bool) async throws -> String?)?) {
+        self.base = base
+        fixed = token
+        self.provider = provider
+    }
+
+    /// The calls' metadata: the resource prefix and the token's `authorization`.
+    func metadata() async throws -> Metadata {
+        var md = base
+        if let token = try await token() { md.addString("Bearer \(token)", forKey: "authorization") }
+        return md
+    }
+
+    private func token() async throws -> String? {
+        guard let provider else { return fixed }
+        let (cached, refused) = current.withLock { ($0.token, $0.refused) }
+        if let cached { return cached }
+        let token = try await provider(refused)
+        current.withLock { $0 = (token, false) }
+        return token
+    }
+
+    /// Runs an RPC; when the server refuses its token (`UNAUTHENTICATED`), the next call asks
+    /// the provider for a new one.
+    func refusing<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let e as RPCError where e.code == .unauthenticated {
+            if provider != nil { current.withLock { $0 = (nil, true) } }
+            throw e
+        }
+    }
+}
+
 struct GRPCDocumentServer: DocumentServer {
     let stub: Google_Firestore_V1_Firestore.Client<HTTP2ClientTransport.Posix>
     let database: DatabaseName
-    let metadata: Metadata
+    let credentials: Credentials
 
     /// The RPC's failure as the document model's error (the codes are gRPC's).
-    private func call<T>(_ body: () async throws -> T) async throws -> T {
+    private func call<T>(_ body: (Metadata) async throws -> T) async throws -> T {
         do {
-            return try await body()
+            let metadata = try await credentials.metadata()
+            return try await credentials.refusing { try await body(metadata) }
         } catch let e as RPCError {
             throw FirestoreErrorCode(FirestoreErrorCode.Code(rawValue: e.code.rawValue) ?? .unknown, e.message)
         } catch let e as FirestoreErrorCode {
@@ -398,7 +446,7 @@ struct GRPCDocumentServer: DocumentServer {
 
     func documents(_ keys: [ResourcePath], transaction: Data?) async throws -> [WatchDocument] {
         let database = self.database
-        return try await call {
+        return try await call { metadata in
             var request = Google_Firestore_V1_BatchGetDocumentsRequest()
             request.database = database.description
             request.documents = keys.map { database.name(of: $0) }
@@ -424,7 +472,7 @@ struct GRPCDocumentServer: DocumentServer {
 
     func query(_ q: QueryCore, transaction: Data?) async throws -> [WatchDocument] {
         let database = self.database
-        return try await call {
+        return try await call { metadata in
             let target = q.wireTarget(in: database)
             var request = Google_Firestore_V1_RunQueryRequest()
             if case .documents = target.targetType, let key = q.documentKey {
@@ -446,7 +494,7 @@ struct GRPCDocumentServer: DocumentServer {
     }
 
     func beginTransaction(retrying: Data?) async throws -> Data {
-        try await call {
+        try await call { metadata in
             var request = Google_Firestore_V1_BeginTransactionRequest()
             request.database = database.description
             var options = Google_Firestore_V1_TransactionOptions()
@@ -459,7 +507,7 @@ struct GRPCDocumentServer: DocumentServer {
     }
 
     func commit(_ mutations: [Mutation], transaction: Data) async throws {
-        try await call {
+        try await call { metadata in
             var request = Google_Firestore_V1_CommitRequest()
             request.database = database.description
             request.writes = mutations.map { $0.wire(in: database) }
@@ -472,6 +520,7 @@ struct GRPCDocumentServer: DocumentServer {
         var request = Google_Firestore_V1_RollbackRequest()
         request.database = database.description
         request.transaction = transaction
+        guard let metadata = try? await credentials.metadata() else { return }
         _ = try? await stub.rollback(request: ClientRequest(message: request, metadata: metadata))
     }
 }

@@ -1,5 +1,7 @@
 import CryptoExtras
 @_spi(Server) import Ferry
+import FerryDocuments
+import FerryDocumentsSync
 import FerryLog
 import FerrySync
 import FerryTestSupport
@@ -397,6 +399,34 @@ let usersRules = #"""
         #expect(await eventually { (try? a.db.rejectedWrites().count) == 2 })
         #expect(try serverValue(server.port, "/users") == ["alice": ["name": "Alice"]])
         try await a.close()
+        #expect(server.terminate() == 0)
+    }
+
+    /// A document store syncing through a token provider: a token the server refuses (expired)
+    /// makes the connection ask the provider again, with `forceRefresh`, and the writes go on.
+    @Test func documentSyncAsksItsTokenProviderAgainWhenTheServerRefusesAToken() async throws {
+        let dir = try TemporaryDirectory("security-documents")
+        let mint = try await TokenMint()
+        let server = try ServerProcess(data: dir.sub("server"), try mint.serverArguments(dir.path, rules: usersRules)
+                                       + ["--no-emulator", "--admin-claim", "admin", "--firestore-port", "0"])
+        let asked = FerryMutex<[Bool]>([])
+        var target = FirestoreConnection.Server(host: "127.0.0.1", port: server.firestorePort!, project: "docs", token: nil)
+        target.tokenProvider = { forceRefresh in
+            // The first token has expired beyond the skew allowance; the next ones are fresh.
+            let n = asked.withLock { $0.append(forceRefresh); return $0.count }
+            let exp = Int(Date().timeIntervalSince1970) + (n == 1 ? -600 : 3600)
+            return try await mint.token(.es256, TestClaims(sub: "ops", exp: exp, admin: true))
+        }
+        let db = try Firestore.open(at: dir.sub("docs"))
+        let connection = try FirestoreConnection.connect(db, to: target)
+        let sf = db.collection("cities").document("SF")
+        try await sf.setData(["name": "San Francisco"])
+        #expect(await eventually { (try? await sf.getDocument(source: .server))?.data()?["name"] as? String == "San Francisco" }, "committed, and read back")
+        try await db.waitForPendingWrites()
+        let calls = asked.withLock { $0 }
+        #expect(calls.count >= 2 && calls[0] == false && calls[1] == true, "\(calls)")
+        await connection.close()
+        try await db.terminate()
         #expect(server.terminate() == 0)
     }
 }
