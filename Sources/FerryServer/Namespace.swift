@@ -281,16 +281,44 @@ struct CommitHistory {
         }
     }
 
-    /// The changes after commit `after`, oldest first, with about how many bytes their values
-    /// hold; nil when some of them are no longer held.
-    func changes(after: Int64) -> (changes: ArraySlice<Change>, bytes: Int)? {
+    /// The changes after commit `after` that concern the location `keys` (at, above or below
+    /// it), oldest first, with about how many bytes of their values lie there — not counting
+    /// what they wrote elsewhere, stopping past `maxBytes`; nil when some changes after `after`
+    /// are no longer held.
+    func changes(after: Int64, concerning keys: [String], maxBytes: Int) -> (changes: [Change], bytes: Int)? {
         guard after >= floor else { return nil }
         var lo = start, hi = changes.count
         while lo < hi {
             let mid = (lo + hi) / 2
             if changes[mid].commit <= after { lo = mid + 1 } else { hi = mid }
         }
-        return (changes[lo...], bytes[lo...].reduce(0, +))
+        var out: [Change] = []
+        var total = 0
+        for i in lo..<changes.count {
+            let c = changes[i]
+            if c.keys.starts(with: keys) {
+                total += bytes[i]  // (all of it lies at or below the location)
+            } else if keys.starts(with: c.keys) {
+                // The location is inside the change: only the parts at, above or below it count.
+                var inside = 0
+                for p in c.parts {
+                    let at = c.keys + p.keys
+                    if at.starts(with: keys) {
+                        inside += ValueTree.approximateBytes(p.new)
+                    } else if keys.starts(with: at) {
+                        inside += ValueTree.approximateBytes(ValueTree.child(p.new, keys.dropFirst(at.count)))
+                    } else {
+                        continue
+                    }
+                }
+                total += inside
+            } else {
+                continue
+            }
+            out.append(c)
+            if total > maxBytes { break }
+        }
+        return (out, total)
     }
 }
 
@@ -1019,12 +1047,10 @@ final class Namespace: Sendable {
             // (Not when what was missed weighs more than a stream may hold unsent: the whole
             // value then, as for a new stream.)
             if let after = resumeAfter, sink.query == nil, asked == nil || asked == epoch, after <= s.commit,
-               let (missed, bytes) = s.history.changes(after: after), bytes <= maxResumeBytes {
+               let (missed, bytes) = s.history.changes(after: after, concerning: sink.keys, maxBytes: maxResumeBytes), bytes <= maxResumeBytes {
                 sink.announce([(WireHeader.resumedThrough, String(s.commit))])
                 sink.hold()  // (written together: a client reading them at once applies them at once)
-                for change in missed where change.keys.starts(with: sink.keys) || sink.keys.starts(with: change.keys) {
-                    Namespace.events(for: change, to: sink)
-                }
+                for change in missed { Namespace.events(for: change, to: sink) }
                 // (A mark for Ferry's clients only: an `id:` alone is not every client's idea of an event.)
                 if sink.client != nil { sink.progress(s.commit) }
                 sink.release()

@@ -449,6 +449,35 @@ extension ServerTests {
         #expect(server.terminate() == 0)
     }
 
+    /// What a resuming stream missed is weighed by what lies at its location: big writes
+    /// elsewhere — also inside one run read back from the log after a restart — do not turn a
+    /// resume into the whole value; a big write at the location does.
+    @Test func aResumeIsWeighedByWhatChangedAtTheStreamsLocationOnly() throws {
+        let dir = try TemporaryDirectory("server-resume-weight")
+        var server = try ServerProcess(data: dir.path, ["--max-stream-buffer", "65536"])  // (resumes up to 32 KiB)
+        let big = "\"" + String(repeating: "x", count: 40_000) + "\""
+        _ = try TestHTTP.request(server.port, "PUT", "/room/a.json?ns=t", json: "1")  // commit 1
+        _ = try TestHTTP.request(server.port, "PUT", "/elsewhere.json?ns=t", json: big)  // commit 2
+        _ = try TestHTTP.request(server.port, "PATCH", "/.json?ns=t", json: #"{"room/b": 2, "other": \#(big)}"#)  // commit 3
+        for restarted in [false, true] {
+            let resumed = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "1", WireHeader.client: store])
+            let event = try resumed.next(keepingIDs: true)
+            #expect(event == .put("/b", 2, id: "3"), "restarted: \(restarted): \(event)")
+            #expect(resumed.head.contains("\(WireHeader.resumedThrough): 3"))
+            if !restarted {
+                #expect(server.terminate() == 0)
+                server = try ServerProcess(data: dir.path, ["--max-stream-buffer", "65536"])
+            }
+        }
+        _ = try TestHTTP.request(server.port, "PUT", "/room/c.json?ns=t", json: big)  // commit 4
+        let whole = try StreamReader(port: server.port, path: "/room.json?ns=t", headers: ["Last-Event-ID": "3"])
+        let first = try whole.next(keepingIDs: true)
+        #expect(first.name == "put" && first.id == "4", "\(first.name) \(first.id ?? "-")")
+        if case .object(let o) = first.data, case .object(let room)? = o["data"] { #expect(Set(room.keys) == ["a", "b", "c"]) } else { Issue.record("a whole put expected") }
+        #expect(!whole.head.contains(WireHeader.resumedThrough))
+        #expect(server.terminate() == 0)
+    }
+
     /// Read back from the log after a restart, a set of the whole tree reaches a stream at the
     /// root as a put of it, and later writes as patches of the root.
     @Test func aStreamAtTheRootResumesAcrossARestartThroughASetOfTheWholeTree() throws {
