@@ -91,7 +91,7 @@ extension SyncClient {
         if Task.isCancelled { throw CancellationError() }  // (a listen ended: its data is not wanted)
         let taken = batch
         batch = EventBatch(base: listen.path)
-        let completes = resuming.map { through in [taken.lastID, mark].contains { $0.flatMap { Int64($0) }.map { $0 >= through } ?? false } } ?? false
+        let completes = Self.reaches(taken.lastID, resuming) || Self.reaches(mark, resuming)
         try await database.applyServerMerge(at: listen.path, taken.children, tag: listen.tag, completingListenAt: completes ? listen.path : nil)
         for at in taken.paths {
             forgetPositions(overlapping: at, except: listen)
@@ -106,13 +106,20 @@ extension SyncClient {
         }
     }
 
+    /// Whether an event's (or a mark's) `id` reaches `resuming`, the commit a resumed listen
+    /// catches up to (false when it is not catching up).
+    static func reaches(_ id: String?, _ resuming: Int64?) -> Bool {
+        guard let through = resuming, let n = id.flatMap({ Int64($0) }) else { return false }
+        return n >= through
+    }
+
     /// The most events a resumed stream gathers before applying them, while it catches up.
     static let maxCatchUpBatch = 10_000
 
     /// A resumed stream applied everything through `id`: once that reaches the commit it
     /// resumes through, the listen is complete (live) again. Returns what is still awaited.
     private func caughtUp(_ id: String?, _ resuming: Int64?, _ listen: ListenRequest, _ generation: Int) async throws -> Int64? {
-        guard let through = resuming, let n = id.flatMap({ Int64($0) }), n >= through, !Task.isCancelled else { return resuming }
+        guard Self.reaches(id, resuming), !Task.isCancelled else { return resuming }
         try await database.applyListenComplete(at: listen.path, tag: listen.tag)
         liveListens[listen] = generation
         return nil
@@ -310,7 +317,7 @@ extension SyncClient {
                         let first = event.name == "put" && !complete
                         if event.name == "put" {
                             // (Complete with it: a first put, or a resumed stream's last change.)
-                            let catchesUp = resuming.map { through in event.id.flatMap { Int64($0) }.map { $0 >= through } ?? false } ?? false
+                            let catchesUp = Self.reaches(event.id, resuming)
                             try await database.applyServerPut(at: at, data, tag: listen.tag, completingListenAt: !complete || catchesUp ? listen.path : nil)
                             if !complete || catchesUp { liveListens[listen] = generation }
                             if catchesUp { resuming = nil }
@@ -337,7 +344,7 @@ extension SyncClient {
                 // A live stream's events apply as they come. A resumed stream's catching up
                 // applies at once when caught up (its pieces come in small reads at first, and
                 // each apply is a pass over the location).
-                if resuming == nil || batch.count >= Self.maxCatchUpBatch || batch.lastID.flatMap({ Int64($0) }).map({ $0 >= resuming! }) == true {
+                if resuming == nil || batch.count >= Self.maxCatchUpBatch || Self.reaches(batch.lastID, resuming) {
                     try await flush(&batch, &resuming, listen, generation, epoch)
                 }
             }

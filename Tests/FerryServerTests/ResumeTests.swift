@@ -43,7 +43,7 @@ import Testing
         #expect(await eventually { shown.withLock { $0 } == truth }, "the listener ends with the server's data")
         #expect(cuts == 3)
         // The streams after the first asked to resume, and the server resumed them.
-        let streams = { proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") } }
+        let streams = { proxy.streams }
         let resumed = { streams().filter { $0.request.contains("last-event-id:") && $0.answer.contains(WireHeader.resumedThrough) } }
         #expect(await eventually { streams().count == 4 && resumed().count == 3 }, "\(streams().map(\.request))")
         try a.db.reference("feed").removeObserver(withHandle: handle)
@@ -83,7 +83,7 @@ import Testing
         let states = shown.withLock { $0 }.map { ($0.value == truth ? "caught up" : $0.value == .object(all) ? "as left" : "part way", $0.metadata.fromCache) }
         #expect(states.allSatisfy { $0 == ("as left", true) || $0 == ("caught up", false) }, "\(states)")
         // The second stream resumed: its answer was a few events, not the location again.
-        let streams = proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") }
+        let streams = proxy.streams
         let resumed = streams.filter { $0.request.contains("last-event-id: 1\r\n") && $0.answer.contains("\(WireHeader.resumedThrough): 12") }
         #expect(streams.count == 2 && resumed.count == 1, "\(streams)")
         try a.db.reference("big").removeObserver(withHandle: handle)
@@ -121,7 +121,7 @@ import Testing
         await a.sync.goOnline()
         #expect(await eventually { last.withLock { $0?.metadata.fromCache == false } })
         #expect(last.withLock { $0?.value } == (try serverValue(server.port, "/items")))
-        let streams = proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") }
+        let streams = proxy.streams
         #expect(streams.count == 2 && streams.filter { $0.request.contains("last-event-id: 1\r\n") && $0.answer.contains("\(WireHeader.resumedThrough): 12") }.count == 1,
                 "\(streams)")
         try a.db.reference("items").removeObserver(withHandle: handle)
@@ -157,9 +157,8 @@ import Testing
         #expect(await eventually { last.withLock { $0?.metadata.fromCache == false } })
         #expect(last.withLock { $0?.value } == truth, "current once caught up")
         // The stream after the restart resumed (a few events), it did not get the location again.
-        let streams = proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") }
-        #expect(streams.count == 2 && streams.contains { $0.request.contains("last-event-id: 200\r\n") && $0.answer.contains("\(WireHeader.resumedThrough): 207") },
-                "\(streams.map { ($0.request, $0.answer) })")
+        let streams = proxy.streams
+        #expect(streams.count == 2 && proxy.resumedStream(after: 200, through: 207), "\(streams.map { ($0.request, $0.answer) })")
         try a.db.reference("items").removeObserver(withHandle: handle)
         try await a.close()
         proxy.stop()
@@ -186,9 +185,8 @@ import Testing
         #expect(await eventually { shown.withLock { $0.last?.metadata.fromCache == false } })
         let states = shown.withLock { $0 }.map { ($0.value.json, $0.metadata.fromCache) }
         #expect(states.allSatisfy { $0 == (#"{"a":1,"b":2}"#, true) || $0 == (#"{"z":26}"#, false) } && states.last?.0 == #"{"z":26}"#, "\(states)")
-        let streams = proxy.exchanges.filter { $0.request.contains("accept: text/event-stream") }
-        #expect(streams.count == 2 && streams.contains { $0.request.contains("last-event-id: 1\r\n") && $0.answer.contains("\(WireHeader.resumedThrough): 2") },
-                "\(streams.map { ($0.request, $0.answer) })")
+        let streams = proxy.streams
+        #expect(streams.count == 2 && proxy.resumedStream(after: 1, through: 2), "\(streams.map { ($0.request, $0.answer) })")
         try a.db.reference("room").removeObserver(withHandle: handle)
         try await a.close()
         proxy.stop()

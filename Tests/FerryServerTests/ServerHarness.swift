@@ -243,6 +243,14 @@ final class CuttingProxy: @unchecked Sendable {
         }
     }
 
+    /// The exchanges that opened event streams.
+    var streams: [(request: String, answer: String)] { exchanges.filter { $0.request.contains("accept: text/event-stream") } }
+
+    /// Whether a stream asked to resume after commit `after` and was resumed through `through`.
+    func resumedStream(after: Int, through: Int) -> Bool {
+        streams.contains { $0.request.contains("last-event-id: \(after)\r\n") && $0.answer.contains("\(WireHeader.resumedThrough): \(through)") }
+    }
+
     init(to upstreamPort: Int) throws {
         (fd, port) = try TestHTTP.listenOnLoopback()
         Thread { [self] in
