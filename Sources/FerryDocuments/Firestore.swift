@@ -327,7 +327,12 @@ public final class Firestore: Sendable {
             return e.pending.last?.id
         }
         guard let last else { return }
-        try await waitForAnswer(last)
+        do {
+            try await waitForAnswer(last)
+        } catch let error as FirestoreErrorCode where error.code != .dataLoss && !state.withLock({ $0.closed }) {
+            // The server refused a write: that is an answer too (the write is reverted and
+            // listed in `rejectedWrites()`); as Firebase's, this wait just ends.
+        }
     }
 
     func waitForAnswer(_ batchID: Int64) async throws {
