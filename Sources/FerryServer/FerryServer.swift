@@ -78,6 +78,9 @@ public struct ServerConfiguration: Sendable {
     public var firestorePort: Int?
     /// The most writes one Firestore commit may hold.
     public var maxCommitWrites = 10_000
+    /// A Firestore database writes a checkpoint (and deletes the log segments below it) once
+    /// the commits since the last one weigh this many bytes and the last checkpoint; and on close.
+    public var firestoreCheckpointBytes = 32 << 20
     /// The event loop threads serving connections (0: one per core).
     public var eventLoopThreads = 0
     /// Where the server logs; it never bootstraps logging itself.
@@ -201,7 +204,8 @@ public final class FerryServer: Sendable {
         defaultRules = rules
         authenticator = Authenticator(emulator: emulator, adminToken: configuration.adminToken, adminClaim: configuration.adminClaim,
                                       verifier: verifier, tokens: configuration.tokens)
-        firestore = FirestoreDatabases(directory: configuration.dataDirectory + "/firestore", logger: configuration.logger)
+        firestore = FirestoreDatabases(directory: configuration.dataDirectory + "/firestore",
+                                       checkpointBytes: configuration.firestoreCheckpointBytes, logger: configuration.logger)
         group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads > 0 ? configuration.eventLoopThreads : System.coreCount)
     }
 

@@ -95,6 +95,9 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "Also serve Cloud Firestore's gRPC API (google.firestore.v1.Firestore, plaintext HTTP/2) on this port (0: pick a free one). Its databases live under DATA/firestore.")
     var firestorePort: Int?
 
+    @Option(help: "A Firestore database writes a checkpoint (and deletes the log below it) once the commits since the last one weigh this many bytes (and the last checkpoint), and on shutdown.")
+    var firestoreCheckpointBytes: Int = 32 << 20
+
     @Option(help: "Seconds a disconnected client's onDisconnect writes wait: after a restart, for it to connect again; on a silent connection, for its acknowledgements.")
     var presenceTimeout: Int = 60
 
@@ -144,6 +147,7 @@ struct FerryServerCommand: ParsableCommand {
         config.historyBytes = max(0, historyBytes)
         config.presenceTimeoutSeconds = max(1, presenceTimeout)
         config.firestorePort = firestorePort
+        config.firestoreCheckpointBytes = max(1, firestoreCheckpointBytes)
         let server = FerryServer(configuration: config)
         // The signal handlers are in place before "listening on" is printed: a SIGTERM sent as
         // soon as the line is seen is never lost (one sent between SIG_IGN and a handler was).

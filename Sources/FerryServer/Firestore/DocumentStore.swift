@@ -21,7 +21,8 @@ struct DocumentChangeRecord: Sendable {
 }
 
 /// One Firestore database on the server (`projects/P/databases/D`): its documents in memory,
-/// every commit in a Ferry log, replayed at open.
+/// every commit in a Ferry log; an open reads the last checkpoint and replays the commits after
+/// it (see ``StoreCheckpoint``).
 ///
 /// **Commits** go through one writer, in the order they arrive, in groups: the writer applies a
 /// group's commits to an overlay of the documents (each commit atomic: a failed precondition or
@@ -100,6 +101,13 @@ final class DocumentStore: Sendable {
         var failure: String?
         /// Each client store's answered batches (exactly-once marks).
         var marks: [String: ClientMarks] = [:]
+        /// Bytes of records appended since the last checkpoint's image was taken.
+        var bytesSinceCheckpoint: Int64 = 0
+        /// The size of the last checkpoint written (or read).
+        var lastCheckpointBytes = 0
+        var checkpointRunning = false
+        /// The last checkpoint started (a close waits for it).
+        var checkpointTask: Task<Void, Never>?
 
         func document(_ key: ResourcePath) -> StoredDocument? {
             collections[key.parent]?[key.last]
@@ -161,23 +169,44 @@ final class DocumentStore: Sendable {
 
     let state: Mutex<State>
 
-    private init(name: DatabaseName, log: WriteAheadLog, state: State, logger: Logger) {
+    /// The records since the last checkpoint that make the next one due (and the last
+    /// checkpoint's size, whichever is more); see ``StoreCheckpoint``.
+    let checkpointBytes: Int
+    static let defaultCheckpointBytes = 32 << 20
+
+    private init(name: DatabaseName, log: WriteAheadLog, state: State, checkpointBytes: Int, logger: Logger) {
         self.name = name
         self.log = log
+        self.checkpointBytes = checkpointBytes
         self.epoch = log.storeID.high ^ log.storeID.low
         self.state = Mutex(state)
         self.logger = logger
     }
 
-    /// Opens (creating) the store at `directory` and replays its commits.
-    static func open(at directory: String, name: DatabaseName, logger: Logger) throws -> DocumentStore {
+    /// Opens (creating) the store at `directory`: reads its checkpoint, if any, and replays
+    /// the commits after it.
+    static func open(at directory: String, name: DatabaseName, checkpointBytes: Int = defaultCheckpointBytes, logger: Logger) throws -> DocumentStore {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var options = LogOptions(durability: .fsync)  // a group of commits is one write and one fdatasync
         options.logger = logger
         let log = try WriteAheadLog.open(at: directory, options: options)
         var s = State()
         do {
-            try log.forEachRecord { r in
+            var start = log.firstLSN
+            do {
+                if let through = try StoreCheckpoint.read(from: log, into: &s) {
+                    start = max(start, LSN(through))
+                    s.lastCheckpointBytes = Int((try? FileManager.default.attributesOfItem(atPath: directory + "/" + StoreCheckpoint.fileName)[.size] as? Int) ?? 0)
+                }
+            } catch let e as FirestoreErrorCode where log.firstLSN.rawValue <= 1 {
+                // Every record is still in the log: replay them all instead.
+                logger.error("firestore \(name): \(e.message); replaying the whole log instead")
+                s = State()
+            } catch let e as FirestoreErrorCode {
+                throw FirestoreErrorCode(.dataLoss, "cannot open the server document store at \(directory): \(e.message); the log's records before it were deleted, so it cannot be rebuilt (nothing was changed)")
+            }
+            try log.forEachRecord(from: start) { r in
+                s.bytesSinceCheckpoint += Int64(r.payload.count)
                 switch RecordKind(rawValue: r.kind) {
                 case .commit:
                     var reader = PayloadReader(r.payload)
@@ -219,10 +248,19 @@ final class DocumentStore: Sendable {
             log.release()
             throw error
         }
-        return DocumentStore(name: name, log: log, state: s, logger: logger)
+        return DocumentStore(name: name, log: log, state: s, checkpointBytes: checkpointBytes, logger: logger)
     }
 
+    /// Closes the store, with a checkpoint of what was committed since the last one when the
+    /// writer is idle (so that the next open replays nothing).
     func close() async {
+        await state.withLock { $0.checkpointTask }?.value
+        let image: StoreCheckpoint? = state.withLock { s in
+            guard !s.writing, s.failure == nil, s.bytesSinceCheckpoint > 0 else { return nil }
+            s.bytesSinceCheckpoint = 0
+            return StoreCheckpoint(s, throughLSN: log.nextLSN.rawValue)
+        }
+        if let image { await writeCheckpoint(image) }
         try? await log.close()
     }
 
@@ -436,6 +474,7 @@ final class DocumentStore: Sendable {
             }
             guard let group else { return }
             await write(group)
+            checkpointIfDue()
         }
     }
 
@@ -526,6 +565,7 @@ final class DocumentStore: Sendable {
         if !batch.isEmpty {
             do {
                 let range = try log.enqueue(batch)
+                state.withLock { $0.bytesSinceCheckpoint += Int64(batch.encodedSize) }
                 try await log.awaitDurability(of: range)
             } catch {
                 let message = "\(error)"

@@ -36,11 +36,13 @@ extension FirestoreErrorCode: RPCErrorConvertible {
 /// (`DATA/firestore/PROJECT/DATABASE`).
 final class FirestoreDatabases: Sendable {
     let directory: String
+    let checkpointBytes: Int
     let logger: Logger
     private let open = Mutex<[DatabaseName: Task<DocumentStore, any Error>]>([:])
 
-    init(directory: String, logger: Logger) {
+    init(directory: String, checkpointBytes: Int, logger: Logger) {
         self.directory = directory
+        self.checkpointBytes = checkpointBytes
         self.logger = logger
     }
 
@@ -50,7 +52,7 @@ final class FirestoreDatabases: Sendable {
             let path = "\(directory)/\(name.project)/\(name.database)"
             var log = logger
             log[metadataKey: "database"] = "\(name)"
-            let t = Task { [log] in try DocumentStore.open(at: path, name: name, logger: log) }
+            let t = Task { [log, checkpointBytes] in try DocumentStore.open(at: path, name: name, checkpointBytes: checkpointBytes, logger: log) }
             all[name] = t
             return t
         }

@@ -1,0 +1,180 @@
+import FerryDocuments
+import FerryDocumentsSync
+import FerryFirestoreWire
+import FerryLog
+import FerryTestSupport
+import Foundation
+import Logging
+import Testing
+
+@testable import FerryServer
+
+/// A server document store's checkpoint: the log below it is deleted, and an open reads it and
+/// replays only what came after, with the documents, deletions and exactly-once marks intact.
+@Suite struct FirestoreCheckpointTests {
+    static let name = DatabaseName(project: RawFirestore.database.split(separator: "/")[1].description, database: "(default)")
+
+    static func write(_ path: String, _ n: Int) throws -> ParsedWrite {
+        try ParsedWrite(wire: RawFirestore.set(path, ["n": n]), in: name)
+    }
+
+    static func delete(_ path: String) throws -> ParsedWrite {
+        var w = Google_Firestore_V1_Write()
+        w.delete = RawFirestore.root + "/" + path
+        return try ParsedWrite(wire: w, in: name)
+    }
+
+    /// The documents the store holds, by path, with their `n`.
+    static func contents(_ store: DocumentStore) -> [String: Int64] {
+        store.state.withLock { s in
+            var out: [String: Int64] = [:]
+            for (parent, docs) in s.collections {
+                for (id, d) in docs {
+                    if case .integer(let n)? = d.fields["n"] { out[parent.appending(id).description] = n }
+                }
+            }
+            return out
+        }
+    }
+
+    static func checkpointWritten(_ dir: String) -> Bool {
+        FileManager.default.fileExists(atPath: dir + "/" + StoreCheckpoint.fileName)
+    }
+
+    /// Client c1's batches 0..<count: each sets one of 300 documents, every seventh deletes one,
+    /// and batch 5 is refused (an update of a document that does not exist).
+    static func batches(_ range: Range<Int>) throws -> [(id: Int64, writes: Result<[ParsedWrite], FirestoreErrorCode>)] {
+        try range.map { i in
+            let path = "things/d\(i % 300)"
+            if i == 5 {
+                var w = RawFirestore.set("things/missing", ["n": 0])
+                w.currentDocument.exists = true
+                return (Int64(i), .success([try ParsedWrite(wire: w, in: name)]))
+            }
+            return (Int64(i), .success([i % 7 == 0 ? try delete(path) : try write(path, i)]))
+        }
+    }
+
+    /// What those batches leave.
+    static func model(_ count: Int) -> [String: Int64] {
+        var m: [String: Int64] = [:]
+        for i in 0..<count where i != 5 {
+            let path = "things/d\(i % 300)"
+            m[path] = i % 7 == 0 ? nil : Int64(i)
+        }
+        return m
+    }
+
+    @Test func aStoreOpensFromItsCheckpointAndTheLogBelowItIsGone() async throws {
+        let dir = try TemporaryDirectory("firestore-checkpoint")
+        let path = dir.sub("db")
+        var store = try DocumentStore.open(at: path, name: Self.name, checkpointBytes: 16 << 10, logger: Logger(label: "test"))
+        var answers: [Result<DocumentStore.CommitResult, FirestoreErrorCode>] = []
+        for start in stride(from: 0, to: 3_000, by: 100) {
+            answers += await store.commitBatches(client: "c1", try Self.batches(start..<start + 100))
+        }
+        #expect(answers.filter { if case .failure = $0 { true } else { false } }.count == 1)
+        #expect(await eventually { Self.checkpointWritten(path) && store.log.firstLSN.rawValue > 1 })
+        let committed = store.state.withLock { ($0.lastCommit, $0.tombstones.count) }
+
+        // Gone as kill -9 leaves it: every answered commit is on disk, nothing else happens.
+        store.log.release()
+        store = try DocumentStore.open(at: path, name: Self.name, checkpointBytes: 16 << 10, logger: Logger(label: "test"))
+        #expect(Self.contents(store) == Self.model(3_000))
+        let reopened = store.state.withLock { ($0.lastCommit, $0.tombstones.count, $0.bytesSinceCheckpoint) }
+        #expect(reopened.0 == committed.0)
+        #expect(reopened.1 == committed.1, "the deletions are kept for listens that resume")
+        #expect(reopened.2 < 64 << 10, "only the records after the checkpoint are replayed")
+
+        // The marks came back too: every batch sent again gets its first answer and changes nothing.
+        let again = await store.commitBatches(client: "c1", try Self.batches(2_900..<3_000) + Self.batches(5..<6))
+        for (a, b) in zip(again, answers[2_900..<3_000] + answers[5...5]) {
+            switch (a, b) {
+            case (.success(let x), .success(let y)): #expect(x.commitTime == y.commitTime)
+            case (.failure(let x), .failure(let y)): #expect(x.code == y.code)
+            default: Issue.record("a batch sent again got another answer: \(a) against \(b)")
+            }
+        }
+        #expect(store.state.withLock { $0.lastCommit } == committed.0, "nothing was applied twice")
+        #expect(Self.contents(store) == Self.model(3_000))
+
+        // A close writes a checkpoint of what came since; the next open replays nothing.
+        _ = await store.commitBatches(client: "c1", try Self.batches(3_000..<3_010))
+        await store.close()
+        store = try DocumentStore.open(at: path, name: Self.name, checkpointBytes: 16 << 10, logger: Logger(label: "test"))
+        #expect(store.state.withLock { $0.bytesSinceCheckpoint } == 0)
+        #expect(Self.contents(store) == Self.model(3_010))
+        await store.close()
+    }
+
+    @Test func aDamagedCheckpointIsRefusedOnceTheLogBelowItIsGoneAndReplacedByTheLogOtherwise() async throws {
+        let dir = try TemporaryDirectory("firestore-checkpoint-damage")
+        func damage(_ path: String) throws {
+            let file = path + "/" + StoreCheckpoint.fileName
+            var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: file)))
+            bytes[bytes.count / 2] ^= 0x5A
+            try Data(bytes).write(to: URL(fileURLWithPath: file))
+        }
+
+        // The log still holds every record (the process died after the checkpoint was written
+        // and before any segment was deleted): the open sets the checkpoint aside and replays
+        // the log.
+        let whole = dir.sub("whole")
+        var store = try DocumentStore.open(at: whole, name: Self.name, logger: Logger(label: "test"))
+        _ = await store.commitBatches(client: "c1", try Self.batches(0..<50))
+        _ = try StoreCheckpoint(store.state.withLock { $0 }, throughLSN: store.log.nextLSN.rawValue).write(to: store.log)
+        store.log.release()
+        #expect(Self.checkpointWritten(whole))
+        try damage(whole)
+        store = try DocumentStore.open(at: whole, name: Self.name, logger: Logger(label: "test"))
+        #expect(Self.contents(store) == Self.model(50))
+        await store.close()
+
+        // Segments below it were deleted: the open refuses the store and changes nothing.
+        let cut = dir.sub("cut")
+        store = try DocumentStore.open(at: cut, name: Self.name, checkpointBytes: 16 << 10, logger: Logger(label: "test"))
+        for start in stride(from: 0, to: 2_000, by: 100) { _ = await store.commitBatches(client: "c1", try Self.batches(start..<start + 100)) }
+        #expect(await eventually { store.log.firstLSN.rawValue > 1 })
+        await store.close()
+        try damage(cut)
+        let files = try FileManager.default.contentsOfDirectory(atPath: cut).sorted()
+        #expect {
+            _ = try DocumentStore.open(at: cut, name: Self.name, logger: Logger(label: "test"))
+        } throws: { error in
+            (error as? FirestoreErrorCode)?.code == .dataLoss && "\(error)".contains("cannot be rebuilt")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: cut).sorted() == files)
+    }
+}
+
+extension FirestoreCheckpointTests {
+    /// The same through `ferry-server` and Ferry's document client, with kill -9.
+    @Test func aServerKilledAfterACheckpointStartsFromItWithEveryDocument() async throws {
+        let dir = try TemporaryDirectory("firestore-checkpoint-server")
+        let flags = ["--firestore-port", "0", "--firestore-checkpoint-bytes", "32768"]
+        var server = try ServerProcess(data: dir.path, flags)
+        var (db, c) = try FirestoreSyncTests.connected(dir, "writer", server, project: "ckpt")
+        for round in 0..<20 {
+            let batch = db.batch()
+            for i in 0..<50 { batch.setData(["round": round, "i": i], forDocument: db.collection("rows").document("r\(i + 50 * (round % 4))")) }
+            try await batch.commit()
+        }
+        try await db.collection("rows").document("r3").delete()
+        try await db.waitForPendingWrites()
+        let store = dir.path + "/firestore/ckpt/(default)"
+        #expect(await eventually { Self.checkpointWritten(store) })
+        await c.close()
+        try await db.terminate()
+        server.kill9()
+
+        server = try ServerProcess(data: dir.path, flags)
+        (db, c) = try FirestoreSyncTests.connected(dir, "reader", server, project: "ckpt")
+        let rows = try await db.collection("rows").getDocuments(source: .server)
+        #expect(rows.count == 199)
+        #expect(rows.documents.allSatisfy { ($0.data()["round"] as? Int).map { $0 >= 16 } ?? false })
+        #expect(!rows.documents.contains { $0.documentID == "r3" })
+        await c.close()
+        try await db.terminate()
+        #expect(server.terminate() == 0)
+    }
+}
