@@ -59,8 +59,10 @@ public struct ServerConfiguration: Sendable {
     /// The most connections open at once (idle, busy or streaming); a connection beyond it is
     /// answered `503` and closed on arrival. Each open connection needs a file descriptor.
     public var maxConnections = 16_384
-    /// The most bytes a stream may have waiting to be sent to a client that does not read them;
-    /// past it the stream is closed (and logged), so a slow client cannot grow the server's memory.
+    /// The most bytes a stream (an event stream, or a Firestore Listen: about its documents'
+    /// bytes) may have waiting to be sent to a client that does not read them; past it the
+    /// stream is closed (and logged; a Listen ends with `RESOURCE_EXHAUSTED`), so a slow client
+    /// cannot grow the server's memory.
     public var maxStreamBufferBytes = 16 * 1024 * 1024
     /// The most recent commits each namespace keeps for streams that resume after one of them
     /// (`Last-Event-ID`); a stream resuming from an older one gets the whole value.

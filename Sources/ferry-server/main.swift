@@ -83,7 +83,7 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "The most connections open at once (idle, busy or streaming); more are answered 503 and closed.")
     var maxConnections: Int = 16_384
 
-    @Option(help: "The most bytes a stream may have waiting for a client that does not read; past it the stream is closed.")
+    @Option(help: "The most bytes a stream (an event stream, or a Firestore Listen) may have waiting for a client that does not read; past it the stream is closed.")
     var maxStreamBuffer: Int = 16 * 1024 * 1024
 
     @Option(help: "The most recent commits each namespace keeps for streams that resume (Last-Event-ID); older ones get the whole value.")

@@ -15,8 +15,10 @@ struct RawFirestore {
     static let database = "projects/raw/databases/(default)"
     static let root = database + "/documents"
 
-    static func with<T: Sendable>(_ port: Int, _ body: (FS.Client<HTTP2ClientTransport.Posix>, GRPCClient<HTTP2ClientTransport.Posix>) async throws -> T) async throws -> T {
-        let transport = try HTTP2ClientTransport.Posix(target: .ipv4(address: "127.0.0.1", port: port), transportSecurity: .plaintext)
+    /// A client on `port` (`window`: the HTTP/2 flow-control window it offers, when not the default).
+    static func with<T: Sendable>(_ port: Int, window: Int? = nil, _ body: (FS.Client<HTTP2ClientTransport.Posix>, GRPCClient<HTTP2ClientTransport.Posix>) async throws -> T) async throws -> T {
+        let transport = try HTTP2ClientTransport.Posix(target: .ipv4(address: "127.0.0.1", port: port), transportSecurity: .plaintext,
+                                                       config: .defaults { if let window { $0.http2.targetWindowSize = window } })
         return try await withGRPCClient(transport: transport) { client in
             try await body(FS.Client(wrapping: client), client)
         }
@@ -308,6 +310,75 @@ struct RawBytes: MessageSerializer, MessageDeserializer {
             let reset = try await Self.listen(fs, foreign)
             #expect(reset.contains { $0.targetChange.targetChangeType == .reset })
             #expect(reset.filter { if case .documentChange = $0.responseType { true } else { false } }.count == 3)
+        }
+        #expect(server.terminate() == 0)
+    }
+}
+
+extension FirestoreServerTests {
+    @Test func aListenWhoseClientStopsReadingIsCutOffByTheBytesWaitingNotOnlyByTheirCount() async throws {
+        let dir = try TemporaryDirectory("firestore-listen-bytes")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0", "--max-stream-buffer", String(1 << 20)])
+        let port = server.firestorePort!
+        var target = Google_Firestore_V1_Target()
+        var query = Google_Firestore_V1_Target.QueryTarget()
+        query.parent = RawFirestore.root
+        query.structuredQuery = RawFirestore.query("big").structuredQuery
+        target.query = query
+        target.targetID = 2
+        var request = Google_Firestore_V1_ListenRequest()
+        request.database = RawFirestore.database
+        request.addTarget = target
+        let synced = AsyncStream<Void>.makeStream()
+        let resume = AsyncStream<Void>.makeStream()
+        let outcome = Task {
+            // A small window, so that what waits for the client is in the server, not in transit.
+            try await RawFirestore.with(port, window: 1 << 16) { fs, _ in
+                try await fs.listen(requestProducer: { [request] writer in
+                    try await writer.write(request)
+                    try await Task.sleep(for: .seconds(3600))
+                }, onResponse: { response -> (documents: Int, error: RPCError.Code?) in
+                    var documents = 0
+                    var resumed = false
+                    do {
+                        for try await m in response.messages {
+                            if case .documentChange? = m.responseType { documents += 1 }
+                            if case .targetChange(let c)? = m.responseType, c.targetChangeType == .noChange, c.targetIds.isEmpty {
+                                if !resumed {
+                                    // Synced: stop reading until the writer is done.
+                                    synced.continuation.yield()
+                                    for await _ in resume.stream { break }
+                                    resumed = true
+                                } else if documents == 40 {
+                                    return (documents, nil)
+                                }
+                            }
+                        }
+                    } catch let e as RPCError {
+                        return (documents, e.code)
+                    }
+                    return (documents, nil)
+                })
+            }
+        }
+        for await _ in synced.stream { break }
+        // 40 commits of 400 KB: 40 messages (far below the count bound), 16 MB (more than the
+        // sockets' buffers on loopback hold).
+        try await RawFirestore.with(port) { fs, _ in
+            let big = String(repeating: "x", count: 400_000)
+            for i in 0..<40 { _ = try await fs.commit(RawFirestore.commit([RawFirestore.set("big/d\(i)", ["s": big])])) }
+        }
+        resume.continuation.yield()
+        let (documents, error) = try await outcome.value
+        #expect(error == .resourceExhausted, "the stream must end once 1 MiB waits, not go on to 16 MB (it delivered \(documents) documents)")
+        #expect(documents < 40)
+        // The server goes on.
+        try await RawFirestore.with(port) { fs, _ in
+            _ = try await fs.commit(RawFirestore.commit([RawFirestore.set("small/a", ["n": 1])]))
+            var small = target
+            small.query.structuredQuery = RawFirestore.query("small").structuredQuery
+            let messages = try await Self.listen(fs, small)
+            #expect(messages.filter { if case .documentChange? = $0.responseType { true } else { false } }.count == 1)
         }
         #expect(server.terminate() == 0)
     }

@@ -39,7 +39,8 @@ extension FerryServer {
             }
         )
         let service = FirestoreService(databases: firestore, authenticator: authenticator,
-                                       openToEveryone: authenticator.emulator || configuration.allowInsecurePublic, maxWrites: configuration.maxCommitWrites)
+                                       openToEveryone: authenticator.emulator || configuration.allowInsecurePublic, maxWrites: configuration.maxCommitWrites,
+                                       maxStreamBufferBytes: configuration.maxStreamBufferBytes)
         let server = GRPCServer(transport: transport, services: [service])
         let serving = Task { try await server.serve() }
         let address: GRPCNIOTransportCore.SocketAddress

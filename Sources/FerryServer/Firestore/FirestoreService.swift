@@ -90,6 +90,8 @@ struct FirestoreService: V1.ServiceProtocol {
     /// rules yet): in emulator mode, or when the server was told to be insecure in public.
     let openToEveryone: Bool
     let maxWrites: Int
+    /// The most bytes a Listen stream may have waiting for a client that does not read.
+    let maxStreamBufferBytes: Int
 
     /// Refuses a bearer token that does not verify (`UNAUTHENTICATED`), and, outside emulator
     /// mode, any caller but the administrator (`PERMISSION_DENIED`: with no Firestore rules,
@@ -399,7 +401,7 @@ struct FirestoreService: V1.ServiceProtocol {
         try await rpc { try await authorize(request.metadata) }
         let databases = self.databases
         return StreamingServerResponse { writer in
-            let sink = ListenSink()
+            let sink = ListenSink(maxWaitingBytes: maxStreamBufferBytes)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 // The client's requests: the first names the database; each adds or removes a target.
                 group.addTask {
@@ -422,8 +424,8 @@ struct FirestoreService: V1.ServiceProtocol {
                 // The messages for the client, as the store produces them.
                 group.addTask {
                     for await group in sink.stream {
-                        try await writer.write(contentsOf: group)
-                        sink.sent(group.count)
+                        try await writer.write(contentsOf: group.messages)
+                        sink.sent(group.messages.count, bytes: group.bytes)
                     }
                     if sink.overflowed.load(ordering: .relaxed) {
                         throw RPCError(code: .resourceExhausted, message: "the client did not read its listen's changes fast enough; listen again with the last resume token")

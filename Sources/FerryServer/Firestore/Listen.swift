@@ -6,35 +6,73 @@ import Synchronization
 typealias ListenResponse = Google_Firestore_V1_ListenResponse
 
 /// Where one Listen stream's messages go: an unbounded queue the stream's writer drains, with
-/// a bound on what may wait. A client that stops reading is cut off (`RESOURCE_EXHAUSTED`,
-/// after which a client listens again with its resume token) instead of growing the server.
+/// bounds on what may wait, in messages and in bytes (`--max-stream-buffer`). A client that
+/// stops reading is cut off (`RESOURCE_EXHAUSTED`, after which a client listens again with its
+/// resume token) instead of growing the server.
 final class ListenSink: Sendable {
     static let maxWaiting = 50_000
     /// The messages, a group at a time (one element per group: one hand-over per commit, and
-    /// the writer writes a group before it flushes).
-    let stream: AsyncStream<[ListenResponse]>
-    private let continuation: AsyncStream<[ListenResponse]>.Continuation
+    /// the writer writes a group before it flushes), with their estimated bytes.
+    let stream: AsyncStream<(messages: [ListenResponse], bytes: Int)>
+    private let continuation: AsyncStream<(messages: [ListenResponse], bytes: Int)>.Continuation
     private let waiting = Atomic<Int>(0)
+    private let waitingBytes = Atomic<Int>(0)
+    let maxWaitingBytes: Int
     let overflowed = Atomic<Bool>(false)
 
-    init() {
-        (stream, continuation) = AsyncStream<[ListenResponse]>.makeStream()
+    init(maxWaitingBytes: Int) {
+        self.maxWaitingBytes = maxWaitingBytes
+        (stream, continuation) = AsyncStream<(messages: [ListenResponse], bytes: Int)>.makeStream()
     }
 
-    /// Queues `messages`; past the bound of messages already waiting, ends the stream instead
-    /// (one group of messages — a target's first snapshot, however big — always goes).
-    func send(_ messages: [ListenResponse]) {
+    /// Queues `messages` (`bytes`: their estimated size, when the caller knows it; see
+    /// ``estimatedBytes(_:)``); past either bound of what is already waiting, ends the stream
+    /// instead (one group of messages — a target's first snapshot, however big — always goes).
+    func send(_ messages: [ListenResponse], bytes: Int? = nil) {
         guard !messages.isEmpty else { return }
-        if waiting.add(messages.count, ordering: .relaxed).newValue - messages.count > Self.maxWaiting {
+        let size = bytes ?? messages.reduce(0) { $0 + Self.estimatedBytes($1) }
+        let before = (waiting.add(messages.count, ordering: .relaxed).newValue - messages.count,
+                      waitingBytes.add(size, ordering: .relaxed).newValue - size)
+        if before.0 > Self.maxWaiting || before.1 > maxWaitingBytes {
             overflowed.store(true, ordering: .relaxed)
             continuation.finish()
             return
         }
-        continuation.yield(messages)
+        continuation.yield((messages, size))
     }
 
-    /// `count` messages written to the client.
-    func sent(_ count: Int) { waiting.subtract(count, ordering: .relaxed) }
+    /// A group of `count` messages and `bytes` written to the client.
+    func sent(_ count: Int, bytes: Int) {
+        waiting.subtract(count, ordering: .relaxed)
+        waitingBytes.subtract(bytes, ordering: .relaxed)
+    }
+
+    /// About the bytes `message` takes on the wire: a document's name and values, and a
+    /// constant for the rest.
+    static func estimatedBytes(_ message: ListenResponse) -> Int {
+        switch message.responseType {
+        case .documentChange(let c)?: return estimatedBytes(c.document)
+        case .documentDelete(let d)?: return 48 + d.document.utf8.count
+        case .documentRemove(let d)?: return 48 + d.document.utf8.count
+        default: return 48
+        }
+    }
+
+    static func estimatedBytes(_ doc: Google_Firestore_V1_Document) -> Int {
+        doc.fields.reduce(64 + doc.name.utf8.count) { $0 + $1.key.utf8.count + 2 + estimatedBytes($1.value) }
+    }
+
+    static func estimatedBytes(_ v: Google_Firestore_V1_Value) -> Int {
+        switch v.valueType {
+        case .stringValue(let s)?: return s.utf8.count + 2
+        case .bytesValue(let b)?: return b.count + 2
+        case .referenceValue(let r)?: return r.utf8.count + 2
+        case .arrayValue(let a)?: return a.values.reduce(2) { $0 + estimatedBytes($1) }
+        case .mapValue(let m)?: return m.fields.reduce(2) { $0 + $1.key.utf8.count + 2 + estimatedBytes($1.value) }
+        case .geoPointValue?: return 20
+        default: return 10
+        }
+    }
 
     func finish() { continuation.finish() }
 }
@@ -97,9 +135,9 @@ extension DocumentStore {
                 // reconnection raced with this stream) starts over: it replaces the old one.
                 s.listens.streams[id]?.targets[tid] = nil
                 do {
-                    let (listen, messages) = try Self.startTarget(target, id: tid, s, database: name, epoch: epoch)
+                    let (listen, messages, bytes) = try Self.startTarget(target, id: tid, s, database: name, epoch: epoch)
                     if !target.once { s.listens.streams[id]?.targets[tid] = listen }
-                    stream.sink.send(messages + (target.once ? [Self.targetChange(.remove, [tid])] : []))
+                    stream.sink.send(messages + (target.once ? [Self.targetChange(.remove, [tid])] : []), bytes: bytes + 48)
                 } catch {
                     let e = error as? FirestoreErrorCode ?? FirestoreErrorCode(.internal, "\(error)")
                     stream.sink.send([Self.targetChange(.remove, [tid], cause: e)])
@@ -135,15 +173,18 @@ extension DocumentStore {
     }
 
     private static func changed(_ key: ResourcePath, _ d: StoredDocument, _ tid: Int32, _ database: DatabaseName,
-                                _ converted: inout [ResourcePath: Google_Firestore_V1_Document]) -> ListenResponse {
+                                _ converted: inout [ResourcePath: (doc: Google_Firestore_V1_Document, bytes: Int)], _ bytes: inout Int) -> ListenResponse {
         var c = Google_Firestore_V1_DocumentChange()
-        // One conversion per document and publication, however many streams get it.
+        // One conversion (and size) per document and publication, however many streams get it.
         if let w = converted[key] {
-            c.document = w
+            c.document = w.doc
+            bytes += w.bytes
         } else {
             let w = wireDocument(key, d, database)
-            converted[key] = w
+            let size = ListenSink.estimatedBytes(w)
+            converted[key] = (w, size)
             c.document = w
+            bytes += size
         }
         c.targetIds = [tid]
         var r = ListenResponse()
@@ -179,11 +220,11 @@ extension DocumentStore {
         return t.documents.sorted().compactMap { k in s.document(k).map { (k, $0) } }
     }
 
-    /// A target's first messages: ADD, its documents (or, resuming, what changed since its
+    /// A target's first messages (and about their bytes): ADD, its documents (or, resuming, what changed since its
     /// token: changed, removed, deleted), CURRENT, the count (an existence filter), and a
     /// global NO_CHANGE with the read time and a resume token. A token the store cannot resume
     /// from (another store's, or older than the deletions it remembers) gets RESET first.
-    static func startTarget(_ target: Google_Firestore_V1_Target, id tid: Int32, _ s: State, database: DatabaseName, epoch: UInt64) throws -> (ListenTarget, [ListenResponse]) {
+    static func startTarget(_ target: Google_Firestore_V1_Target, id tid: Int32, _ s: State, database: DatabaseName, epoch: UInt64) throws -> (ListenTarget, [ListenResponse], bytes: Int) {
         var t = ListenTarget()
         switch target.targetType {
         case nil: throw FirestoreErrorCode(.invalidArgument, "a target must be a query or documents")
@@ -216,10 +257,11 @@ extension DocumentStore {
         var out = [targetChange(.add, [tid])]
         if reset { out.append(targetChange(.reset, [tid])) }
         let now = results(t, s)
-        var converted: [ResourcePath: Google_Firestore_V1_Document] = [:]
+        var converted: [ResourcePath: (doc: Google_Firestore_V1_Document, bytes: Int)] = [:]
+        var bytes = 0
         for (k, d) in now {
             t.sent[k] = d.updateTime
-            if since.map({ d.updateTime > $0 }) ?? true { out.append(changed(k, d, tid, database, &converted)) }
+            if since.map({ d.updateTime > $0 }) ?? true { out.append(changed(k, d, tid, database, &converted, &bytes)) }
         }
         if let since {
             // What left the target since the token: deleted, or changed so it no longer matches.
@@ -247,7 +289,8 @@ extension DocumentStore {
             out.append(r)
         }
         out.append(targetChange(.noChange, [], readTime: s.lastCommit, token: ResumeToken(epoch: epoch, commit: s.lastCommit).data))
-        return (t, out)
+        // The documents' sizes, and a constant per message for the rest.
+        return (t, out, bytes + 48 * out.count)
     }
 
     /// Tells every stream what a group of commits changed in its targets, then a global
@@ -266,10 +309,11 @@ extension DocumentStore {
         let changedNames = final.keys.sorted()
         var streams = s.listens.streams
         s.listens.streams = [:]
-        var converted: [ResourcePath: Google_Firestore_V1_Document] = [:]
+        var converted: [ResourcePath: (doc: Google_Firestore_V1_Document, bytes: Int)] = [:]
         for sid in Array(streams.keys) {
             guard var stream = streams.removeValue(forKey: sid) else { continue }
             var out: [ListenResponse] = []
+            var bytes = 48
             for tid in Array(stream.targets.keys) {
                 guard var t = stream.targets.removeValue(forKey: tid) else { continue }
                 defer { stream.targets[tid] = t }
@@ -281,10 +325,11 @@ extension DocumentStore {
                     var next: [ResourcePath: Int64] = [:]
                     for (k, d) in now {
                         next[k] = d.updateTime
-                        if t.sent[k] != d.updateTime { out.append(changed(k, d, tid, database, &converted)) }
+                        if t.sent[k] != d.updateTime { out.append(changed(k, d, tid, database, &converted, &bytes)) }
                     }
                     for (k, _) in t.sent where next[k] == nil {
                         out.append(gone(k, deleted: s.document(k) == nil, tid, at: changedAt[k] ?? time, database))
+                        bytes += 48 + k.description.utf8.count
                     }
                     t.sent = next
                 } else {
@@ -294,18 +339,19 @@ extension DocumentStore {
                         let matches = after.map { d in t.query.map { $0.core.matches(LocalDocument.stored(k, d.fields), orders: orders) } ?? true } ?? false
                         if matches, let d = after {
                             if t.sent[k] != d.updateTime {
-                                out.append(changed(k, d, tid, database, &converted))
+                                out.append(changed(k, d, tid, database, &converted, &bytes))
                                 t.sent[k] = d.updateTime
                             }
                         } else if t.sent.removeValue(forKey: k) != nil {
                             out.append(gone(k, deleted: after == nil, tid, at: changedAt[k] ?? time, database))
+                            bytes += 48 + k.description.utf8.count
                         }
                     }
                 }
             }
             if !out.isEmpty {
                 out.append(targetChange(.noChange, [], readTime: time, token: ResumeToken(epoch: epoch, commit: time).data))
-                stream.sink.send(out)
+                stream.sink.send(out, bytes: bytes)
             }
             streams[sid] = stream
         }
