@@ -14,8 +14,14 @@ import Testing
 @Suite struct FirestoreCheckpointTests {
     static let name = DatabaseName(project: RawFirestore.database.split(separator: "/")[1].description, database: "(default)")
 
+    /// Sets `n` and about 1 KB that compresses poorly, so that a checkpoint spans several blocks.
     static func write(_ path: String, _ n: Int) throws -> ParsedWrite {
-        try ParsedWrite(wire: RawFirestore.set(path, ["n": n]), in: name)
+        var g = UInt64(n) &* 0x9E37_79B9_7F4A_7C15 | 1
+        let pad = String((0..<1_000).map { _ in
+            g ^= g << 13; g ^= g >> 7; g ^= g << 17
+            return Character(UnicodeScalar(UInt8(97 + g % 26)))
+        })
+        return try ParsedWrite(wire: RawFirestore.set(path, ["n": n, "pad": pad]), in: name)
     }
 
     static func delete(_ path: String) throws -> ParsedWrite {
@@ -41,11 +47,11 @@ import Testing
         FileManager.default.fileExists(atPath: dir + "/" + StoreCheckpoint.fileName)
     }
 
-    /// Client c1's batches 0..<count: each sets one of 300 documents, every seventh deletes one,
-    /// and batch 5 is refused (an update of a document that does not exist).
+    /// Client c1's batches 0..<count: each sets one of 2,000 documents, every seventh deletes
+    /// one, and batch 5 is refused (an update of a document that does not exist).
     static func batches(_ range: Range<Int>) throws -> [(id: Int64, writes: Result<[ParsedWrite], FirestoreErrorCode>)] {
         try range.map { i in
-            let path = "things/d\(i % 300)"
+            let path = "things/d\(i % 2_000)"
             if i == 5 {
                 var w = RawFirestore.set("things/missing", ["n": 0])
                 w.currentDocument.exists = true
@@ -59,7 +65,7 @@ import Testing
     static func model(_ count: Int) -> [String: Int64] {
         var m: [String: Int64] = [:]
         for i in 0..<count where i != 5 {
-            let path = "things/d\(i % 300)"
+            let path = "things/d\(i % 2_000)"
             m[path] = i % 7 == 0 ? nil : Int64(i)
         }
         return m
@@ -76,6 +82,12 @@ import Testing
         #expect(answers.filter { if case .failure = $0 { true } else { false } }.count == 1)
         #expect(await eventually { Self.checkpointWritten(path) && store.log.firstLSN.rawValue > 1 })
         let committed = store.state.withLock { ($0.lastCommit, $0.tombstones.count) }
+        // What an open must replay: the records from the newest checkpoint's through-LSN on.
+        #expect(await eventually { !store.state.withLock { $0.checkpointRunning } })
+        var scratch = DocumentStore.State()
+        let through = try #require(try StoreCheckpoint.read(from: store.log, into: &scratch))
+        var after: Int64 = 0
+        try store.log.forEachRecord(from: LSN(through)) { after += Int64($0.payload.count) }
 
         // Gone as kill -9 leaves it: every answered commit is on disk, nothing else happens.
         store.log.release()
@@ -84,7 +96,9 @@ import Testing
         let reopened = store.state.withLock { ($0.lastCommit, $0.tombstones.count, $0.bytesSinceCheckpoint) }
         #expect(reopened.0 == committed.0)
         #expect(reopened.1 == committed.1, "the deletions are kept for listens that resume")
-        #expect(reopened.2 < 64 << 10, "only the records after the checkpoint are replayed")
+        #expect(StoreCheckpoint.fileSize(in: path) > 1 << 20, "a checkpoint of several blocks")
+        #expect(reopened.2 == after, "only the records after the checkpoint are replayed")
+        #expect(after < 2_500_000, "not the 3 MB written (the checkpoint is due each time the records outweigh its file, ~1.3 MB)")
 
         // The marks came back too: every batch sent again gets its first answer and changes nothing.
         let again = await store.commitBatches(client: "c1", try Self.batches(2_900..<3_000) + Self.batches(5..<6))
@@ -122,7 +136,7 @@ import Testing
         let whole = dir.sub("whole")
         var store = try DocumentStore.open(at: whole, name: Self.name, logger: Logger(label: "test"))
         _ = await store.commitBatches(client: "c1", try Self.batches(0..<50))
-        _ = try StoreCheckpoint(store.state.withLock { $0 }, throughLSN: store.log.nextLSN.rawValue).write(to: store.log)
+        try StoreCheckpoint(store.state.withLock { $0 }, throughLSN: store.log.nextLSN.rawValue).write(to: store.log)
         store.log.release()
         #expect(Self.checkpointWritten(whole))
         try damage(whole)
@@ -144,6 +158,14 @@ import Testing
             (error as? FirestoreErrorCode)?.code == .dataLoss && "\(error)".contains("cannot be rebuilt")
         }
         #expect(try FileManager.default.contentsOfDirectory(atPath: cut).sorted() == files)
+
+        // So is a store whose checkpoint is missing once segments were deleted.
+        try FileManager.default.removeItem(atPath: cut + "/" + StoreCheckpoint.fileName)
+        #expect {
+            _ = try DocumentStore.open(at: cut, name: Self.name, logger: Logger(label: "test"))
+        } throws: { error in
+            (error as? FirestoreErrorCode)?.code == .dataLoss && "\(error)".contains("is missing")
+        }
     }
 }
 

@@ -101,13 +101,17 @@ final class DocumentStore: Sendable {
         var failure: String?
         /// Each client store's answered batches (exactly-once marks).
         var marks: [String: ClientMarks] = [:]
-        /// Bytes of records appended since the last checkpoint's image was taken.
+        /// Bytes of record payloads appended since the last checkpoint's image was taken.
         var bytesSinceCheckpoint: Int64 = 0
-        /// The size of the last checkpoint written (or read).
+        /// The size of the last checkpoint file written (or read).
         var lastCheckpointBytes = 0
         var checkpointRunning = false
         /// The last checkpoint started (a close waits for it).
         var checkpointTask: Task<Void, Never>?
+        /// Closing: no commit is taken any more.
+        var closing = false
+        /// Waiting for the writer to finish what it has (a close).
+        var idleWaiters: [CheckedContinuation<Void, Never>] = []
 
         func document(_ key: ResourcePath) -> StoredDocument? {
             collections[key.parent]?[key.last]
@@ -174,8 +178,12 @@ final class DocumentStore: Sendable {
     let checkpointBytes: Int
     static let defaultCheckpointBytes = 32 << 20
 
-    private init(name: DatabaseName, log: WriteAheadLog, state: State, checkpointBytes: Int, logger: Logger) {
+    /// The store's directory.
+    let directory: String
+
+    private init(name: DatabaseName, directory: String, log: WriteAheadLog, state: State, checkpointBytes: Int, logger: Logger) {
         self.name = name
+        self.directory = directory
         self.log = log
         self.checkpointBytes = checkpointBytes
         self.epoch = log.storeID.high ^ log.storeID.low
@@ -193,13 +201,23 @@ final class DocumentStore: Sendable {
         var s = State()
         do {
             var start = log.firstLSN
+            let whole = log.firstLSN.rawValue <= 1
             do {
-                if let through = try StoreCheckpoint.read(from: log, into: &s) {
-                    start = max(start, LSN(through))
-                    s.lastCheckpointBytes = Int((try? FileManager.default.attributesOfItem(atPath: directory + "/" + StoreCheckpoint.fileName)[.size] as? Int) ?? 0)
+                let through = try StoreCheckpoint.read(from: log, into: &s)
+                // Segments are deleted only below a checkpoint: a log that starts later needs
+                // one that reaches its start.
+                guard whole || (through.map { $0 >= log.firstLSN.rawValue } ?? false) else {
+                    throw FirestoreErrorCode(.dataLoss, through == nil
+                        ? "\(StoreCheckpoint.fileName) is missing and the log starts at \(log.firstLSN.rawValue)"
+                        : "\(StoreCheckpoint.fileName) ends at LSN \(through!), below the log's start (\(log.firstLSN.rawValue))")
                 }
-            } catch let e as FirestoreErrorCode where log.firstLSN.rawValue <= 1 {
-                // Every record is still in the log: replay them all instead.
+                if let through {
+                    start = max(start, LSN(through))
+                    s.lastCheckpointBytes = StoreCheckpoint.fileSize(in: directory)
+                }
+            } catch let e as FirestoreErrorCode where whole {
+                // Every record is still in the log: replay them all instead (the damaged file
+                // stays until the next checkpoint replaces it).
                 logger.error("firestore \(name): \(e.message); replaying the whole log instead")
                 s = State()
             } catch let e as FirestoreErrorCode {
@@ -248,19 +266,30 @@ final class DocumentStore: Sendable {
             log.release()
             throw error
         }
-        return DocumentStore(name: name, log: log, state: s, checkpointBytes: checkpointBytes, logger: logger)
+        return DocumentStore(name: name, directory: directory, log: log, state: s, checkpointBytes: checkpointBytes, logger: logger)
     }
 
-    /// Closes the store, with a checkpoint of what was committed since the last one when the
-    /// writer is idle (so that the next open replays nothing).
+    /// Closes the store: takes no more commits (they are answered `UNAVAILABLE`), waits for
+    /// the writer to finish those it has and for a checkpoint under way, then writes a
+    /// checkpoint of what was committed since the last one (so that the next open replays
+    /// nothing), unless the store failed.
     func close() async {
-        await state.withLock { $0.checkpointTask }?.value
-        let image: StoreCheckpoint? = state.withLock { s in
-            guard !s.writing, s.failure == nil, s.bytesSinceCheckpoint > 0 else { return nil }
-            s.bytesSinceCheckpoint = 0
-            return StoreCheckpoint(s, throughLSN: log.nextLSN.rawValue)
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let idle = state.withLock { s -> Bool in
+                s.closing = true
+                if s.writing { s.idleWaiters.append(c) }
+                return !s.writing
+            }
+            if idle { c.resume() }
         }
-        if let image { await writeCheckpoint(image) }
+        // The writer is done, so no checkpoint starts after this one.
+        await state.withLock { $0.checkpointTask }?.value
+        let image: (StoreCheckpoint, Int64)? = state.withLock { s in
+            guard s.failure == nil, s.bytesSinceCheckpoint > 0 else { return nil }
+            defer { s.bytesSinceCheckpoint = 0 }
+            return (StoreCheckpoint(s, throughLSN: log.nextLSN.rawValue), s.bytesSinceCheckpoint)
+        }
+        if let image { await writeCheckpoint(image.0, covering: image.1) }
         try? await log.close()
     }
 
@@ -454,6 +483,10 @@ final class DocumentStore: Sendable {
                 for c in commits { c.respond(.failure(FirestoreErrorCode(.unavailable, "this database's store failed (\(failure))"))) }
                 return false
             }
+            if s.closing {
+                for c in commits { c.respond(.failure(FirestoreErrorCode(.unavailable, "the server is shutting down"))) }
+                return false
+            }
             s.queue += commits
             if s.writing { return false }
             s.writing = true
@@ -467,6 +500,8 @@ final class DocumentStore: Sendable {
             let group: [PendingCommit]? = state.withLock { s in
                 if s.queue.isEmpty {
                     s.writing = false
+                    for c in s.idleWaiters { c.resume() }
+                    s.idleWaiters = []
                     return nil
                 }
                 defer { s.queue.removeAll() }
@@ -484,6 +519,7 @@ final class DocumentStore: Sendable {
         var outcomes: [Result<CommitResult, FirestoreErrorCode>] = []
         var changes: [DocumentChangeRecord] = []
         var batch = LogBatch()
+        var payloadBytes = 0
         var last = state.withLock { $0.lastCommit }
         var marks: [String: ClientMarks] = [:]
         state.withLock { s in
@@ -532,12 +568,14 @@ final class DocumentStore: Sendable {
                             }
                         }
                         batch.append(kind: RecordKind.commit.rawValue, payload: rec.bytes)
+                        payloadBytes += rec.bytes.count
                     case .clear:
                         for (parent, docs) in s.collections { for id in docs.keys { local[parent.appending(id)] = .some(nil) } }
                         for (k, d) in overlay where d != nil { local[k] = .some(nil) }
                         written = local.keys.filter { (overlay[$0] ?? s.document($0)) != nil }
                         rec.i64(time)
                         batch.append(kind: RecordKind.clear.rawValue, payload: rec.bytes)
+                        payloadBytes += rec.bytes.count
                     }
                     for k in written { changes.append(DocumentChangeRecord(key: k, before: overlay[k] ?? s.document(k), after: local[k]!, time: time)) }
                     overlay.merge(local) { $1 }
@@ -555,6 +593,7 @@ final class DocumentStore: Sendable {
                         rec.u32(UInt32(e.code.rawValue))
                         rec.string(e.message)
                         batch.append(kind: RecordKind.refusal.rawValue, payload: rec.bytes)
+                        payloadBytes += rec.bytes.count
                         marks[o.client, default: s.marks[o.client] ?? ClientMarks()].record(o.batch, .failure(e), at: last)
                     }
                 }
@@ -565,7 +604,7 @@ final class DocumentStore: Sendable {
         if !batch.isEmpty {
             do {
                 let range = try log.enqueue(batch)
-                state.withLock { $0.bytesSinceCheckpoint += Int64(batch.encodedSize) }
+                state.withLock { $0.bytesSinceCheckpoint += Int64(payloadBytes) }
                 try await log.awaitDurability(of: range)
             } catch {
                 let message = "\(error)"

@@ -8,7 +8,7 @@ import Foundation
 ///
 /// It is written once the records since the last one weigh ``DocumentStore/checkpointBytes``
 /// and the last checkpoint (writing the whole state then costs, amortized, a constant per
-/// byte committed), and on close. The image is taken by the store's writer between two groups,
+/// byte committed), and on close when anything was committed since the last one. The image is taken by the store's writer between two groups,
 /// when every record in the log is installed and nothing else is, so it is exactly the log
 /// below its LSN; it is encoded and written beside the writer, which goes on committing.
 struct StoreCheckpoint: Sendable {
@@ -38,8 +38,7 @@ struct StoreCheckpoint: Sendable {
     }
 
     /// Writes the checkpoint as a side file of blocks of about 1 MiB (see FORMAT.md).
-    func write(to log: WriteAheadLog) throws -> Int {
-        var written = 0
+    func write(to log: WriteAheadLog) throws {
         try log.writeSideFile(named: Self.fileName) { out in
             var w = PayloadWriter()
             var n: UInt32 = 0
@@ -51,14 +50,14 @@ struct StoreCheckpoint: Sendable {
                 block.u32(n)
                 block.bytes += w.bytes
                 try block.bytes.withUnsafeBytes { try out.write($0) }
-                written += block.bytes.count
                 w = PayloadWriter()
                 n = 0
             }
+            /// Before each item: a block holds one kind of item, about 1 MiB of them.
             func item(_ t: Tag) throws {
-                if t != tag { try flush(); tag = t }
+                if t != tag || w.bytes.count >= 1 << 20 { try flush() }
+                tag = t
                 n += 1
-                if w.bytes.count >= 1 << 20 { try flush() }
             }
             w.u8(Self.version)
             w.i64(Int64(throughLSN))
@@ -106,7 +105,11 @@ struct StoreCheckpoint: Sendable {
             w.u32(UInt32(marks.count))
             try flush()
         }
-        return written
+    }
+
+    /// The size of the checkpoint file in the store at `directory` (0: none).
+    static func fileSize(in directory: String) -> Int {
+        ((try? FileManager.default.attributesOfItem(atPath: directory + "/" + fileName))?[.size] as? Int) ?? 0
     }
 
     /// Reads the checkpoint into `s` and returns its through-LSN, or nil when there is none.
@@ -123,7 +126,14 @@ struct StoreCheckpoint: Sendable {
                 guard !ended else { throw FirestoreErrorCode(.dataLoss, "\(fileName) has blocks after its end") }
                 guard let tag = Tag(rawValue: try r.u8()) else { throw FirestoreErrorCode(.dataLoss, "\(fileName) holds a block of an unknown kind") }
                 let n = try r.count()
-                if tag != .header && through == nil { throw FirestoreErrorCode(.dataLoss, "\(fileName) does not start with its header") }
+                switch tag {
+                case .header:
+                    guard through == nil, n == 1 else { throw FirestoreErrorCode(.dataLoss, "\(fileName) has a header that is not its first block's one item") }
+                case .end:
+                    guard n == 1 else { throw FirestoreErrorCode(.dataLoss, "\(fileName) has an end block of \(n) items") }
+                default:
+                    guard through != nil else { throw FirestoreErrorCode(.dataLoss, "\(fileName) does not start with its header") }
+                }
                 for _ in 0..<n {
                     switch tag {
                     case .header:
@@ -177,17 +187,27 @@ struct StoreCheckpoint: Sendable {
 }
 
 extension DocumentStore {
-    /// Writes a checkpoint of `image` and deletes the log's segments below it. Runs beside
-    /// the writer; a failure is logged and leaves the log as it was (the next open replays it).
-    func writeCheckpoint(_ image: StoreCheckpoint) async {
+    /// Writes a checkpoint of `image` (which covers `bytes` of records since the last one),
+    /// reads it back, and deletes the log's segments below it, beside the writer. A failure is logged and the
+    /// bytes count again towards the next checkpoint; a failed write to the store's directory
+    /// stops its log as a failed append does, so the database is then refused until the
+    /// server restarts (and the log, kept whole below the failed checkpoint, replays).
+    func writeCheckpoint(_ image: StoreCheckpoint, covering bytes: Int64) async {
         do {
-            let bytes = try image.write(to: log)
-            state.withLock { $0.lastCheckpointBytes = bytes }
+            try image.write(to: log)
+            // Read back whole before the only other copy of its records goes.
+            var check = State()
+            guard try StoreCheckpoint.read(from: log, into: &check) == image.throughLSN else {
+                throw FirestoreErrorCode(.dataLoss, "\(StoreCheckpoint.fileName) did not read back as written")
+            }
+            let size = StoreCheckpoint.fileSize(in: directory)
+            state.withLock { $0.lastCheckpointBytes = size }
             try await log.roll()
             let deleted = try await log.deleteSegments(before: LSN(image.throughLSN))
-            logger.info("firestore \(name): checkpoint through LSN \(image.throughLSN) (\(bytes) bytes); \(deleted.count) segments deleted")
+            logger.info("firestore \(name): checkpoint through LSN \(image.throughLSN) (\(size) bytes); \(deleted.count) segments deleted")
         } catch {
-            logger.error("firestore \(name): the checkpoint failed (\(error)); the log keeps every record")
+            state.withLock { $0.bytesSinceCheckpoint += bytes }
+            logger.error("firestore \(name): the checkpoint failed (\(error))")
         }
     }
 
@@ -195,16 +215,16 @@ extension DocumentStore {
     /// records since the last one outweigh ``checkpointBytes`` and the last checkpoint, and
     /// none is under way.
     func checkpointIfDue() {
-        let image: StoreCheckpoint? = state.withLock { s in
-            guard !s.checkpointRunning, s.failure == nil,
+        let image: (StoreCheckpoint, Int64)? = state.withLock { s in
+            guard !s.checkpointRunning, !s.closing, s.failure == nil,
                   s.bytesSinceCheckpoint >= max(Int64(checkpointBytes), Int64(s.lastCheckpointBytes)) else { return nil }
-            s.bytesSinceCheckpoint = 0
+            defer { s.bytesSinceCheckpoint = 0 }
             s.checkpointRunning = true
-            return StoreCheckpoint(s, throughLSN: log.nextLSN.rawValue)
+            return (StoreCheckpoint(s, throughLSN: log.nextLSN.rawValue), s.bytesSinceCheckpoint)
         }
         guard let image else { return }
         let task = Task { [self] in
-            await writeCheckpoint(image)
+            await writeCheckpoint(image.0, covering: image.1)
             state.withLock { $0.checkpointRunning = false }
         }
         state.withLock { $0.checkpointTask = task }
