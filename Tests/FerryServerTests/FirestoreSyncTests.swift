@@ -389,3 +389,43 @@ extension FirestoreOnlineTests {
         #expect(server.terminate() == 0)
     }
 }
+
+extension FirestoreSyncTests {
+    /// A document the store shows but the server's target no longer holds ("limbo") is looked
+    /// up on the server: deleted while the store was offline, it leaves the listener and the
+    /// cache, and the window fills from the server.
+    @Test func aDocumentDeletedWhileOfflineIsResolvedOutOfLimboByTheServer() async throws {
+        let dir = try TemporaryDirectory("firestore-limbo")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let (writer, cw) = try Self.connected(dir, "writer", server)
+        for (id, n) in [("a", 1), ("b", 2), ("c", 3)] { try await writer.collection("w").document(id).setData(["n": n]) }
+        try await writer.waitForPendingWrites()
+
+        let (reader, cr) = try Self.connected(dir, "reader", server)
+        let shown = Mutex<(ids: [String], fromCache: Bool)>(([], true))
+        let reg = reader.collection("w").order(by: "n").limit(to: 2).addSnapshotListener(includeMetadataChanges: true) { snap, _ in
+            if let snap { shown.withLock { $0 = (snap.documents.map(\.documentID), snap.metadata.isFromCache) } }
+        }
+        #expect(await eventually { shown.withLock { $0.ids == ["a", "b"] && !$0.fromCache } })
+
+        await reader.disableNetwork()
+        try await writer.collection("w").document("b").delete()
+        try await writer.waitForPendingWrites()
+        // Offline, the cache still shows b.
+        #expect(try await reader.collection("w").document("b").getDocument(source: .cache).exists)
+
+        await reader.enableNetwork()
+        // The limited target is sent whole again (without b); b is looked up and found gone.
+        #expect(await eventually { shown.withLock { $0.ids == ["a", "c"] && !$0.fromCache } })
+        #expect(await eventually { (try? await reader.collection("w").document("b").getDocument(source: .cache))?.exists != true },
+                "b, deleted on the server, must leave the cache once resolved")
+        let cached = try await reader.collection("w").getDocuments(source: .cache).documents.map(\.documentID).sorted()
+        #expect(cached == ["a", "c"])
+        reg.remove()
+        await cr.close()
+        await cw.close()
+        try await reader.terminate()
+        try await writer.terminate()
+        #expect(server.terminate() == 0)
+    }
+}
