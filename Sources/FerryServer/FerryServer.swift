@@ -81,7 +81,8 @@ public struct ServerConfiguration: Sendable {
     /// The most writes one Firestore commit may hold.
     public var maxCommitWrites = 10_000
     /// A Firestore database writes a checkpoint (and deletes the log segments below it) once
-    /// the commits since the last one weigh this many bytes and the last checkpoint; and on close.
+    /// the commits since the last one weigh this many bytes and the last checkpoint; and on
+    /// close, when they weigh an eighth of the last checkpoint or more.
     public var firestoreCheckpointBytes = 32 << 20
     /// The event loop threads serving connections (0: one per core).
     public var eventLoopThreads = 0

@@ -95,7 +95,7 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "Also serve Cloud Firestore's gRPC API (google.firestore.v1.Firestore, plaintext HTTP/2) on this port (0: pick a free one). Its databases live under DATA/firestore.")
     var firestorePort: Int?
 
-    @Option(help: "A Firestore database writes a checkpoint (and deletes the log below it) once the commits since the last one weigh this many bytes (and the last checkpoint), and on shutdown.")
+    @Option(help: "A Firestore database writes a checkpoint (and deletes the log below it) once the commits since the last one weigh this many bytes (and the last checkpoint), and on shutdown (when they weigh an eighth of the last one).")
     var firestoreCheckpointBytes: Int = 32 << 20
 
     @Option(help: "Seconds a disconnected client's onDisconnect writes wait: after a restart, for it to connect again; on a silent connection, for its acknowledgements.")

@@ -271,8 +271,9 @@ final class DocumentStore: Sendable {
 
     /// Closes the store: takes no more commits (they are answered `UNAVAILABLE`), waits for
     /// the writer to finish those it has and for a checkpoint under way, then writes a
-    /// checkpoint of what was committed since the last one (so that the next open replays
-    /// nothing), unless the store failed.
+    /// checkpoint when what was committed since the last one weighs an eighth of it or more
+    /// (so that the next open replays little, and a close after a few commits does not
+    /// rewrite the whole state), unless the store failed.
     func close() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let idle = state.withLock { s -> Bool in
@@ -285,7 +286,7 @@ final class DocumentStore: Sendable {
         // The writer is done, so no checkpoint starts after this one.
         await state.withLock { $0.checkpointTask }?.value
         let image: (StoreCheckpoint, Int64)? = state.withLock { s in
-            guard s.failure == nil, s.bytesSinceCheckpoint > 0 else { return nil }
+            guard s.failure == nil, s.bytesSinceCheckpoint > 0, s.bytesSinceCheckpoint * 8 >= Int64(s.lastCheckpointBytes) else { return nil }
             defer { s.bytesSinceCheckpoint = 0 }
             return (StoreCheckpoint(s, throughLSN: log.nextLSN.rawValue), s.bytesSinceCheckpoint)
         }

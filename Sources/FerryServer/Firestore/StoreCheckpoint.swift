@@ -8,7 +8,7 @@ import Foundation
 ///
 /// It is written once the records since the last one weigh ``DocumentStore/checkpointBytes``
 /// and the last checkpoint (writing the whole state then costs, amortized, a constant per
-/// byte committed), and on close when anything was committed since the last one. The image is taken by the store's writer between two groups,
+/// byte committed), and on close when what was committed since weighs an eighth of it or more. The image is taken by the store's writer between two groups,
 /// when every record in the log is installed and nothing else is, so it is exactly the log
 /// below its LSN; it is encoded and written beside the writer, which goes on committing.
 struct StoreCheckpoint: Sendable {
