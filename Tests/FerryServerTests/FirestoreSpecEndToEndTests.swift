@@ -23,10 +23,11 @@ import Testing
 /// which a real server decides.) Calls of `waitForPendingWrites` must have returned at least as
 /// often as the case expects, when it expects it. At the end, online, once every write has its
 /// answer, each listener must show what the server answers a second client for its query.
-/// A case fails if it compared fewer states than it has.
+/// A case fails if it compared fewer states than it has. A stream failure cuts the client's
+/// connection (it goes through a proxy), once the client has connected again after the last.
 ///
 /// Cases whose point is a server misbehaving or a message a real server chooses (existence
-/// filter mismatches, resets, rejected writes, stream failures, errors), a cache-only listener,
+/// filter mismatches, resets, rejected writes, errors), a cache-only listener,
 /// the SDK's own collector or users, or nothing that settles (the SDK's timers and counters),
 /// are not end to end: ``EndToEndSpecCase/notApplicable(_:)`` says why for each, and the seam
 /// harness runs all of them.
@@ -66,9 +67,9 @@ import Testing
               + notApplicable.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
         for f in failed { print("  FAIL \(f)") }
         #expect(failed.isEmpty, "\(failed.count) spec cases failed end to end")
-        // The shipped files hold 137 cases; the rules above leave 54 of them end to end (and
+        // The shipped files hold 137 cases; the rules above leave 60 of them end to end (and
         // each case checks that it compared every state it has).
-        #expect(ran >= (ProcessInfo.processInfo.environment["FERRY_FIRESTORE_SPEC"] == nil ? 54 : 1))
+        #expect(ran >= (ProcessInfo.processInfo.environment["FERRY_FIRESTORE_SPEC"] == nil ? 60 : 1))
         #expect(server.terminate() == 0)
     }
 }
@@ -94,6 +95,8 @@ final class EndToEndSpecCase: @unchecked Sendable {
     let server: ServerProcess
     let project: String
     var client: (db: Firestore, connection: FirestoreConnection)?
+    /// Between the client and the server: a stream failure cuts its connections.
+    var proxy: CuttingProxy?
     /// The second client that makes the server's own changes.
     var writer: (db: Firestore, connection: FirestoreConnection)?
     var listeners: [String: (registration: ListenerRegistration, shown: ShownBox, query: [String: Any])] = [:]
@@ -211,7 +214,6 @@ final class EndToEndSpecCase: @unchecked Sendable {
             case "watchFilter": return "existence filter (a server whose count disagrees)"
             case "watchReset": return "target reset"
             case "failWrite": return "rejected write"
-            case "watchStreamClose": return "stream failure"
             case "triggerLruGC": return "the SDK's collector"
             case "changeUser": return "users"
             case "addSnapshotsInSyncListener", "removeSnapshotsInSyncListener": return "snapshots-in-sync listeners"
@@ -226,9 +228,16 @@ final class EndToEndSpecCase: @unchecked Sendable {
         return nil
     }
 
+    /// A store connected to the server: the client through a proxy whose connections a
+    /// stream failure cuts, the second client directly.
     func connect(_ name: String) throws -> (Firestore, FirestoreConnection) {
         let db = try Firestore.open(at: dir.sub(name))
-        let c = try FirestoreConnection.connect(db, to: .init(host: "127.0.0.1", port: server.firestorePort!, project: project))
+        var port = server.firestorePort!
+        if name == "client" {
+            if proxy == nil { proxy = try CuttingProxy(to: port) }
+            port = proxy!.port
+        }
+        let c = try FirestoreConnection.connect(db, to: .init(host: "127.0.0.1", port: port, project: project))
         return (db, c)
     }
 
@@ -241,6 +250,7 @@ final class EndToEndSpecCase: @unchecked Sendable {
         }
         client = nil
         writer = nil
+        proxy?.stop()
     }
 
     /// Runs the case; nil when it held, else what went wrong first.
@@ -343,6 +353,14 @@ final class EndToEndSpecCase: @unchecked Sendable {
         case "enableNetwork":
             networkOn = v as! Bool
             if networkOn { await db.enableNetwork() } else { await db.disableNetwork() }
+        case "watchStreamClose":
+            // The connection fails under the stream (once the client has connected again after
+            // the last failure): the client reconnects and listens again.
+            if networkOn && !listeners.isEmpty, let proxy {
+                guard await eventually({ proxy.live > 0 }), proxy.cut({ _ in true }) > 0 else {
+                    throw FirestoreErrorCode(.internal, "a stream failure found no connection to cut while the client listens")
+                }
+            }
         case "waitForPendingWrites":
             Task { [self] in
                 try await db.waitForPendingWrites()

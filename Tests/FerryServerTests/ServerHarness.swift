@@ -342,6 +342,11 @@ final class CuttingProxy: @unchecked Sendable {
         }
     }
 
+    /// Connections open and not cut.
+    var live: Int {
+        connections.withLock { all in all.filter { k, c in !c.closed && !cutIDs.withLock { $0.contains(k) } }.count }
+    }
+
     private let stopped = FerryMutex(false)
 
     /// Stops accepting and cuts every connection (their forwarding threads then close them).
