@@ -218,7 +218,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryServerTests",
-            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryServer", "FerryTestSupport", "ferry-server", "ferry-sync-child", "ferry-sync-demo", "ferry-hostile-child",
+            dependencies: ["Ferry", "FerryWire", "FerrySync", "FerryServer", "FerryTestSupport", "ferry-server", "ferry-dump", "ferry-sync-child", "ferry-sync-demo", "ferry-hostile-child",
                            "FerryDocuments", "FerryDocumentsSync", "ferry-documents-child", "FerryFirestoreWire",
                            .product(name: "GRPCCore", package: "grpc-swift-2"),
                            .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),

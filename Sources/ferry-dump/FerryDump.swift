@@ -206,6 +206,8 @@ extension FerryDump {
             var database: StoreStatistics?
             /// A document store's statistics, from a replay of the log.
             var documents: DocumentTools.Replayer.Statistics?
+            /// A `ferry-server` Firestore database's records by kind, and its checkpoint.
+            var serverDocuments: ServerDocumentStore?
         }
 
         func run() throws {
@@ -223,7 +225,9 @@ extension FerryDump {
                 syncCursor: (try? RecordDescription.syncCursor { body in
                     try inspection.forEachRecord { r in try body(r.kind, r.payload) }
                 }) ?? nil)
-            if try isDocumentStore(inspection, directory: store.directory) {
+            if let server = try ServerDocumentStore(inspection, directory: store.directory) {
+                report.serverDocuments = server
+            } else if try isDocumentStore(inspection, directory: store.directory) {
                 let replayer = try DocumentTools.Replayer(directory: store.directory)
                 do {
                     try inspection.forEachRecord { r in try replayer.apply(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload) }
@@ -254,6 +258,11 @@ extension FerryDump {
                 print("record bytes:        \(report.uncompressedBodyBytes) uncompressed, \(report.storedBodyBytes) stored")
                 print("compression ratio:   \(String(format: "%.2f", report.compressionRatio))x")
                 print("sync cursor:         \(report.syncCursor.map { "writes up to \($0) answered by the server" } ?? "-")")
+                if let d = report.serverDocuments {
+                    print("store:               a ferry-server Firestore database (FORMAT.md, *Server document stores*)")
+                    print("commits:             \(d.commits) in the log, \(d.clears) clears, \(d.refusals) refused batches")
+                    print("checkpoint bytes:    \(d.checkpointBytes)")
+                }
                 if let d = report.documents {
                     print("documents:           \(d.documents) in \(d.collections) collections (\(d.deletedDocuments) known deleted)")
                     print("pending writes:      \(d.pendingWrites) in \(d.pendingBatches) batches")
@@ -292,6 +301,9 @@ extension FerryDump {
 
         func run() throws {
             let inspection = try store.inspect(deep: false)
+            if try ServerDocumentStore(inspection, directory: store.directory) != nil {
+                throw ValidationError("\(store.directory) is a ferry-server Firestore database: `at` rebuilds the Realtime Database's and the document client's stores; `records` and `stats` read this one")
+            }
             if try isDocumentStore(inspection, directory: store.directory) { return try documentsAt(inspection) }
             let replayer = StateReplayer()
             let last = try replay(inspection) { try replayer.apply(kind: $0.kind, lsn: $0.lsn.rawValue, payload: $0.payload) }
@@ -335,6 +347,43 @@ func directoryBytes(_ path: String) -> Int64 {
         if let size = try? FileManager.default.attributesOfItem(atPath: path + "/" + rel)[.size] as? NSNumber { total += size.int64Value }
     }
     return total
+}
+
+/// A `ferry-server` Firestore database (its record kinds 40–42 and its checkpoint, FORMAT.md,
+/// *Server document stores*): what `stats` says of it.
+struct ServerDocumentStore: Encodable {
+    static let kinds: ClosedRange<UInt8> = 40...42
+    static let checkpointFile = "server-documents.checkpoint"
+    var commits = 0
+    var clears = 0
+    var refusals = 0
+    var checkpointBytes: Int64 = 0
+
+    /// Nil when the store is not one (no server checkpoint, and a first record of another kind).
+    init?(_ inspection: LogInspection, directory: String) throws {
+        let checkpoint = directory + "/" + Self.checkpointFile
+        var isServer = FileManager.default.fileExists(atPath: checkpoint)
+        var first = true
+        var counts = (0, 0, 0)
+        do {
+            try inspection.forEachRecord { r in
+                if first {
+                    first = false
+                    isServer = isServer || Self.kinds.contains(r.kind)
+                    if !isServer { throw StopWalk() }
+                }
+                switch r.kind {
+                case 40: counts.0 += 1
+                case 41: counts.1 += 1
+                case 42: counts.2 += 1
+                default: break
+                }
+            }
+        } catch is StopWalk {}
+        guard isServer else { return nil }
+        (commits, clears, refusals) = counts
+        checkpointBytes = ((try? FileManager.default.attributesOfItem(atPath: checkpoint))?[.size] as? NSNumber)?.int64Value ?? 0
+    }
 }
 
 /// Whether the store's records are a document store's (its first record's kind tells).

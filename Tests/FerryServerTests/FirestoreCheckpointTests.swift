@@ -204,6 +204,13 @@ extension FirestoreCheckpointTests {
         (db, c) = try FirestoreSyncTests.connected(dir, "reader", server, project: "ckpt")
         let rows = try await db.collection("rows").getDocuments(source: .server)
         #expect(rows.count == 199)
+        // ferry-dump tells the store for what it is (and `at`, which does not read it, says so).
+        let stats = try run(Locations.executable("ferry-dump"), ["stats", store])
+        #expect(stats.status == 0)
+        #expect(stats.stdout.contains("a ferry-server Firestore database"), "\(stats.stdout)")
+        #expect(stats.stdout.contains("checkpoint bytes:") && !stats.stdout.contains("cached paths"))
+        let at = try run(Locations.executable("ferry-dump"), ["at", store])
+        #expect(at.status == 64 && at.stderr.contains("is a ferry-server Firestore database"), "\(at.stderr)")
         #expect(rows.documents.allSatisfy { ($0.data()["round"] as? Int).map { $0 >= 16 } ?? false })
         #expect(!rows.documents.contains { $0.documentID == "r3" })
         await c.close()
