@@ -256,7 +256,11 @@ final class CuttingProxy: @unchecked Sendable {
         Thread { [self] in
             while true {
                 let c = accept(fd, nil, nil)
-                if c < 0 { return }
+                if c < 0 {
+                    // A signal (a child process ending) interrupts accept: go on.
+                    if errno == EINTR || errno == ECONNABORTED { continue }
+                    return
+                }
                 guard let u = try? TestHTTP.connect(upstreamPort) else { close(c); continue }
                 var none = timeval(tv_sec: 0, tv_usec: 0)
                 setsockopt(u, SOL_SOCKET, SO_RCVTIMEO, &none, socklen_t(MemoryLayout<timeval>.size))
@@ -342,9 +346,10 @@ final class CuttingProxy: @unchecked Sendable {
         }
     }
 
-    /// Connections open and not cut.
+    /// Connections open, not cut, and with a request head seen (what ``cut(answered:_:)`` can
+    /// cut: an HTTP/2 connection's is its preface).
     var live: Int {
-        connections.withLock { all in all.filter { k, c in !c.closed && !cutIDs.withLock { $0.contains(k) } }.count }
+        connections.withLock { all in all.filter { k, c in !c.closed && !c.requests.isEmpty && !cutIDs.withLock { $0.contains(k) } }.count }
     }
 
     private let stopped = FerryMutex(false)
