@@ -116,6 +116,19 @@ struct StoreCheckpoint: Sendable {
     /// A damaged or cut file throws ``FirestoreErrorCode/Code/dataLoss`` (`s` is then partly
     /// filled: the caller starts over).
     static func read(from log: WriteAheadLog, into s: inout DocumentStore.State) throws -> UInt64? {
+        try read(from: log, into: &s, keeping: true)
+    }
+
+    /// Reads the checkpoint whole, checking every block and item, without building the state:
+    /// its through-LSN, or nil when there is none.
+    static func check(in log: WriteAheadLog) throws -> UInt64? {
+        var scratch = DocumentStore.State()
+        return try read(from: log, into: &scratch, keeping: false)
+    }
+
+    /// Reads the checkpoint; with `keeping` false, every item is decoded and dropped (the
+    /// header and the counts are still checked).
+    private static func read(from log: WriteAheadLog, into s: inout DocumentStore.State, keeping: Bool) throws -> UInt64? {
         var through: UInt64?
         var ended = false
         var counted = (documents: 0, tombstones: 0, marks: 0)
@@ -145,11 +158,13 @@ struct StoreCheckpoint: Sendable {
                     case .documents:
                         let key = try r.path()
                         let created = try r.i64(), updated = try r.i64()
-                        s.install(key, StoredDocument(fields: try r.fields(), createTime: created, updateTime: updated), at: updated)
+                        let fields = try r.fields()
+                        if keeping { s.install(key, StoredDocument(fields: fields, createTime: created, updateTime: updated), at: updated) }
                         counted.documents += 1
                     case .tombstones:
                         let key = try r.path()
-                        s.tombstones[key] = try r.i64()
+                        let time = try r.i64()
+                        if keeping { s.tombstones[key] = time }
                         counted.tombstones += 1
                     case .marks:
                         var m = DocumentStore.ClientMarks()
@@ -165,7 +180,7 @@ struct StoreCheckpoint: Sendable {
                                 m.answers[batch] = .failure(FirestoreErrorCode(code, try r.string()))
                             }
                         }
-                        s.marks[client] = m
+                        if keeping { s.marks[client] = m }
                         counted.marks += 1
                     case .end:
                         let want = (Int(try r.u32()), Int(try r.u32()), Int(try r.u32()))
@@ -188,16 +203,16 @@ struct StoreCheckpoint: Sendable {
 
 extension DocumentStore {
     /// Writes a checkpoint of `image` (which covers `bytes` of records since the last one),
-    /// reads it back, and deletes the log's segments below it, beside the writer. A failure is logged and the
-    /// bytes count again towards the next checkpoint; a failed write to the store's directory
-    /// stops its log as a failed append does, so the database is then refused until the
-    /// server restarts (and the log, kept whole below the failed checkpoint, replays).
+    /// reads it back (checking it, without a second copy of the state), and deletes the log's
+    /// segments below it, beside the writer. A failure is logged and the bytes count again
+    /// towards the next checkpoint; a failed write to the store's directory stops its log as a
+    /// failed append does, so the database is then refused until the server restarts (and the
+    /// log, kept whole below the failed checkpoint, replays).
     func writeCheckpoint(_ image: StoreCheckpoint, covering bytes: Int64) async {
         do {
             try image.write(to: log)
             // Read back whole before the only other copy of its records goes.
-            var check = State()
-            guard try StoreCheckpoint.read(from: log, into: &check) == image.throughLSN else {
+            guard try StoreCheckpoint.check(in: log) == image.throughLSN else {
                 throw FirestoreErrorCode(.dataLoss, "\(StoreCheckpoint.fileName) did not read back as written")
             }
             let size = StoreCheckpoint.fileSize(in: directory)
