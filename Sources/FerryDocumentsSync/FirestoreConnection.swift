@@ -380,8 +380,6 @@ struct Backoff {
     }
 }
 
-/// Reads and transactions straight from the server (``DocumentServer``), for `getDocument`
-/// with a server source and `runTransaction`.
 /// The bearer token a connection sends: a fixed one, or its provider's, asked again when the
 /// server refuses the one it gave.
 final class Credentials: Sendable {
@@ -425,6 +423,8 @@ final class Credentials: Sendable {
     }
 }
 
+/// Reads and transactions straight from the server (``DocumentServer``), for `getDocument`
+/// with a server source and `runTransaction`.
 struct GRPCDocumentServer: DocumentServer {
     let stub: Google_Firestore_V1_Firestore.Client<HTTP2ClientTransport.Posix>
     let database: DatabaseName

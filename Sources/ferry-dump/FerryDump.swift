@@ -301,7 +301,7 @@ extension FerryDump {
 
         func run() throws {
             let inspection = try store.inspect(deep: false)
-            if try ServerDocumentStore(inspection, directory: store.directory) != nil {
+            if try ServerDocumentStore.holds(inspection, directory: store.directory) {
                 throw ValidationError("\(store.directory) is a ferry-server Firestore database: `at` rebuilds the Realtime Database's and the document client's stores; `records` and `stats` read this one")
             }
             if try isDocumentStore(inspection, directory: store.directory) { return try documentsAt(inspection) }
@@ -359,44 +359,44 @@ struct ServerDocumentStore: Encodable {
     var refusals = 0
     var checkpointBytes: Int64 = 0
 
-    /// Nil when the store is not one (no server checkpoint, and a first record of another kind).
-    init?(_ inspection: LogInspection, directory: String) throws {
-        let checkpoint = directory + "/" + Self.checkpointFile
-        var isServer = FileManager.default.fileExists(atPath: checkpoint)
-        var first = true
-        var counts = (0, 0, 0)
-        do {
-            try inspection.forEachRecord { r in
-                if first {
-                    first = false
-                    isServer = isServer || Self.kinds.contains(r.kind)
-                    if !isServer { throw StopWalk() }
-                }
-                switch r.kind {
-                case 40: counts.0 += 1
-                case 41: counts.1 += 1
-                case 42: counts.2 += 1
-                default: break
-                }
-            }
-        } catch is StopWalk {}
-        guard isServer else { return nil }
-        (commits, clears, refusals) = counts
-        checkpointBytes = ((try? FileManager.default.attributesOfItem(atPath: checkpoint))?[.size] as? NSNumber)?.int64Value ?? 0
+    /// Whether the store is one: it has a server checkpoint, or its first record is of a
+    /// server kind.
+    static func holds(_ inspection: LogInspection, directory: String) throws -> Bool {
+        if FileManager.default.fileExists(atPath: directory + "/" + checkpointFile) { return true }
+        return try firstRecordKind(inspection).map(kinds.contains) ?? false
     }
+
+    /// Nil when the store is not one.
+    init?(_ inspection: LogInspection, directory: String) throws {
+        guard try Self.holds(inspection, directory: directory) else { return nil }
+        try inspection.forEachRecord { r in
+            switch r.kind {
+            case 40: commits += 1
+            case 41: clears += 1
+            case 42: refusals += 1
+            default: break
+            }
+        }
+        checkpointBytes = ((try? FileManager.default.attributesOfItem(atPath: directory + "/" + Self.checkpointFile))?[.size] as? NSNumber)?.int64Value ?? 0
+    }
+}
+
+/// The kind of the store's first record (nil: none).
+func firstRecordKind(_ inspection: LogInspection) throws -> UInt8? {
+    var first: UInt8?
+    do {
+        try inspection.forEachRecord { r in
+            first = r.kind
+            throw StopWalk()
+        }
+    } catch is StopWalk {}
+    return first
 }
 
 /// Whether the store's records are a document store's (its first record's kind tells).
 func isDocumentStore(_ inspection: LogInspection, directory: String) throws -> Bool {
     if FileManager.default.fileExists(atPath: directory + "/" + DocumentTools.checkpointFileName) { return true }
-    var first: UInt8?
-    do {
-        try inspection.forEachRecord { r in
-            if first == nil { first = r.kind }
-            throw StopWalk()
-        }
-    } catch is StopWalk {}
-    return first.map(DocumentTools.isDocumentKind) ?? false
+    return try firstRecordKind(inspection).map(DocumentTools.isDocumentKind) ?? false
 }
 
 struct StopWalk: Error {}

@@ -21,16 +21,7 @@ import Testing
         let store = try await server.firestore.store(DatabaseName(project: "raw", database: "(default)"))
         let registered = { store.state.withLock { s in (s.listens.streams.count, s.listens.streams.values.reduce(0) { $0 + $1.targets.count }) } }
 
-        var target = Google_Firestore_V1_Target()
-        var query = Google_Firestore_V1_Target.QueryTarget()
-        query.parent = RawFirestore.root
-        query.structuredQuery = RawFirestore.query("things").structuredQuery
-        target.query = query
-        target.targetID = 2
-        var request = Google_Firestore_V1_ListenRequest()
-        request.database = RawFirestore.database
-        request.addTarget = target
-        let add = request
+        let add = RawFirestore.listenRequest(RawFirestore.target(RawFirestore.query("things").structuredQuery, id: 2))
 
         // Listens that stay open until their tasks are cancelled, on one connection.
         let synced = AsyncStream<Void>.makeStream()

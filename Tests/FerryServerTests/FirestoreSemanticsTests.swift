@@ -209,36 +209,13 @@ import Testing
         order.field.fieldPath = "n"
         order.direction = .ascending
         sq.orderBy = [order]
-        var target = Google_Firestore_V1_Target()
-        var query = Google_Firestore_V1_Target.QueryTarget()
-        query.parent = RawFirestore.root
-        query.structuredQuery = sq
-        target.query = query
-        target.targetID = 2
+        let target = RawFirestore.target(sq, id: 2)
         // The first snapshot, then three commits: c outside the window (nothing to send), a
         // inside it (a), and c entering it (c in, b out).
         let first = AsyncStream<Void>.makeStream()
-        var request = Google_Firestore_V1_ListenRequest()
-        request.database = RawFirestore.database
-        request.addTarget = target
         let messages = Task {
             try await RawFirestore.with(port) { fs, _ in
-                try await fs.listen(requestProducer: { [request] writer in
-                    try await writer.write(request)
-                    try await Task.sleep(for: .seconds(3600))
-                }, onResponse: { response in
-                    var out: [Google_Firestore_V1_ListenResponse] = []
-                    var snapshots = 0
-                    for try await m in response.messages {
-                        out.append(m)
-                        if case .targetChange(let c)? = m.responseType, c.targetChangeType == .noChange, c.targetIds.isEmpty {
-                            snapshots += 1
-                            if snapshots == 1 { first.continuation.yield() }
-                            if snapshots == 3 { break }
-                        }
-                    }
-                    return out
-                })
+                try await FirestoreServerTests.listen(fs, target, snapshots: 3) { n in if n == 1 { first.continuation.yield() } }
             }
         }
         for await _ in first.stream { break }

@@ -54,6 +54,23 @@ struct RawFirestore {
         return r
     }
 
+    /// A Listen target of `structuredQuery` (a collection's, as ``query(_:limit:offset:)`` makes it) as `id`.
+    static func target(_ structuredQuery: Google_Firestore_V1_StructuredQuery, id: Int32) -> Google_Firestore_V1_Target {
+        var t = Google_Firestore_V1_Target()
+        t.targetID = id
+        t.query.parent = root
+        t.query.structuredQuery = structuredQuery
+        return t
+    }
+
+    /// The `ListenRequest` that adds `target`.
+    static func listenRequest(_ target: Google_Firestore_V1_Target) -> Google_Firestore_V1_ListenRequest {
+        var r = Google_Firestore_V1_ListenRequest()
+        r.database = database
+        r.addTarget = target
+        return r
+    }
+
     static func query(_ collection: String, limit: Int32? = nil, offset: Int32 = 0) -> Google_Firestore_V1_RunQueryRequest {
         var r = Google_Firestore_V1_RunQueryRequest()
         r.parent = root
@@ -208,12 +225,12 @@ struct RawBytes: MessageSerializer, MessageDeserializer {
         #expect(server.terminate() == 0)
     }
 
-    /// The messages of one listen until its `n`-th global NO_CHANGE.
-    static func listen(_ fs: FS.Client<HTTP2ClientTransport.Posix>, _ target: Google_Firestore_V1_Target, snapshots n: Int = 1) async throws -> [Google_Firestore_V1_ListenResponse] {
-        var request = Google_Firestore_V1_ListenRequest()
-        request.database = RawFirestore.database
-        request.addTarget = target
-        return try await fs.listen(requestProducer: { [request] writer in
+    /// The messages of one listen until its `n`-th global NO_CHANGE; `onSnapshot` is told the
+    /// number of each as it comes.
+    static func listen(_ fs: FS.Client<HTTP2ClientTransport.Posix>, _ target: Google_Firestore_V1_Target, snapshots n: Int = 1,
+                       onSnapshot: @escaping @Sendable (Int) -> Void = { _ in }) async throws -> [Google_Firestore_V1_ListenResponse] {
+        let request = RawFirestore.listenRequest(target)
+        return try await fs.listen(requestProducer: { writer in
             try await writer.write(request)
             try await Task.sleep(for: .seconds(3600))
         }, onResponse: { response in
@@ -223,6 +240,7 @@ struct RawBytes: MessageSerializer, MessageDeserializer {
                 out.append(m)
                 if case .targetChange(let c)? = m.responseType, c.targetChangeType == .noChange, c.targetIds.isEmpty {
                     seen += 1
+                    onSnapshot(seen)
                     if seen == n { return out }
                 }
             }
@@ -234,14 +252,7 @@ struct RawBytes: MessageSerializer, MessageDeserializer {
         let dir = try TemporaryDirectory("firestore-many-streams")
         let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
         try await RawFirestore.with(server.firestorePort!) { fs, _ in
-            var t = Google_Firestore_V1_Target()
-            t.targetID = 1
-            t.query.parent = RawFirestore.root
-            t.query.structuredQuery = RawFirestore.query("many").structuredQuery
-            var listen = Google_Firestore_V1_ListenRequest()
-            listen.database = RawFirestore.database
-            listen.addTarget = t
-            let request = listen
+            let request = RawFirestore.listenRequest(RawFirestore.target(RawFirestore.query("many").structuredQuery, id: 1))
             let counts = StreamCounts()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<150 {
@@ -277,10 +288,7 @@ struct RawBytes: MessageSerializer, MessageDeserializer {
         let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
         try await RawFirestore.with(server.firestorePort!) { fs, _ in
             _ = try await fs.commit(RawFirestore.commit(["a", "b", "d"].map { RawFirestore.set("c/\($0)", ["v": 1]) }))
-            var target = Google_Firestore_V1_Target()
-            target.targetID = 7
-            target.query.parent = RawFirestore.root
-            target.query.structuredQuery = RawFirestore.query("c").structuredQuery
+            let target = RawFirestore.target(RawFirestore.query("c").structuredQuery, id: 7)
             let first = try await Self.listen(fs, target)
             #expect(first.filter { if case .documentChange = $0.responseType { true } else { false } }.count == 3)
             let token = try #require(first.last?.targetChange.resumeToken)
@@ -320,15 +328,8 @@ extension FirestoreServerTests {
         let dir = try TemporaryDirectory("firestore-listen-bytes")
         let server = try ServerProcess(data: dir.path, ["--firestore-port", "0", "--max-stream-buffer", String(1 << 20)])
         let port = server.firestorePort!
-        var target = Google_Firestore_V1_Target()
-        var query = Google_Firestore_V1_Target.QueryTarget()
-        query.parent = RawFirestore.root
-        query.structuredQuery = RawFirestore.query("big").structuredQuery
-        target.query = query
-        target.targetID = 2
-        var request = Google_Firestore_V1_ListenRequest()
-        request.database = RawFirestore.database
-        request.addTarget = target
+        let target = RawFirestore.target(RawFirestore.query("big").structuredQuery, id: 2)
+        let request = RawFirestore.listenRequest(target)
         let synced = AsyncStream<Void>.makeStream()
         let resume = AsyncStream<Void>.makeStream()
         let outcome = Task {

@@ -605,7 +605,6 @@ final class DocumentStore: Sendable {
         if !batch.isEmpty {
             do {
                 let range = try log.enqueue(batch)
-                state.withLock { $0.bytesSinceCheckpoint += Int64(payloadBytes) }
                 try await log.awaitDurability(of: range)
             } catch {
                 let message = "\(error)"
@@ -619,6 +618,7 @@ final class DocumentStore: Sendable {
                 return
             }
             state.withLock { s in
+                s.bytesSinceCheckpoint += Int64(payloadBytes)
                 for c in changes { s.install(c.key, c.after, at: c.time) }
                 s.marks.merge(marks) { $1 }
                 s.lastCommit = last
