@@ -58,6 +58,9 @@ public enum ServerTimestampBehavior: Sendable {
 /// compensation). Without a server connection, every snapshot is from the cache.
 public final class Firestore: Sendable {
     let state: FerryMutex<DocumentEngine>
+    /// Where the records become durable: the log, or memory.
+    let medium: any StoreMedium
+    /// The log, or nil in memory: for what only a log has (checkpoints, deleting segments).
     let log: WriteAheadLog?
     /// The store directory (nil in memory).
     public let path: String?
@@ -74,12 +77,11 @@ public final class Firestore: Sendable {
     let remoteWake = FerryMutex<(@Sendable () -> Void)?>(nil)
     /// The connected server's direct reads and transactions.
     let remoteServer = FerryMutex<(any DocumentServer)?>(nil)
-    /// The store's id for the server's exactly-once marks (an in-memory store's is random).
-    let memoryClientID = UUID().uuidString
 
-    private init(engine: sending DocumentEngine, log: WriteAheadLog?, path: String?, settings: FirestoreSettings) {
+    private init(engine: sending DocumentEngine, medium: any StoreMedium, path: String?, settings: FirestoreSettings) {
         state = FerryMutex(engine)
-        self.log = log
+        self.medium = medium
+        log = medium.log
         self.path = path
         self.settings = settings
         queue = settings.dispatchQueue ?? DispatchQueue(label: "ferry.documents.listeners")
@@ -141,7 +143,7 @@ public final class Firestore: Sendable {
             throw error as? FirestoreErrorCode ?? FirestoreErrorCode(.dataLoss, "replaying the document store at \(path) failed: \(error)")
         }
         engine.buildIndexes()
-        let db = Firestore(engine: engine, log: log, path: path, settings: settings)
+        let db = Firestore(engine: engine, medium: LogMedium(log), path: path, settings: settings)
         db.checkpointBytes.withLock { $0 = checkpointSize }
         return db
     }
@@ -152,7 +154,7 @@ public final class Firestore: Sendable {
     public static func inMemory(settings: FirestoreSettings = FirestoreSettings()) -> Firestore {
         var s = settings
         s.cacheSettings = .memory
-        return Firestore(engine: DocumentEngine(records: RecordStore(log: nil)), log: nil, path: nil, settings: s)
+        return Firestore(engine: DocumentEngine(records: RecordStore(log: nil)), medium: MemoryMedium(), path: nil, settings: s)
     }
 
     // MARK: References
@@ -216,7 +218,7 @@ public final class Firestore: Sendable {
             _ = try payload.withUnsafeBytes { try e.apply(kind: DocumentRecordKind.indexConfiguration.rawValue, lsn: Int64(lsn), payload: $0) }
             return lsn
         }
-        if let log { try? await log.awaitDurability(of: LSN(lsn)...LSN(lsn)) }
+        try? await medium.awaitDurable(lsn)
     }
 
     /// The local indexes now (for statistics and tests).
@@ -287,10 +289,8 @@ public final class Firestore: Sendable {
             e.rejectedWrites = e.rejectedWrites.filter { $0.key > through }
             return lsn
         }
-        if let log {
-            do { try await log.awaitDurability(of: LSN(lsn)...LSN(lsn)) } catch {
-                throw FirestoreErrorCode(.dataLoss, "the clearing was not made durable: \(error)")
-            }
+        do { try await medium.awaitDurable(lsn) } catch {
+            throw FirestoreErrorCode(.dataLoss, "the clearing was not made durable: \(error)")
         }
     }
 
@@ -348,9 +348,9 @@ public final class Firestore: Sendable {
                 case .waiting: if Task.isCancelled { if let c = state.withLock({ $0.ledger.cancel(batchID, token: token) }) { c.resume(throwing: CancellationError()) } }
                 case .answered(let error, let lsn):
                     // The answer counts once its record is durable.
-                    guard let log, lsn > 0 else { if let error { c.resume(throwing: error) } else { c.resume() }; break }
+                    guard lsn > 0, !medium.durableOnAppend else { if let error { c.resume(throwing: error) } else { c.resume() }; break }
                     Task {
-                        do { try await log.awaitDurability(of: LSN(UInt64(lsn))...LSN(UInt64(lsn))) } catch { c.resume(throwing: FirestoreErrorCode(.dataLoss, "the answer was not made durable: \(error)")); return }
+                        do { try await medium.awaitDurable(UInt64(lsn)) } catch { c.resume(throwing: FirestoreErrorCode(.dataLoss, "the answer was not made durable: \(error)")); return }
                         if let error { c.resume(throwing: error) } else { c.resume() }
                     }
                 case .failed(let error): c.resume(throwing: error)
@@ -371,10 +371,10 @@ public final class Firestore: Sendable {
             return !e.closed
         }
         callbacks.withLock { $0 = [:] }
-        guard wasOpen, let log else { return }
+        guard wasOpen else { return }
         // A checkpoint on close (after any job under way), so that the next open replays nothing.
         try? await checkpoint(closing: true)
-        do { try await log.close() } catch { throw FirestoreErrorCode(.dataLoss, "closing the document store failed: \(error)") }
+        do { try await medium.close() } catch { throw FirestoreErrorCode(.dataLoss, "closing the document store failed: \(error)") }
     }
 
     /// Deletes the store's files, pending writes included. Only on a terminated store
@@ -400,8 +400,8 @@ public final class Firestore: Sendable {
     /// Writes a batch: one record, applied to the local view and the listeners at once;
     /// returns once it is durable.
     func write(_ mutations: [Mutation]) async throws {
-        guard let lsn = try writeNow(mutations), let log else { return }
-        do { try await log.awaitDurability(of: LSN(lsn)...LSN(lsn)) } catch {
+        guard let lsn = try writeNow(mutations) else { return }
+        do { try await medium.awaitDurable(lsn) } catch {
             throw FirestoreErrorCode(.dataLoss, "the write was not made durable: \(error)")
         }
     }
@@ -409,8 +409,7 @@ public final class Firestore: Sendable {
     /// Makes every write made so far durable (for writes made with `setDataNow`).
     public func sync() async throws {
         try checkOpen()
-        guard let log else { return }
-        do { try await log.sync() } catch { throw FirestoreErrorCode(.dataLoss, "the writes were not made durable: \(error)") }
+        do { try await medium.sync() } catch { throw FirestoreErrorCode(.dataLoss, "the writes were not made durable: \(error)") }
     }
 
     /// Writes a batch without waiting for the disk; returns its record's LSN (nil: nothing).

@@ -21,7 +21,7 @@ package protocol DocumentServer: Sendable {
 extension Firestore {
     /// The store's id in the server's exactly-once marks: its log's id, which a restart keeps.
     package var clientID: String {
-        log.map { String($0.storeID.high, radix: 16) + String($0.storeID.low, radix: 16) } ?? memoryClientID
+        String(medium.storeID.high, radix: 16) + String(medium.storeID.low, radix: 16)
     }
 
     /// Attaches a server connection: listeners get targets (those made before too), and

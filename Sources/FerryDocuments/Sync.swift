@@ -660,9 +660,9 @@ extension Firestore {
         }
         // An answer is reported once its record is durable (a crash could otherwise take it
         // back, and the write would be sent again).
-        guard let log else { return resume() }
+        guard !medium.durableOnAppend else { return resume() }
         Task {
-            do { try await log.sync() } catch {
+            do { try await medium.sync() } catch {
                 for (w, _) in settled { w.continuation.resume(throwing: FirestoreErrorCode(.dataLoss, "the answer was not made durable: \(error)")) }
                 return
             }

@@ -95,16 +95,13 @@ public struct DatabaseOptions: Sendable {
 public final class Database: Sendable {
     let engine: FerryMutex<Engine>
     let delivery: EventDelivery
+    /// Where the records become durable: the log, or memory.
+    let medium: any StoreMedium
+    /// The log, or nil for a memory-only database: for what only a log has (checkpoints,
+    /// compaction, eviction, reads outside the lock).
     let log: WriteAheadLog?
     let options: DatabaseOptions
     let pushIDs = FerryMutex(PushIDGenerator())
-    /// The store id of a memory-only database (``storeIdentifier``).
-    let memoryStoreID: String = {
-        var g = SystemRandomNumberGenerator()
-        return (0..<2).map { _ in let s = String(g.next() as UInt64, radix: 16); return String(repeating: "0", count: 16 - s.count) + s }.joined()
-    }()
-    /// A memory-only database's sync state (``readSyncState()``).
-    let memorySyncState = FerryMutex<Value?>(nil)
     /// Held while the sync state's side file is written.
     let syncStateWriter = FerryMutex(())
     /// The one owner of checkpoints, compaction and eviction (see ``Maintenance``).
@@ -117,12 +114,13 @@ public final class Database: Sendable {
     /// The largest encoded write accepted (as the Realtime Database's 16 MB per write).
     public static let maxWriteSize = 16 << 20
 
-    private init(engine: sending Engine, log: WriteAheadLog?, path: String?, options: DatabaseOptions) {
+    private init(engine: sending Engine, medium: any StoreMedium, path: String?, options: DatabaseOptions) {
         self.engine = FerryMutex(engine)
-        self.log = log
+        self.medium = medium
+        self.log = medium.log
         self.path = path
         self.options = options
-        self.recovery = log?.recovery
+        self.recovery = medium.log?.recovery
         self.delivery = EventDelivery(queue: options.callbackQueue)
     }
 
@@ -172,7 +170,7 @@ public final class Database: Sendable {
             throw error as? DatabaseError
                 ?? DatabaseError(.storage, "replaying the log of \(path) failed: \(error)", underlying: error as? LogError, store: path)
         }
-        return Database(engine: engine, log: log, path: path, options: options)
+        return Database(engine: engine, medium: LogMedium(log), path: path, options: options)
     }
 
     /// A database that keeps everything in memory and writes nothing to disk (for data that
@@ -188,7 +186,7 @@ public final class Database: Sendable {
         } catch {
             options.logger.error("memory-only database: \(error); the indexes from there on are not kept")
         }
-        return Database(engine: engine, log: nil, path: nil, options: options)
+        return Database(engine: engine, medium: MemoryMedium(), path: nil, options: options)
     }
 
     /// The root location.
@@ -223,10 +221,8 @@ public final class Database: Sendable {
         }
         withEngine { $0.markClosed() }  // (a memory-only database)
         withEngine { $0.listens.signal }?.finish()
-        if let log {
-            do { try await log.close() } catch {
-                throw DatabaseError(.storage, "closing the log failed: \(error)", underlying: error as? LogError, store: log.path)
-            }
+        do { try await medium.close() } catch {
+            throw DatabaseError(.storage, "closing the log failed: \(error)", underlying: error as? LogError, store: path)
         }
     }
 
@@ -240,9 +236,8 @@ public final class Database: Sendable {
     /// Waits until every write made before the call is durable (`fdatasync`), whatever the
     /// durability mode — the commit point of a batch of `.none` writes.
     public func sync() async throws {
-        guard let log else { return }
         try withEngine { try $0.checkUsable() }
-        do { try await log.sync() } catch { throw storageError(error) }
+        do { try await medium.sync() } catch { throw storageError(error) }
     }
 
     /// Writes a checkpoint; the caller holds the maintenance lock.

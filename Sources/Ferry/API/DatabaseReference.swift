@@ -253,10 +253,9 @@ public struct WriteReceipt: Sendable {
     /// - Throws: ``DatabaseError/Code/storage`` if the log failed before the write was durable
     ///   (it may then be lost).
     public func durable() async throws {
-        guard let id = writeID, let log = database.log else { return }
+        guard let id = writeID else { return }
         do {
-            let lsn = LSN(UInt64(id))
-            try await log.awaitDurability(of: lsn...lsn)
+            try await database.medium.awaitDurable(UInt64(id))
         } catch {
             throw database.storageError(error)
         }

@@ -44,8 +44,8 @@ extension Database {
         }
         // Answered before this call: the answer's record must be durable before we say so.
         if let (outcome, lsn) = answered {
-            if lsn > 0, let log = log {
-                do { try await log.awaitDurability(of: LSN(UInt64(lsn))...LSN(UInt64(lsn))) } catch {
+            if lsn > 0 {
+                do { try await medium.awaitDurable(UInt64(lsn)) } catch {
                     throw storageError(error)
                 }
             }

@@ -55,14 +55,13 @@ extension Database {
     /// raised, waits for the record's durability per the durability mode, and returns its id.
     func perform(_ body: (Engine) throws -> (Int64?, [Event])) async throws -> Int64? {
         let (id, seq) = try apply(body)
-        if let id, let log {
+        if let id {
             do {
                 // Only `.fsync` waits; the others are acknowledged at once unless the log failed
                 // (checked here without an `await`, which costs a suspension check per write).
                 if options.durability == .fsync {
-                    let lsn = LSN(UInt64(id))
-                    try await log.awaitDurability(of: lsn...lsn)
-                } else if let failure = log.failure {
+                    try await medium.awaitDurable(UInt64(id))
+                } else if let failure = medium.failure {
                     throw failure
                 }
             } catch {

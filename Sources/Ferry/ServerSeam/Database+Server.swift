@@ -161,11 +161,10 @@ import FerryLog
     }
 
     /// The sync layer's own small state, kept in a side file beside the log
-    /// (`sync-state.json`): nil when there is none, it cannot be read or parsed, or the
-    /// database is memory-only (which keeps it in memory).
+    /// (`sync-state.json`; a memory-only database keeps it in memory): nil when there is none
+    /// or it cannot be read or parsed.
     public func readSyncState() -> Value? {
-        guard let log else { return memorySyncState.withLock { $0 } }
-        guard let bytes = try? log.readSideFile(named: Self.syncStateFile) else { return nil }
+        guard let bytes = try? medium.readSideFile(named: Self.syncStateFile) else { return nil }
         return try? Value(jsonBytes: bytes)
     }
 
@@ -175,13 +174,9 @@ import FerryLog
     ///
     /// - Throws: ``DatabaseError`` (`storage`) when the log or the file cannot be written.
     public func writeSyncState(_ state: Value) async throws {
-        guard let log else {
-            memorySyncState.withLock { $0 = state }
-            return
-        }
         try await sync()
         // One at a time: two writers of one side file would race on its temporary file.
-        do { try syncStateWriter.withLock { _ in try log.writeSideFile(named: Self.syncStateFile, contents: Array(state.json.utf8)) } } catch {
+        do { try syncStateWriter.withLock { _ in try medium.writeSideFile(named: Self.syncStateFile, contents: Array(state.json.utf8)) } } catch {
             throw storageError(error)
         }
     }

@@ -87,7 +87,7 @@ extension QueryParams {
 @_spi(Server) extension Database {
     /// The store's id (32 lowercase hex digits): with a write's id, a write's identity for the
     /// server's de-duplication. A memory-only database gets a random one per instance.
-    public var storeIdentifier: String { log?.storeID.description ?? memoryStoreID }
+    public var storeIdentifier: String { medium.storeID.description }
 
     /// A stream of ``SyncSignal``s for the one sync layer attached (a second call ends the
     /// first's stream: one sync client per database). Nothing is dropped: every change yields. It yields `.writes` after each local write and `.listens` when the
