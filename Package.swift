@@ -71,7 +71,7 @@ let package = Package(
         .executableTarget(
             name: "ferry-dump",
             dependencies: [
-                "FerryLog", "Ferry", "FerryDocuments",
+                "FerryLog", "FerryStore", "Ferry", "FerryDocuments",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -7,8 +7,6 @@ import Foundation
 @_spi(Tools) public enum DocumentTools {
     /// The side file a document store keeps its checkpoint in (its presence marks a document store).
     public static let checkpointFileName = "documents.checkpoint"
-    /// Whether `kind` is a document record kind.
-    public static func isDocumentKind(_ kind: UInt8) -> Bool { DocumentRecordKind(rawValue: kind) != nil }
 
     /// A one-line description of a document record (nil: not a document record).
     public static func describe(kind: UInt8, lsn: UInt64, payload: UnsafeRawBufferPointer) -> String? {
@@ -124,5 +122,16 @@ import Foundation
                               collections: engine.collections.values.filter { !$0.isEmpty }.count,
                               pendingBatches: engine.pending.count, pendingWrites: engine.pending.reduce(0) { $0 + $1.mutations.count })
         }
+    }
+}
+
+/// A client document store's records, as tools read them (``DocumentTools``).
+package struct DocumentRecordModel: RecordModel {
+    package init() {}
+    package var name: String { "a document store (FerryDocuments' Firestore)" }
+    package func owns(kind: UInt8) -> Bool { DocumentRecordKind(rawValue: kind) != nil }
+    package func marks(sideFile name: String) -> Bool { name == DocumentTools.checkpointFileName }
+    package func describe(kind: UInt8, lsn: UInt64, payload: UnsafeRawBufferPointer) -> String? {
+        DocumentTools.describe(kind: kind, lsn: lsn, payload: payload)
     }
 }

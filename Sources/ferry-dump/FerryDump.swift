@@ -2,6 +2,7 @@ import ArgumentParser
 @_spi(Tools) import Ferry
 @_spi(Tools) import FerryDocuments
 import FerryLog
+import FerryStore
 import Foundation
 
 @main
@@ -128,10 +129,11 @@ extension FerryDump {
 
         func run() throws {
             let inspection = try store.inspect(deep: false)
+            // The store's own model describes its records (any model, for a store none claims).
+            let describers = try storeModel(inspection, directory: store.directory).map { [$0] } ?? recordModels
             do {
                 try inspection.forEachRecord(from: LSN(from), through: to.map { LSN($0) }) { r in
-                    let decoded = RecordDescription.describe(kind: r.kind, payload: r.payload)
-                        ?? DocumentTools.describe(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload)
+                    let decoded = describers.lazy.compactMap { $0.describe(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload) }.first
                     if store.json {
                         try printJSON(Row(lsn: r.lsn.rawValue, kind: r.kind, size: r.payload.count, payload: hexString(r.payload), decoded: decoded))
                     } else {
@@ -225,9 +227,10 @@ extension FerryDump {
                 syncCursor: (try? RecordDescription.syncCursor { body in
                     try inspection.forEachRecord { r in try body(r.kind, r.payload) }
                 }) ?? nil)
-            if let server = try ServerDocumentStore(inspection, directory: store.directory) {
-                report.serverDocuments = server
-            } else if try isDocumentStore(inspection, directory: store.directory) {
+            let model = try storeModel(inspection, directory: store.directory)
+            if model is ServerDocumentRecordModel {
+                report.serverDocuments = try ServerDocumentStore(inspection, directory: store.directory)
+            } else if model is DocumentRecordModel {
                 let replayer = try DocumentTools.Replayer(directory: store.directory)
                 do {
                     try inspection.forEachRecord { r in try replayer.apply(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload) }
@@ -301,10 +304,11 @@ extension FerryDump {
 
         func run() throws {
             let inspection = try store.inspect(deep: false)
-            if try ServerDocumentStore.holds(inspection, directory: store.directory) {
-                throw ValidationError("\(store.directory) is a ferry-server Firestore database: `at` rebuilds the Realtime Database's and the document client's stores; `records` and `stats` read this one")
+            let model = try storeModel(inspection, directory: store.directory)
+            if let model, model is ServerDocumentRecordModel {
+                throw ValidationError("\(store.directory) is \(model.name): `at` rebuilds the Realtime Database's and the document client's stores; `records` and `stats` read this one")
             }
-            if try isDocumentStore(inspection, directory: store.directory) { return try documentsAt(inspection) }
+            if model is DocumentRecordModel { return try documentsAt(inspection) }
             let replayer = StateReplayer()
             let last = try replay(inspection) { try replayer.apply(kind: $0.kind, lsn: $0.lsn.rawValue, payload: $0.payload) }
             let report = Report(lsn: last, path: path, visible: replayer.visible(at: path)?.json, serverCache: replayer.serverCache(at: path)?.json,
@@ -349,35 +353,34 @@ func directoryBytes(_ path: String) -> Int64 {
     return total
 }
 
-/// A `ferry-server` Firestore database (its record kinds 40–42 and its checkpoint, FORMAT.md,
-/// *Server document stores*): what `stats` says of it.
+/// The data models a store may hold, each describing its own records.
+let recordModels: [any RecordModel] = [TreeRecordModel(), DocumentRecordModel(), ServerDocumentRecordModel()]
+
+/// Whose store this is: the model its checkpoint marks, else the one whose kind its first
+/// record is (nil: an empty store without a checkpoint).
+func storeModel(_ inspection: LogInspection, directory: String) throws -> (any RecordModel)? {
+    let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+    return RecordModels.identify(recordModels, sideFiles: files, firstKind: try firstRecordKind(inspection))
+}
+
+/// A `ferry-server` Firestore database (FORMAT.md, *Server document stores*): what `stats`
+/// says of it.
 struct ServerDocumentStore: Encodable {
-    static let kinds: ClosedRange<UInt8> = 40...42
-    static let checkpointFile = "server-documents.checkpoint"
     var commits = 0
     var clears = 0
     var refusals = 0
     var checkpointBytes: Int64 = 0
 
-    /// Whether the store is one: it has a server checkpoint, or its first record is of a
-    /// server kind.
-    static func holds(_ inspection: LogInspection, directory: String) throws -> Bool {
-        if FileManager.default.fileExists(atPath: directory + "/" + checkpointFile) { return true }
-        return try firstRecordKind(inspection).map(kinds.contains) ?? false
-    }
-
-    /// Nil when the store is not one.
-    init?(_ inspection: LogInspection, directory: String) throws {
-        guard try Self.holds(inspection, directory: directory) else { return nil }
+    init(_ inspection: LogInspection, directory: String) throws {
         try inspection.forEachRecord { r in
-            switch r.kind {
-            case 40: commits += 1
-            case 41: clears += 1
-            case 42: refusals += 1
-            default: break
+            switch ServerDocumentRecord.Kind(rawValue: r.kind) {
+            case .commit: commits += 1
+            case .clear: clears += 1
+            case .refusal: refusals += 1
+            case nil: break
             }
         }
-        checkpointBytes = ((try? FileManager.default.attributesOfItem(atPath: directory + "/" + Self.checkpointFile))?[.size] as? NSNumber)?.int64Value ?? 0
+        checkpointBytes = ((try? FileManager.default.attributesOfItem(atPath: directory + "/" + ServerDocumentRecord.checkpointFileName))?[.size] as? NSNumber)?.int64Value ?? 0
     }
 }
 
@@ -391,12 +394,6 @@ func firstRecordKind(_ inspection: LogInspection) throws -> UInt8? {
         }
     } catch is StopWalk {}
     return first
-}
-
-/// Whether the store's records are a document store's (its first record's kind tells).
-func isDocumentStore(_ inspection: LogInspection, directory: String) throws -> Bool {
-    if FileManager.default.fileExists(atPath: directory + "/" + DocumentTools.checkpointFileName) { return true }
-    return try firstRecordKind(inspection).map(DocumentTools.isDocumentKind) ?? false
 }
 
 struct StopWalk: Error {}

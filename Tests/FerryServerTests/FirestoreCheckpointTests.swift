@@ -211,6 +211,12 @@ extension FirestoreCheckpointTests {
         #expect(stats.stdout.contains("checkpoint bytes:") && !stats.stdout.contains("cached paths"))
         let at = try run(Locations.executable("ferry-dump"), ["at", store])
         #expect(at.status == 64 && at.stderr.contains("is a ferry-server Firestore database"), "\(at.stderr)")
+        // and reads its records through the server's own decoder.
+        try await db.collection("rows").document("r500").setData(["round": 99])
+        try await db.waitForPendingWrites()
+        let records = try run(Locations.executable("ferry-dump"), ["records", store])
+        #expect(records.status == 0)
+        #expect(records.stdout.split(separator: "\n").contains { $0.contains("kind=40") && $0.contains("commit at ") && $0.contains("rows/r500") && $0.contains("\"round\": 99") }, "\(records.stdout)")
         #expect(rows.documents.allSatisfy { ($0.data()["round"] as? Int).map { $0 >= 16 } ?? false })
         #expect(!rows.documents.contains { $0.documentID == "r3" })
         await c.close()

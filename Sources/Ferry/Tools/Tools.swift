@@ -99,3 +99,14 @@ extension RecordDescription {
         return s
     }
 }
+
+/// The Realtime Database tree's records, as tools read them (``RecordDescription``).
+package struct TreeRecordModel: RecordModel {
+    package init() {}
+    package var name: String { "a Realtime Database store (Ferry's Database)" }
+    package func owns(kind: UInt8) -> Bool { RecordKind(rawValue: kind) != nil }
+    package func marks(sideFile name: String) -> Bool { Checkpoint.lsn(of: name) != nil }
+    package func describe(kind: UInt8, lsn: UInt64, payload: UnsafeRawBufferPointer) -> String? {
+        RecordDescription.describe(kind: kind, payload: payload)
+    }
+}

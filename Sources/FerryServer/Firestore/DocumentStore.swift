@@ -34,16 +34,8 @@ struct DocumentChangeRecord: Sendable {
 /// data. A listen's resume token names one (see ``ResumeToken``); deletions are remembered
 /// (`tombstones`, at most ``maxTombstones``) so a listen resumes with the changes since it.
 final class DocumentStore: Sendable {
-    /// Record kinds of a server document store (a client store uses 32–37).
-    enum RecordKind: UInt8 {
-        /// A commit: its time, then each document it wrote (state, create time, fields).
-        case commit = 40
-        /// Every document removed (the emulator's clear-data request), at a time.
-        case clear = 41
-        /// A client's batch refused: client id, batch id, code u32, message (so that the batch,
-        /// sent again, gets the same answer).
-        case refusal = 42
-    }
+    /// Record kinds of a server document store, read back by ``ServerDocumentRecord``.
+    typealias RecordKind = ServerDocumentRecord.Kind
 
     /// What a client store's batches were answered: the highest batch answered, and the
     /// answers of its last ``window`` batches. A batch sent again gets its own answer; one at or
@@ -225,36 +217,16 @@ final class DocumentStore: Sendable {
             }
             try log.forEachRecord(from: start) { r in
                 s.bytesSinceCheckpoint += Int64(r.payload.count)
-                switch RecordKind(rawValue: r.kind) {
-                case .commit:
-                    var reader = PayloadReader(r.payload)
-                    let version = try reader.u8()
-                    guard version == 1 || version == 2 else { throw FirestoreErrorCode(.dataLoss, "a commit record of an unknown version (\(version))") }
-                    let time = try reader.i64()
-                    if version == 2 {
-                        let client = try reader.string()
-                        s.marks[client, default: ClientMarks()].record(try reader.i64(), .success(time), at: time)
-                    }
-                    for _ in 0..<(try reader.count()) {
-                        let key = try reader.path()
-                        if try reader.u8() == 1 {
-                            let created = try reader.i64()
-                            s.install(key, StoredDocument(fields: try reader.fields(), createTime: created, updateTime: time), at: time)
-                        } else {
-                            s.install(key, nil, at: time)
-                        }
+                switch try ServerDocumentRecord.decode(kind: r.kind, r.payload) {
+                case .commit(let time, let origin, let documents)?:
+                    if let origin { s.marks[origin.client, default: ClientMarks()].record(origin.batch, .success(time), at: time) }
+                    for (key, document) in documents {
+                        s.install(key, document.map { StoredDocument(fields: $0.fields, createTime: $0.createTime, updateTime: time) }, at: time)
                     }
                     s.lastCommit = max(s.lastCommit, time)
-                case .refusal:
-                    var reader = PayloadReader(r.payload)
-                    let client = try reader.string()
-                    let id = try reader.i64()
-                    let code = FirestoreErrorCode.Code(rawValue: Int(try reader.u32())) ?? .unknown
-                    let error = FirestoreErrorCode(code, try reader.string())
-                    s.marks[client, default: ClientMarks()].record(id, .failure(error), at: s.lastCommit)
-                case .clear:
-                    var reader = PayloadReader(r.payload)
-                    let time = try reader.i64()
+                case .refusal(let client, let batch, let error)?:
+                    s.marks[client, default: ClientMarks()].record(batch, .failure(error), at: s.lastCommit)
+                case .clear(let time)?:
                     for (parent, docs) in s.collections { for id in docs.keys { s.install(parent.appending(id), nil, at: time) } }
                     s.lastCommit = max(s.lastCommit, time)
                 case nil:

@@ -12,7 +12,7 @@ import Foundation
 /// when every record in the log is installed and nothing else is, so it is exactly the log
 /// below its LSN; it is encoded and written beside the writer, which goes on committing.
 struct StoreCheckpoint: Sendable {
-    static let fileName = "server-documents.checkpoint"
+    static let fileName = ServerDocumentRecord.checkpointFileName
     static let version: UInt8 = 1
 
     /// Records below this LSN are in the checkpoint.
