@@ -109,6 +109,7 @@ let package = Package(
             dependencies: [
                 "Ferry", "FerryLog", "FerryWire", "FerryDocuments", "FerryFirestoreWire",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -124,6 +125,8 @@ let package = Package(
             dependencies: [
                 "Ferry", "FerryWire", "FerryLog",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -194,7 +197,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FerryDocumentsTests",
-            dependencies: ["FerryDocuments", "FerryStore", "FerryLog", "FerryTestSupport", "Ferry", "ferry-dump"],
+            dependencies: ["FerryDocuments", "FerryLog", "FerryTestSupport", "Ferry", "ferry-dump"],
             exclude: ["Conformance"]
         ),
         .testTarget(
