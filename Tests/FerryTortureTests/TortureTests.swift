@@ -112,6 +112,10 @@ import Testing
                             lines.withLock { $0.append(line) }
                         }
                     }
+                    // The cut comes at a random call, or at a random moment once the workload
+                    // has reported its first write: under load, opening the store alone can
+                    // outlast the moment, and a cut before any write tests nothing.
+                    while !disk.isCut && lines.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(1)) }
                     let deadline = ContinuousClock.now + .milliseconds(20 + random(300))
                     while !disk.isCut && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
                     disk.cut()
