@@ -91,7 +91,9 @@ struct DocumentEngine {
     var collections: [ResourcePath: [String: LocalDocument]] = [:]
     var listeners: [Int: StandingQuery] = [:]
     var nextListenerID = 1
-    var closed = false
+    /// Open or terminated (the life cycle every model on the log shares).
+    var life = LifeCycle<FirestoreErrorCode>()
+    var closed: Bool { life.closed }
     var networkEnabled = true
     /// The local indexes (configured and automatic), kept current with the view; while
     /// ``indexesStale`` (during replay) they are built once at the end instead.

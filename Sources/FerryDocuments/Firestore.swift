@@ -366,9 +366,9 @@ public final class Firestore: Sendable {
     /// closed (every write already returned is on disk).
     public func terminate() async throws {
         let wasOpen = state.withLock { e -> Bool in
-            defer { e.closed = true; e.listeners = [:] }
-            if !e.closed { e.ledger.endAll(Self.closedError) }
-            return !e.closed
+            let closing = e.life.close(ledger: &e.ledger, reason: Self.closedError)
+            if e.life.takeObserversToEnd() { e.listeners = [:] }
+            return closing
         }
         callbacks.withLock { $0 = [:] }
         guard wasOpen else { return }

@@ -1,4 +1,6 @@
 import FerryLog
+import FerryTestSupport
+import Foundation
 import Testing
 
 @testable import Ferry
@@ -135,5 +137,68 @@ import Testing
         let held = Held()
         held.ledger.withLock { $0 = ledger }
         return held
+    }
+}
+
+/// The life cycle on its own: the first failure is kept, ending (by failure or close) ends
+/// every waiting receipt at once and asks once for the observers to be ended.
+@Suite struct LifeCycleTests {
+    @Test func theFirstFailureIsKeptAndEndsEveryWaitingReceiptOnce() async throws {
+        let held = WriteLedgerTests.Held()
+        let (waiting, _) = await WriteLedgerTests().waitingReceipt(held, 3)
+        var life = LifeCycle<DatabaseError>()
+        #expect(life.isOpen && !life.observersToEnd)
+        let first = DatabaseError(.storage, "the disk failed")
+        let stopped = held.ledger.withLock { life.fail(first, ledger: &$0) }
+        #expect(stopped && !life.isOpen && life.failure?.message == "the disk failed")
+        await #expect { try await waiting.value } throws: { ($0 as? DatabaseError)?.message == "the disk failed" }
+        let again = held.ledger.withLock { life.fail(DatabaseError(.storage, "a second failure"), ledger: &$0) }
+        #expect(!again && life.failure?.message == "the disk failed")
+        let due = life.takeObserversToEnd(), dueAgain = life.takeObserversToEnd()
+        #expect(due && !dueAgain)
+    }
+
+    @Test func closingEndsWaitingReceiptsWithItsReasonAndHappensOnce() async throws {
+        let held = WriteLedgerTests.Held()
+        let (waiting, _) = await WriteLedgerTests().waitingReceipt(held, 5)
+        var life = LifeCycle<DatabaseError>()
+        let reason = DatabaseError(.closed, "closed before the answer")
+        let closing = held.ledger.withLock { life.close(ledger: &$0, reason: reason) }
+        #expect(closing)
+        await #expect { try await waiting.value } throws: { ($0 as? DatabaseError)?.code == .closed }
+        #expect(life.closed && life.failure == nil && !life.isOpen)
+        let closingAgain = held.ledger.withLock { life.close(ledger: &$0, reason: reason) }
+        #expect(!closingAgain)
+        let due = life.takeObserversToEnd()
+        #expect(due)
+    }
+}
+
+/// The two media a store's records live on answer the same questions.
+@Suite struct StoreMediumTests {
+    @Test func aMemoryMediumIsDurableAtOnceAndKeepsSideFilesForTheProcess() async throws {
+        let m = MemoryMedium()
+        #expect(m.durableOnAppend && m.log == nil && m.failure == nil)
+        try await m.awaitDurable(42)
+        try m.writeSideFile(named: "sync-state.json", contents: Array("{}".utf8))
+        #expect(try m.readSideFile(named: "sync-state.json") == Array("{}".utf8))
+        #expect(try m.readSideFile(named: "other") == nil)
+        #expect(MemoryMedium().storeID != m.storeID)
+    }
+
+    @Test func aLogMediumWaitsForTheLogAndKeepsSideFilesBesideIt() async throws {
+        let dir = try TemporaryDirectory()
+        let log = try WriteAheadLog.open(at: dir.path, options: LogOptions(durability: .none))
+        let m = LogMedium(log)
+        #expect(!m.durableOnAppend && m.log === log && m.storeID == log.storeID)
+        var batch = LogBatch(capacity: 16)
+        batch.append(kind: 1, payload: [1, 2, 3])
+        let lsn = try log.enqueue(batch).lowerBound.rawValue
+        try await m.awaitDurable(lsn)
+        #expect(log.durableLSN.rawValue >= lsn)
+        try m.writeSideFile(named: "state.json", contents: [7])
+        #expect(FileManager.default.fileExists(atPath: dir.path + "/state.json"))
+        #expect(try m.readSideFile(named: "state.json") == [7])
+        try await m.close()
     }
 }

@@ -226,7 +226,7 @@ public struct DatabaseQuery: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``DatabaseError/Code/closed`` or ``DatabaseError/Code/storage``.
     public func keepSynced(_ keepSynced: Bool) async throws {
         let p = path
-        _ = try await database.perform { e in (try e.setPin(p, keepSynced), []) }
+        try await database.setPin(p, keepSynced)
     }
 
     /// The events of `type` as an `AsyncSequence`. The observer is removed when the iterating

@@ -50,7 +50,7 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     @discardableResult
     public func setValue(_ value: Value) async throws -> WriteReceipt {
         let encoded = try EncodedValue(value, path: path)
-        return try await write { e in try e.localSet(path, encoded) }
+        return try await write(.set(path, encoded))
     }
 
     /// Replaces the data here with the value that JSON text describes — as
@@ -71,14 +71,14 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     @discardableResult
     public func setValue(jsonBytes bytes: [UInt8]) async throws -> WriteReceipt {
         let encoded = try EncodedValue(jsonBytes: bytes, path: path)
-        return try await write { e in try e.localSet(path, encoded) }
+        return try await write(.set(path, encoded))
     }
 
     /// Replaces the data here, with a priority (null, a number or a string).
     @discardableResult
     public func setValue(_ value: Value, andPriority priority: Value) async throws -> WriteReceipt {
         let node = try Node(value, path: path).updatingPriority(try Node.priorityNode(priority, at: path))
-        return try await write { e in try e.localSet(path, node) }
+        return try await write(.setNode(path, node))
     }
 
     /// Replaces the data here with an `Encodable` value (encoded through JSON).
@@ -94,7 +94,7 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     @discardableResult
     public func setPriority(_ priority: Value) async throws -> WriteReceipt {
         let node = try Node.priorityNode(priority, at: path)
-        return try await write { e in try e.localSet(path.child(".priority"), node) }
+        return try await write(.setNode(path.child(".priority"), node))
     }
 
     /// Removes the data here (sets it to null).
@@ -107,7 +107,7 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     public func updateChildValues(_ values: [String: Value]) async throws -> WriteReceipt {
         let children = try updateChildren(values)
         guard !children.isEmpty else { return WriteReceipt(database: database, writeID: nil) }
-        return try await write { e in try e.localUpdate(path, children) }
+        return try await write(.update(path, children))
     }
 
     /// The children of an update, validated and encoded, in a fixed order.
@@ -131,8 +131,8 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
         return children
     }
 
-    private func write(_ body: (Engine) throws -> (Int64, [Event])) async throws -> WriteReceipt {
-        WriteReceipt(database: database, writeID: try await database.write(body))
+    private func write(_ w: LocalWrite) async throws -> WriteReceipt {
+        WriteReceipt(database: database, writeID: try await database.write(w))
     }
 
     // MARK: Writing without waiting
@@ -149,7 +149,7 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     @discardableResult
     public func setValueNow(_ value: Value) throws -> WriteReceipt {
         let encoded = try EncodedValue(value, path: path)
-        return try writeNow { e in try e.localSet(path, encoded) }
+        return try writeNow(.set(path, encoded))
     }
 
     /// Replaces the data here with the value JSON text (UTF-8 bytes) describes, without
@@ -157,7 +157,7 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     @discardableResult
     public func setValueNow(jsonBytes bytes: [UInt8]) throws -> WriteReceipt {
         let encoded = try EncodedValue(jsonBytes: bytes, path: path)
-        return try writeNow { e in try e.localSet(path, encoded) }
+        return try writeNow(.set(path, encoded))
     }
 
     /// Removes the data here without waiting; see ``setValueNow(_:)``.
@@ -170,11 +170,12 @@ public struct DatabaseReference: Sendable, Hashable, CustomStringConvertible {
     public func updateChildValuesNow(_ values: [String: Value]) throws -> WriteReceipt {
         let children = try updateChildren(values)
         guard !children.isEmpty else { return WriteReceipt(database: database, writeID: nil) }
-        return try writeNow { e in try e.localUpdate(path, children) }
+        return try writeNow(.update(path, children))
     }
 
-    private func writeNow(_ body: (Engine) throws -> (Int64, [Event])) throws -> WriteReceipt {
-        WriteReceipt(database: database, writeID: try database.writeNow(body))
+    @inline(__always)
+    private func writeNow(_ w: LocalWrite) throws -> WriteReceipt {
+        WriteReceipt(database: database, writeID: try database.writeNow(w))
     }
 
     // MARK: Querying and listening (as a query of everything here)

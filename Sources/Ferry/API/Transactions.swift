@@ -47,12 +47,8 @@ extension DatabaseReference {
             }
             let node = try Node(data.value, path: path).updatingPriority(try Node.priorityNode(data.priority, at: path))
             let location = path
-            let written = try await database.perform { e in
-                // Commit only on the data the closure saw; otherwise run it again.
-                guard (e.visibleNode(at: location) ?? .empty) == current else { return (nil, []) }
-                let (id, events) = try e.localSet(location, node)
-                return (id, events)
-            }
+            // Committed only on the data the closure saw; otherwise it runs again.
+            let written = try await database.commitTransaction(at: location, over: current, node)
             if written != nil {
                 let (shown, md) = try database.localValue(at: location, otherwise: node, checking: false)
                 return TransactionResult(committed: true, snapshot: DataSnapshot(ref: self, node: shown, metadata: md))

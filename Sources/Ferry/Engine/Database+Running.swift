@@ -1,5 +1,25 @@
 import FerryLog
 
+/// A local write as the public types ask for it; the engine applies it under its lock, so that
+/// ``DatabaseReference`` never reaches the engine itself.
+enum LocalWrite {
+    /// The encoded value at a path.
+    case set(Path, EncodedValue)
+    /// A node at a path (a priority, a transaction's result).
+    case setNode(Path, Node)
+    /// A multi-path update: encoded values at paths below a path.
+    case update(Path, [(Path, EncodedValue)])
+
+    @inline(__always)
+    func apply(to e: Engine) throws -> (Int64, [Event]) {
+        switch self {
+        case .set(let path, let value): try e.localSet(path, value)
+        case .setNode(let path, let node): try e.localSet(path, node)
+        case .update(let path, let children): try e.localUpdate(path, children)
+        }
+    }
+}
+
 /// How operations run on the engine: under its lock, in the log's order, with the events they
 /// raise delivered after it, and the database's life cycle (closed or failed) ending every
 /// observer in one place.
@@ -21,7 +41,34 @@ extension Database {
     /// A local write: ``perform(_:)``, then the upkeep is told of it (which waits for an
     /// eviction only when the store is over its limit). Returns the write's id.
     @inline(__always)  // (an async layer per write costs ~2% of a bulk load)
-    func write(_ body: (Engine) throws -> (Int64, [Event])) async throws -> Int64? {
+    func write(_ w: LocalWrite) async throws -> Int64? {
+        try await write { e in try w.apply(to: e) }
+    }
+
+    /// A local write that returns at once: ``apply(_:)``, then the upkeep is told of it.
+    @inline(__always)
+    func writeNow(_ w: LocalWrite) throws -> Int64? {
+        try writeNow { e in try w.apply(to: e) }
+    }
+
+    /// A transaction's write: `node` at `location`, committed only if the data there is still
+    /// `current` (what the transaction's function saw). Returns the write's id, or nil when the
+    /// data changed and the function must run again.
+    func commitTransaction(at location: Path, over current: Node, _ node: Node) async throws -> Int64? {
+        try await perform { e in
+            guard (e.visibleNode(at: location) ?? .empty) == current else { return (nil, []) }
+            let (id, events) = try e.localSet(location, node)
+            return (id, events)
+        }
+    }
+
+    /// Sets or clears a `keepSynced` pin at `path` (a record of its own).
+    func setPin(_ path: Path, _ pinned: Bool) async throws {
+        _ = try await perform { e in (try e.setPin(path, pinned), []) }
+    }
+
+    @inline(__always)
+    private func write(_ body: (Engine) throws -> (Int64, [Event])) async throws -> Int64? {
         var facts: SpaceFacts?
         let id = try await perform { e in
             let (id, events) = try body(e)
@@ -34,7 +81,7 @@ extension Database {
 
     /// A local write that returns at once: ``apply(_:)``, then the upkeep is told of it.
     @inline(__always)
-    func writeNow(_ body: (Engine) throws -> (Int64, [Event])) throws -> Int64? {
+    private func writeNow(_ body: (Engine) throws -> (Int64, [Event])) throws -> Int64? {
         var facts: SpaceFacts?
         let (id, _) = try apply { e in
             let (id, events) = try body(e)

@@ -30,13 +30,15 @@ final class Engine: StoredValues, ServerCacheSource {
     var livePaths: Set<Path> = []
     var liveQueries: Set<QuerySpec> = []
     var serverTimeOffset: Int64 = 0
+    /// Open, closed or failed (the life cycle every model on the log shares).
+    private(set) var life = LifeCycle<DatabaseError>()
     /// The error that stopped the database: the first one (see ``stop(failing:)``).
-    private(set) var failure: DatabaseError?
+    var failure: DatabaseError? { life.failure }
     /// Whether the database was closed (see ``markClosed()``).
-    private(set) var closed = false
+    var closed: Bool { life.closed }
     /// The database closed or failed and its observers have not been ended yet: they are, as
     /// soon as the lock is released (``Database/withEngine(_:)``).
-    private(set) var observersToEnd = false
+    var observersToEnd: Bool { life.observersToEnd }
     /// The sync cursor, the receipts waiting for answers, the rejected writes.
     var ledger = WriteLedger<DatabaseError>()
     /// The LSN the last checkpoint covers up to (records below it are in it).
@@ -82,19 +84,14 @@ final class Engine: StoredValues, ServerCacheSource {
     /// thrown). Every wait for a server's answer ends now, and every observer once the lock is
     /// released: the one place a failure takes effect.
     func stop(failing error: DatabaseError) {
-        guard failure == nil else { return }
-        failure = error
-        ledger.endAll(error)
-        observersToEnd = true
+        life.fail(error, ledger: &ledger)
     }
 
     /// The database is closed: every wait for a server's answer ends now, and every observer
     /// once the lock is released.
     func markClosed() {
         guard !closed else { return }
-        closed = true
-        ledger.endAll(DatabaseError(.closed, "the database was closed before the server answered"))
-        observersToEnd = true
+        life.close(ledger: &ledger, reason: DatabaseError(.closed, "the database was closed before the server answered"))
     }
 
     func checkUsable() throws {
@@ -257,7 +254,7 @@ final class Engine: StoredValues, ServerCacheSource {
     /// is given once), to be called outside the lock.
     func takeEndedRegistrations() -> (DatabaseError, [@Sendable (DatabaseError?) -> Void])? {
         guard let reason = stopReason else { return nil }
-        observersToEnd = false
+        _ = life.takeObserversToEnd()
         let ends = registrations.takeEnds()
         return ends.isEmpty ? nil : (reason, ends)
     }
