@@ -466,3 +466,10 @@ enum ChangeKind: Sendable {
     /// Only the document's metadata changed (shown as `modified` to the app).
     case metadata
 }
+
+extension DocumentEngine: DataModel {
+    /// ``apply(kind:lsn:payload:)``, the same function writes use, in the shared layer's replay.
+    mutating func replay(kind: UInt8, lsn: UInt64, payload: UnsafeRawBufferPointer) throws {
+        _ = try apply(kind: kind, lsn: Int64(lsn), payload: payload)
+    }
+}

@@ -130,13 +130,9 @@ public final class Firestore: Sendable {
                     throw FirestoreErrorCode(.dataLoss, "cannot open the document store at \(path): \(e.message); the log's records before it were deleted, so it cannot be rebuilt (nothing was changed)")
                 }
             }
-            try log.forEachRecord(from: start) { r in
-                do {
-                    _ = try engine.apply(kind: r.kind, lsn: Int64(r.lsn.rawValue), payload: r.payload)
-                } catch let e as FirestoreErrorCode {
-                    let place = log.location(of: r.lsn)
-                    throw FirestoreErrorCode(e.code, "record \(r.lsn) of \(path) (\(place.map { "\($0.file), offset \($0.frameOffset)" } ?? "?")) cannot be replayed: \(e.message)")
-                }
+            do { try engine.replay(log, from: start) } catch let f as ReplayFailure {
+                let e = f.underlying as? FirestoreErrorCode ?? FirestoreErrorCode(.dataLoss, "\(f.underlying)")
+                throw FirestoreErrorCode(e.code, "record \(f.lsn) of \(path) (\(f.place)) cannot be replayed: \(e.message)")
             }
         } catch {
             log.release()

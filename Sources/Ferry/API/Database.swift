@@ -150,17 +150,13 @@ public final class Database: Sendable {
         do {
             try engine.declareIndexes(options.indexes)
             let start = try engine.loadLatestCheckpoint()
-            try log.forEachRecord(from: max(LSN(start), log.firstLSN)) { r in
-                do {
-                    try engine.replay(kind: r.kind, lsn: Int64(r.lsn.rawValue), payload: r.payload)
-                } catch {
-                    // Name the record, its segment and offset, and the store.
-                    let place = log.location(of: r.lsn)
-                    let why = (error as? DatabaseError)?.message ?? "\(error)"
-                    throw DatabaseError(.storage, "record \(r.lsn) (kind \(r.kind)) cannot be replayed: \(why)",
-                                        underlying: (error as? DatabaseError)?.underlying ?? (error as? LogError),
-                                        lsn: r.lsn.rawValue, file: place?.file, offset: place?.frameOffset, store: path)
-                }
+            var replayed = engine
+            do { try replayed.replay(log, from: LSN(start)) } catch let f as ReplayFailure {
+                // Name the record, its segment and offset, and the store.
+                let why = (f.underlying as? DatabaseError)?.message ?? "\(f.underlying)"
+                throw DatabaseError(.storage, "record \(f.lsn) (kind \(f.kind)) cannot be replayed: \(why)",
+                                    underlying: (f.underlying as? DatabaseError)?.underlying ?? (f.underlying as? LogError),
+                                    lsn: f.lsn, file: f.file, offset: f.offset, store: path)
             }
             if let f = engine.failure { throw f }
             engine.refreshIndexesIfDue()

@@ -205,3 +205,10 @@ extension Engine {
         }
     }
 }
+
+extension Engine: DataModel {
+    /// ``replay(kind:lsn:payload:)`` with the log's unsigned LSN (the shared layer's replay).
+    func replay(kind: UInt8, lsn: UInt64, payload: UnsafeRawBufferPointer) throws {
+        try replay(kind: kind, lsn: Int64(lsn), payload: payload)
+    }
+}
