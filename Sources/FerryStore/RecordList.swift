@@ -24,8 +24,19 @@ package struct RecordList {
         count += 1
     }
 
-    /// Calls `body` with record `lsn` if it is here (nil if not).
-    package func withRecord<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) rethrows -> R? {
+    /// Record `lsn`, if it is here. (Not a generic `withRecord`: a generic function of this
+    /// module is not specialized in the model's, and every stored value read comes here.)
+    package func find(_ lsn: UInt64) -> Record? {
+        // Records appended to a log have consecutive LSNs, and every chunk after the first is
+        // full but the last: the position follows from the LSN (checked; else a search).
+        guard let first = chunks.first?.first, lsn >= first.lsn else { return nil }
+        var i = Int(truncatingIfNeeded: lsn &- first.lsn), c = 0
+        if i >= chunks[0].count {
+            i -= chunks[0].count
+            c = 1 + i / Self.chunkCapacity
+            i %= Self.chunkCapacity
+        }
+        if c < chunks.count, i < chunks[c].count, chunks[c][i].lsn == lsn { return chunks[c][i] }
         // The last chunk whose first record is at or before `lsn`.
         var lo = 0, hi = chunks.count
         while lo < hi {
@@ -40,7 +51,7 @@ package struct RecordList {
             if chunk[mid].lsn < lsn { a = mid + 1 } else { b = mid }
         }
         guard a < chunk.count, chunk[a].lsn == lsn else { return nil }
-        return try chunk[a].payload.withUnsafeBytes { try body(chunk[a].kind, $0) }
+        return chunk[a]
     }
 
     /// Removes the records below `lsn` (they are first).

@@ -61,13 +61,27 @@ import Testing
         let copy = list  // (a snapshot's)
         #expect(list.count == n && list.first?.lsn == 2)
         for i in [1, RecordList.chunkCapacity, RecordList.chunkCapacity + 1, n] {
-            #expect(list.withRecord(UInt64(i * 2)) { _, p in p.first } == UInt8(truncatingIfNeeded: i))
-            #expect(list.withRecord(UInt64(i * 2 + 1)) { _, _ in 0 } == nil, "an LSN between two records is not found")
+            #expect(list.find(UInt64(i * 2))?.payload.first == UInt8(truncatingIfNeeded: i))
+            #expect(list.find(UInt64(i * 2 + 1)) == nil, "an LSN between two records is not found")
         }
         list.removeAll(below: UInt64(RecordList.chunkCapacity * 2 + 10))
         #expect(list.first?.lsn == UInt64(RecordList.chunkCapacity * 2 + 10) && list.count == n - RecordList.chunkCapacity - 4)
         list.removeAll(keeping: { $0 % 4 == 0 })
-        #expect(list.withRecord(UInt64(n * 2)) { _, _ in 1 } == (n % 2 == 0 ? 1 : nil))
-        #expect(copy.count == n && copy.withRecord(2) { _, p in p.first } == 1, "the copy kept every record")
+        #expect((list.find(UInt64(n * 2)) != nil) == (n % 2 == 0))
+        #expect(copy.count == n && copy.find(2)?.payload.first == 1, "the copy kept every record")
+    }
+
+    /// A log's records have consecutive LSNs: their place follows from the LSN, also once the
+    /// first chunk lost records from its front.
+    @Test func aRecordListOfConsecutiveLSNsFindsEachByItsPlace() {
+        var list = RecordList()
+        let n = RecordList.chunkCapacity * 3 + 7
+        for i in 1...n { list.append((UInt64(100 + i), UInt8(i % 7), [UInt8(truncatingIfNeeded: i)])) }
+        list.removeAll(below: 100 + 1 + 1000)  // the first chunk now starts at its 1,001st record
+        for lsn in [101, 1100, 1101, 1102, 100 + RecordList.chunkCapacity, 101 + RecordList.chunkCapacity, 100 + n, 101 + n].map(UInt64.init) {
+            let expected: Int? = lsn >= 1101 && lsn <= 100 + UInt64(n) ? Int(lsn - 100) : nil
+            #expect(list.find(lsn).map { Int($0.lsn - 100) } == expected, "lsn \(lsn)")
+            if let e = expected { #expect(list.find(lsn)?.payload == [UInt8(truncatingIfNeeded: e)] && list.find(lsn)?.kind == UInt8(e % 7)) }
+        }
     }
 }

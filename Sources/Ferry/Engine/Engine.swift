@@ -168,7 +168,9 @@ final class Engine: StoredValues, ServerCacheSource {
 
     func withPayload<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) throws -> R {
         if let r = replaying, r.lsn == lsn { return try body(r.kind, r.payload) }
-        return try records.withRecord(lsn, body)
+        // The records kept first, without a generic call into FerryStore (not specialized here).
+        if let r = records.kept.find(lsn) { return try r.payload.withUnsafeBytes { try body(r.kind, $0) } }
+        return try records.withLogRecord(lsn, body)
     }
 
     // MARK: StoredValues

@@ -55,7 +55,7 @@ final class FrozenReader: ValueReader, @unchecked Sendable {
             guard end <= payload.count else { throw ByteReader.damaged("a value reference past the record's end") }
             return try body(UnsafeRawBufferPointer(rebasing: payload[start..<end]), ValueNote.isEmpty(note, offset: ref.offset, length: ref.length))
         }
-        if let r = try recent.withRecord(ref.lsn, { _, payload in try slice(payload, 0) }) { return r }
+        if let r = recent.find(ref.lsn) { return try r.payload.withUnsafeBytes { try slice($0, 0) } }
         if let log { return try log.withRecord(at: LSN(ref.lsn)) { try slice($0.payload, $0.note) } }
         guard let live else { throw DatabaseError(.storage, "record \(ref.lsn) is not available") }
         do {
