@@ -1,12 +1,13 @@
 /// Whether a store is open, closed or failed — the one place either ending takes effect, for
-/// every data model on the log.
+/// both data models' stores (the tree's `Database`, FerryDocuments' `Firestore`).
 ///
 /// - The first failure is the one kept; a store that failed stays failed, and one closed stays
 ///   closed.
 /// - Ending, by failure or close, ends at once every wait for a server's answer in the ledger
-///   it is given (the model's ``WriteLedger``), and marks the observers to be ended: the model
-///   ends its listeners and sequences once its lock is released (``takeObserversToEnd()``),
-///   so that an end handler may call back into the store.
+///   it is given (the model's ``WriteLedger``), and marks the observers to be ended
+///   (``takeObserversToEnd()``): the tree ends its listeners and sequences once its lock is
+///   released, so that an end handler may call back into the store; the document store,
+///   whose listeners are only dropped, drops them under its lock.
 ///
 /// A value type: it lives in the model's state, under the model's lock.
 package struct LifeCycle<Failure: LedgerFailure> {

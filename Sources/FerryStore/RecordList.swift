@@ -27,16 +27,7 @@ package struct RecordList {
     /// Record `lsn`, if it is here. (Not a generic `withRecord`: a generic function of this
     /// module is not specialized in the model's, and every stored value read comes here.)
     package func find(_ lsn: UInt64) -> Record? {
-        // Records appended to a log have consecutive LSNs, and every chunk after the first is
-        // full but the last: the position follows from the LSN (checked; else a search).
-        guard let first = chunks.first?.first, lsn >= first.lsn else { return nil }
-        var i = Int(truncatingIfNeeded: lsn &- first.lsn), c = 0
-        if i >= chunks[0].count {
-            i -= chunks[0].count
-            c = 1 + i / Self.chunkCapacity
-            i %= Self.chunkCapacity
-        }
-        if c < chunks.count, i < chunks[c].count, chunks[c][i].lsn == lsn { return chunks[c][i] }
+        if let (c, i) = computedPlace(of: lsn) { return chunks[c][i] }
         // The last chunk whose first record is at or before `lsn`.
         var lo = 0, hi = chunks.count
         while lo < hi {
@@ -52,6 +43,21 @@ package struct RecordList {
         }
         guard a < chunk.count, chunk[a].lsn == lsn else { return nil }
         return chunk[a]
+    }
+
+    /// Where record `lsn` is, computed from its LSN: records appended to a log have
+    /// consecutive LSNs, and every chunk after the first is full but the last. Nil when the
+    /// record there is not `lsn` (the records are not consecutive: ``find(_:)`` then searches).
+    package func computedPlace(of lsn: UInt64) -> (chunk: Int, index: Int)? {
+        guard let first = chunks.first?.first, lsn >= first.lsn else { return nil }
+        var i = Int(truncatingIfNeeded: lsn &- first.lsn), c = 0
+        if i >= chunks[0].count {
+            i -= chunks[0].count
+            c = 1 + i / Self.chunkCapacity
+            i %= Self.chunkCapacity
+        }
+        guard c < chunks.count, i < chunks[c].count, chunks[c][i].lsn == lsn else { return nil }
+        return (c, i)
     }
 
     /// Removes the records below `lsn` (they are first).

@@ -3,7 +3,7 @@
 /// records compaction deletes), and a one-line description of each record by the model's own
 /// decoder. Each model on the log has one; ``RecordModels/identify(_:sideFiles:firstKind:)``
 /// says whose a store is, so that a tool never interprets a record with a second decoder of
-/// its own, and a model refuses a store of another.
+/// its own.
 package protocol RecordModel: Sendable {
     /// What a store of the model is, for messages ("a Realtime Database store").
     var name: String { get }
@@ -23,11 +23,5 @@ package enum RecordModels {
         if let m = models.first(where: { m in sideFiles.contains(where: m.marks(sideFile:)) }) { return m }
         guard let firstKind else { return nil }
         return models.first { $0.owns(kind: firstKind) }
-    }
-
-    /// The model among `others` that a store's side files say it belongs to (for an open that
-    /// must refuse another model's store).
-    package static func foreignOwner(_ others: [any RecordModel], sideFiles: [String]) -> (any RecordModel)? {
-        others.first { m in sideFiles.contains(where: m.marks(sideFile:)) }
     }
 }

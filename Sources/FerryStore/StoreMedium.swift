@@ -20,7 +20,9 @@ package protocol StoreMedium: AnyObject, Sendable {
     /// Whether a record is durable as soon as it is appended (in memory): a caller may then
     /// skip starting a task only to wait for it.
     var durableOnAppend: Bool { get }
-    /// Returns once record `lsn` is durable. Throws the log's error if it failed first.
+    /// Waits for record `lsn` as the log's durability mode has writes wait: with `.fsync`,
+    /// until it is on disk; with `.none` or `.interval`, not at all unless the log failed (in
+    /// memory, never). Throws the log's error if it failed first.
     func awaitDurable(_ lsn: UInt64) async throws
     /// Returns once every record appended so far is durable.
     func sync() async throws

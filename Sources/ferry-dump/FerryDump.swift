@@ -357,10 +357,12 @@ func directoryBytes(_ path: String) -> Int64 {
 let recordModels: [any RecordModel] = [TreeRecordModel(), DocumentRecordModel(), ServerDocumentRecordModel()]
 
 /// Whose store this is: the model its checkpoint marks, else the one whose kind its first
-/// record is (nil: an empty store without a checkpoint).
+/// record is (nil: an empty store without a checkpoint, or one whose first record cannot be
+/// read — the command that reads the records then reports the damage).
 func storeModel(_ inspection: LogInspection, directory: String) throws -> (any RecordModel)? {
     let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-    return RecordModels.identify(recordModels, sideFiles: files, firstKind: try firstRecordKind(inspection))
+    if let marked = RecordModels.identify(recordModels, sideFiles: files, firstKind: nil) { return marked }
+    return RecordModels.identify(recordModels, sideFiles: [], firstKind: try? firstRecordKind(inspection))
 }
 
 /// A `ferry-server` Firestore database (FORMAT.md, *Server document stores*): what `stats`

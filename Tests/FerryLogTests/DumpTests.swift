@@ -63,6 +63,11 @@ import Testing
         #expect(corrupt.status == 2)
         #expect(corrupt.stdout.contains("corruption"))
         #expect(corrupt.stdout.contains(names[0]))
+        // `records` prints what comes before the damaged first frame (nothing) and says where
+        // the records end (finding the store's model, which reads the first record, does not
+        // stop it first).
+        let records = try run(dump, ["records", dir.path])
+        #expect(records.status == 0 && records.stderr.contains("records end before: corruption in \(names[0])"), "\(records.status) \(records.stderr)")
     }
 
     @Test func theDumpNeverModifiesTheStoreAndWorksWhileItIsOpen() async throws {

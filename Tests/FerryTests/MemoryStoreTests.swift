@@ -81,6 +81,7 @@ import Testing
         for lsn in [101, 1100, 1101, 1102, 100 + RecordList.chunkCapacity, 101 + RecordList.chunkCapacity, 100 + n, 101 + n].map(UInt64.init) {
             let expected: Int? = lsn >= 1101 && lsn <= 100 + UInt64(n) ? Int(lsn - 100) : nil
             #expect(list.find(lsn).map { Int($0.lsn - 100) } == expected, "lsn \(lsn)")
+            #expect((list.computedPlace(of: lsn) != nil) == (expected != nil), "lsn \(lsn) is found by its place, without a search")
             if let e = expected { #expect(list.find(lsn)?.payload == [UInt8(truncatingIfNeeded: e)] && list.find(lsn)?.kind == UInt8(e % 7)) }
         }
     }

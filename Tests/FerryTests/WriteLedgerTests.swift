@@ -152,10 +152,15 @@ import Testing
         let stopped = held.ledger.withLock { life.fail(first, ledger: &$0) }
         #expect(stopped && !life.isOpen && life.failure?.message == "the disk failed")
         await #expect { try await waiting.value } throws: { ($0 as? DatabaseError)?.message == "the disk failed" }
+        let due = life.takeObserversToEnd(), dueAgain = life.takeObserversToEnd()
+        #expect(due && !dueAgain, "the observers are to be ended once")
         let again = held.ledger.withLock { life.fail(DatabaseError(.storage, "a second failure"), ledger: &$0) }
         #expect(!again && life.failure?.message == "the disk failed")
-        let due = life.takeObserversToEnd(), dueAgain = life.takeObserversToEnd()
-        #expect(due && !dueAgain)
+        let dueAfterSecond = life.takeObserversToEnd()
+        #expect(!dueAfterSecond, "a second failure asks for nothing more")
+        // A close after a failure: the store is closed too, and its observers were ended already.
+        let closing = held.ledger.withLock { life.close(ledger: &$0, reason: DatabaseError(.closed, "closed")) }
+        #expect(closing && life.closed && life.failure?.message == "the disk failed")
     }
 
     @Test func closingEndsWaitingReceiptsWithItsReasonAndHappensOnce() async throws {
@@ -167,10 +172,11 @@ import Testing
         #expect(closing)
         await #expect { try await waiting.value } throws: { ($0 as? DatabaseError)?.code == .closed }
         #expect(life.closed && life.failure == nil && !life.isOpen)
-        let closingAgain = held.ledger.withLock { life.close(ledger: &$0, reason: reason) }
-        #expect(!closingAgain)
         let due = life.takeObserversToEnd()
         #expect(due)
+        let closingAgain = held.ledger.withLock { life.close(ledger: &$0, reason: reason) }
+        let dueAgain = life.takeObserversToEnd()
+        #expect(!closingAgain && !dueAgain, "a second close changes nothing and asks for nothing")
     }
 }
 
@@ -188,14 +194,14 @@ import Testing
 
     @Test func aLogMediumWaitsForTheLogAndKeepsSideFilesBesideIt() async throws {
         let dir = try TemporaryDirectory()
-        let log = try WriteAheadLog.open(at: dir.path, options: LogOptions(durability: .none))
+        let log = try WriteAheadLog.open(at: dir.path, options: LogOptions(durability: .fsync))
         let m = LogMedium(log)
         #expect(!m.durableOnAppend && m.log === log && m.storeID == log.storeID)
         var batch = LogBatch(capacity: 16)
         batch.append(kind: 1, payload: [1, 2, 3])
         let lsn = try log.enqueue(batch).lowerBound.rawValue
         try await m.awaitDurable(lsn)
-        #expect(log.durableLSN.rawValue >= lsn)
+        #expect(log.durableLSN.rawValue > lsn, "durableLSN is the first LSN not yet durable")
         try m.writeSideFile(named: "state.json", contents: [7])
         #expect(FileManager.default.fileExists(atPath: dir.path + "/state.json"))
         #expect(try m.readSideFile(named: "state.json") == [7])

@@ -103,6 +103,7 @@ import Testing
                 options.system = disk.calls
                 let lines = FerryMutex<[String]>([])
                 let unexpected = FerryMutex<[String]>([])
+                let ended = FerryMutex(false)
                 do {
                     let db = try Database.open(at: store, options: options)
                     let workload = Task {
@@ -111,11 +112,12 @@ import Testing
                             if line.hasPrefix("e\t"), !disk.isCut { unexpected.withLock { $0.append(line) } }
                             lines.withLock { $0.append(line) }
                         }
+                        ended.withLock { $0 = true }
                     }
                     // The cut comes at a random call, or at a random moment once the workload
-                    // has reported its first write: under load, opening the store alone can
-                    // outlast the moment, and a cut before any write tests nothing.
-                    while !disk.isCut && lines.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(1)) }
+                    // has begun writing (its first line): under load its task can start after
+                    // a moment counted from here, and a cut before any write tests nothing.
+                    while !disk.isCut && lines.withLock({ $0.isEmpty }) && !ended.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(1)) }
                     let deadline = ContinuousClock.now + .milliseconds(20 + random(300))
                     while !disk.isCut && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
                     disk.cut()

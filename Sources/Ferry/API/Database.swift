@@ -230,7 +230,11 @@ public final class Database: Sendable {
     }
 
     /// Waits until every write made before the call is durable (`fdatasync`), whatever the
-    /// durability mode — the commit point of a batch of `.none` writes.
+    /// durability mode — the commit point of a batch of `.none` writes. (A memory-only
+    /// database's writes are as durable as it gets at once.)
+    ///
+    /// - Throws: ``DatabaseError/Code/closed`` after ``close()``, or the failure that stopped
+    ///   the database (a memory-only one too); ``DatabaseError/Code/storage`` if the log fails.
     public func sync() async throws {
         try withEngine { try $0.checkUsable() }
         do { try await medium.sync() } catch { throw storageError(error) }
