@@ -8,8 +8,14 @@ public enum CacheSettings: Sendable {
     /// in bytes (``FirestoreSettings/defaultCacheSizeBytes`` by default, at least
     /// ``FirestoreSettings/minimumCacheSizeBytes``, or ``FirestoreSettings/cacheSizeUnlimited``).
     case persistent(sizeBytes: Int64)
-    /// In memory: nothing is written to disk, everything is gone when the store closes.
+    /// In memory: nothing is written to disk, everything is gone when the store closes. Every
+    /// document the server sent stays cached while the store lives (Firebase's
+    /// `MemoryLRUGCSettings` without a size limit).
     case memory
+    /// In memory, with eager garbage collection (Firebase's `MemoryEagerGCSettings`): a
+    /// document no listener, active target or pending write needs is dropped at once, so the
+    /// cache holds only what is listened to or written.
+    case memoryEager
 }
 
 /// A document store's settings (Firebase's `FirestoreSettings`).
@@ -95,7 +101,10 @@ public final class Firestore: Sendable {
         if case .persistent(let size) = settings.cacheSettings, size != cacheSizeUnlimited, size < FirestoreSettings.minimumCacheSizeBytes {
             throw FirestoreErrorCode(.invalidArgument, "cacheSizeBytes must be at least \(FirestoreSettings.minimumCacheSizeBytes) (1 MB) or FirestoreSettings.cacheSizeUnlimited; it is \(size)")
         }
-        if case .memory = settings.cacheSettings { return inMemory(settings: settings) }
+        switch settings.cacheSettings {
+        case .memory, .memoryEager: return inMemory(settings: settings)
+        case .persistent: break
+        }
         let log: WriteAheadLog
         do {
             var options = LogOptions(durability: settings.durability)
@@ -146,11 +155,17 @@ public final class Firestore: Sendable {
 
     static let cacheSizeUnlimited = FirestoreSettings.cacheSizeUnlimited
 
-    /// A document store in memory (nothing written to disk).
+    /// A document store in memory (nothing written to disk): `settings.cacheSettings` is
+    /// ``CacheSettings/memoryEager`` for eager garbage collection, otherwise ``CacheSettings/memory``.
     public static func inMemory(settings: FirestoreSettings = FirestoreSettings()) -> Firestore {
         var s = settings
-        s.cacheSettings = .memory
-        return Firestore(engine: DocumentEngine(records: RecordStore(log: nil)), medium: MemoryMedium(), path: nil, settings: s)
+        var engine = DocumentEngine(records: RecordStore(log: nil))
+        if case .memoryEager = settings.cacheSettings {
+            engine.eagerGarbageCollection = true
+        } else {
+            s.cacheSettings = .memory
+        }
+        return Firestore(engine: engine, medium: MemoryMedium(), path: nil, settings: s)
     }
 
     // MARK: References

@@ -429,3 +429,45 @@ extension FirestoreSyncTests {
         #expect(server.terminate() == 0)
     }
 }
+
+extension FirestoreSyncTests {
+    /// A memory cache with eager collection keeps only what is listened to: once the listener
+    /// goes, the server's documents leave the cache; a memory cache without it keeps them.
+    @Test func anEagerMemoryCacheDropsTheServersDocumentsOnceNothingListens() async throws {
+        let dir = try TemporaryDirectory("firestore-eager")
+        let server = try ServerProcess(data: dir.path, ["--firestore-port", "0"])
+        let (writer, cw) = try Self.connected(dir, "writer", server)
+        try await writer.collection("cities").document("SF").setData(["name": "San Francisco"])
+        try await writer.waitForPendingWrites()
+
+        var eagerSettings = FirestoreSettings(), keepingSettings = FirestoreSettings()
+        eagerSettings.cacheSettings = .memoryEager
+        keepingSettings.cacheSettings = .memory
+        let eager = Firestore.inMemory(settings: eagerSettings), keeping = Firestore.inMemory(settings: keepingSettings)
+        #expect(eager.settings.cacheSettings.isEager && !keeping.settings.cacheSettings.isEager)
+        var connections: [FirestoreConnection] = []
+        for db in [eager, keeping] {
+            connections.append(try FirestoreConnection.connect(db, to: .init(host: "127.0.0.1", port: server.firestorePort!, project: "sync-test")))
+            let live = Mutex(false)
+            let reg = db.collection("cities").addSnapshotListener { snap, _ in
+                if let snap, !snap.metadata.isFromCache, snap.documents.map(\.documentID) == ["SF"] { live.withLock { $0 = true } }
+            }
+            #expect(await eventually { live.withLock { $0 } }, "the listener got the server's documents")
+            #expect(try await db.collection("cities").document("SF").getDocument(source: .cache).exists)
+            reg.remove()
+        }
+        // Eager: the document left with the listener.
+        #expect(await eventually { (try? await eager.collection("cities").document("SF").getDocument(source: .cache)) == nil })
+        await #expect(throws: FirestoreErrorCode.self) { try await eager.collection("cities").document("SF").getDocument(source: .cache) }
+        // Without eager collection, it stays.
+        #expect(try await keeping.collection("cities").document("SF").getDocument(source: .cache).data()?["name"] as? String == "San Francisco")
+        for c in connections { await c.close() }
+        await cw.close()
+        for db in [eager, keeping, writer] { try await db.terminate() }
+        #expect(server.terminate() == 0)
+    }
+}
+
+extension CacheSettings {
+    var isEager: Bool { if case .memoryEager = self { true } else { false } }
+}
