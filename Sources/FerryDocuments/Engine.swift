@@ -91,7 +91,7 @@ struct DocumentEngine {
     var collections: [ResourcePath: [String: LocalDocument]] = [:]
     var listeners: [Int: StandingQuery] = [:]
     var nextListenerID = 1
-    /// Open or terminated (the life cycle every model on the log shares).
+    /// Open or terminated (the shared ``LifeCycle``, which the tree's `Database` keeps too).
     var life = LifeCycle<FirestoreErrorCode>()
     var closed: Bool { life.closed }
     var networkEnabled = true

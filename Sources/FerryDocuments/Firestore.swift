@@ -67,7 +67,7 @@ public final class Firestore: Sendable {
     /// Where the records become durable: the log, or memory.
     let medium: any StoreMedium
     /// The log, or nil in memory: for what only a log has (checkpoints, deleting segments).
-    let log: WriteAheadLog?
+    var log: WriteAheadLog? { medium.log }
     /// The store directory (nil in memory).
     public let path: String?
     public let settings: FirestoreSettings
@@ -87,7 +87,6 @@ public final class Firestore: Sendable {
     private init(engine: sending DocumentEngine, medium: any StoreMedium, path: String?, settings: FirestoreSettings) {
         state = FerryMutex(engine)
         self.medium = medium
-        log = medium.log
         self.path = path
         self.settings = settings
         queue = settings.dispatchQueue ?? DispatchQueue(label: "ferry.documents.listeners")

@@ -17,11 +17,11 @@ package protocol RecordModel: Sendable {
 
 package enum RecordModels {
     /// The model whose store holds `sideFiles` and whose first record (if any) is of
-    /// `firstKind`: the one a side file marks, else the one owning the first record's kind;
-    /// nil when neither tells (an empty store).
-    package static func identify(_ models: [any RecordModel], sideFiles: [String], firstKind: UInt8?) -> (any RecordModel)? {
+    /// `firstKind`: the one a side file marks, else the one owning the first record's kind
+    /// (asked for only then); nil when neither tells (an empty store).
+    package static func identify(_ models: [any RecordModel], sideFiles: [String], firstKind: @autoclosure () -> UInt8?) -> (any RecordModel)? {
         if let m = models.first(where: { m in sideFiles.contains(where: m.marks(sideFile:)) }) { return m }
-        guard let firstKind else { return nil }
+        guard let firstKind = firstKind() else { return nil }
         return models.first { $0.owns(kind: firstKind) }
     }
 }

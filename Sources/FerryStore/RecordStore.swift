@@ -58,15 +58,8 @@ package struct RecordStore {
         kept.append((lsn, kind, payload))
     }
 
-    /// Calls `body` with record `lsn`'s kind and payload (valid during the call only): from
-    /// the records kept here, else from the log. (A model's hot path may look in ``kept``
-    /// itself first: this generic function is not specialized in the model's module.)
-    package func withRecord<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) throws -> R {
-        if let r = kept.find(lsn) { return try r.payload.withUnsafeBytes { try body(r.kind, $0) } }
-        return try withLogRecord(lsn, body)
-    }
-
-    /// Calls `body` with record `lsn` read from the log (not from the records kept here).
+    /// Calls `body` with record `lsn` read from the log (valid during the call only); a model
+    /// looks in ``kept`` first (``RecordList/find(_:)``), then here.
     package func withLogRecord<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) throws -> R {
         guard let log else { throw RecordUnavailable(lsn: lsn) }
         return try log.withRecord(at: LSN(lsn)) { try body($0.kind, $0.payload) }

@@ -130,7 +130,7 @@ extension FerryDump {
         func run() throws {
             let inspection = try store.inspect(deep: false)
             // The store's own model describes its records (any model, for a store none claims).
-            let describers = try storeModel(inspection, directory: store.directory).map { [$0] } ?? recordModels
+            let describers = storeModel(inspection, directory: store.directory).map { [$0] } ?? recordModels
             do {
                 try inspection.forEachRecord(from: LSN(from), through: to.map { LSN($0) }) { r in
                     let decoded = describers.lazy.compactMap { $0.describe(kind: r.kind, lsn: r.lsn.rawValue, payload: r.payload) }.first
@@ -227,7 +227,7 @@ extension FerryDump {
                 syncCursor: (try? RecordDescription.syncCursor { body in
                     try inspection.forEachRecord { r in try body(r.kind, r.payload) }
                 }) ?? nil)
-            let model = try storeModel(inspection, directory: store.directory)
+            let model = storeModel(inspection, directory: store.directory)
             if model is ServerDocumentRecordModel {
                 report.serverDocuments = try ServerDocumentStore(inspection, directory: store.directory)
             } else if model is DocumentRecordModel {
@@ -304,7 +304,7 @@ extension FerryDump {
 
         func run() throws {
             let inspection = try store.inspect(deep: false)
-            let model = try storeModel(inspection, directory: store.directory)
+            let model = storeModel(inspection, directory: store.directory)
             if let model, model is ServerDocumentRecordModel {
                 throw ValidationError("\(store.directory) is \(model.name): `at` rebuilds the Realtime Database's and the document client's stores; `records` and `stats` read this one")
             }
@@ -359,10 +359,9 @@ let recordModels: [any RecordModel] = [TreeRecordModel(), DocumentRecordModel(),
 /// Whose store this is: the model its checkpoint marks, else the one whose kind its first
 /// record is (nil: an empty store without a checkpoint, or one whose first record cannot be
 /// read — the command that reads the records then reports the damage).
-func storeModel(_ inspection: LogInspection, directory: String) throws -> (any RecordModel)? {
+func storeModel(_ inspection: LogInspection, directory: String) -> (any RecordModel)? {
     let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-    if let marked = RecordModels.identify(recordModels, sideFiles: files, firstKind: nil) { return marked }
-    return RecordModels.identify(recordModels, sideFiles: [], firstKind: try? firstRecordKind(inspection))
+    return RecordModels.identify(recordModels, sideFiles: files, firstKind: (try? firstRecordKind(inspection)) ?? nil)
 }
 
 /// A `ferry-server` Firestore database (FORMAT.md, *Server document stores*): what `stats`

@@ -99,7 +99,7 @@ public final class Database: Sendable {
     let medium: any StoreMedium
     /// The log, or nil for a memory-only database: for what only a log has (checkpoints,
     /// compaction, eviction, reads outside the lock).
-    let log: WriteAheadLog?
+    var log: WriteAheadLog? { medium.log }
     let options: DatabaseOptions
     let pushIDs = FerryMutex(PushIDGenerator())
     /// Held while the sync state's side file is written.
@@ -117,7 +117,6 @@ public final class Database: Sendable {
     private init(engine: sending Engine, medium: any StoreMedium, path: String?, options: DatabaseOptions) {
         self.engine = FerryMutex(engine)
         self.medium = medium
-        self.log = medium.log
         self.path = path
         self.options = options
         self.recovery = medium.log?.recovery

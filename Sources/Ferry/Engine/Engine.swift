@@ -30,7 +30,7 @@ final class Engine: StoredValues, ServerCacheSource {
     var livePaths: Set<Path> = []
     var liveQueries: Set<QuerySpec> = []
     var serverTimeOffset: Int64 = 0
-    /// Open, closed or failed (the life cycle every model on the log shares).
+    /// Open, closed or failed (the shared ``LifeCycle``, which FerryDocuments' stores keep too).
     private(set) var life = LifeCycle<DatabaseError>()
     /// The error that stopped the database: the first one (see ``stop(failing:)``).
     var failure: DatabaseError? { life.failure }
@@ -90,7 +90,6 @@ final class Engine: StoredValues, ServerCacheSource {
     /// The database is closed: every wait for a server's answer ends now, and every observer
     /// once the lock is released.
     func markClosed() {
-        guard !closed else { return }
         life.close(ledger: &ledger, reason: DatabaseError(.closed, "the database was closed before the server answered"))
     }
 
