@@ -83,7 +83,7 @@ struct ChangeData: Sendable {
 /// the ledger, the records and the standing queries.
 struct DocumentEngine {
     var records: RecordStore
-    var ledger = WriteLedger<FirestoreErrorCode>()
+    let ledger = WriteLedger<FirestoreErrorCode>()
     /// Pending write batches, oldest first (their ids are their records' LSNs).
     var pending = PendingBatches()
     /// The local view: collection path → document id → document (server data with pending

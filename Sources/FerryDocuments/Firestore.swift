@@ -376,7 +376,7 @@ public final class Firestore: Sendable {
     /// closed (every write already returned is on disk).
     public func terminate() async throws {
         let wasOpen = state.withLock { e -> Bool in
-            let closing = e.life.close(ledger: &e.ledger, reason: Self.closedError)
+            let closing = e.life.close(ledger: e.ledger, reason: Self.closedError)
             if e.life.takeObserversToEnd() { e.listeners = [:] }
             return closing
         }

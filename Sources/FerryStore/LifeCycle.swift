@@ -26,7 +26,7 @@ package struct LifeCycle<Failure: LedgerFailure> {
     /// Stops the store with `error` unless it already stopped; ends every wait in `ledger`.
     /// Returns whether this call stopped it.
     @discardableResult
-    package mutating func fail(_ error: Failure, ledger: inout WriteLedger<Failure>) -> Bool {
+    package mutating func fail(_ error: Failure, ledger: WriteLedger<Failure>) -> Bool {
         guard failure == nil else { return false }
         failure = error
         ledger.endAll(error)
@@ -37,7 +37,7 @@ package struct LifeCycle<Failure: LedgerFailure> {
     /// Closes the store unless it already is closed; every wait in `ledger` ends with
     /// `reason`. Returns whether this call closed it.
     @discardableResult
-    package mutating func close(ledger: inout WriteLedger<Failure>, reason: Failure) -> Bool {
+    package mutating func close(ledger: WriteLedger<Failure>, reason: Failure) -> Bool {
         guard !closed else { return false }
         closed = true
         ledger.endAll(reason)

@@ -18,16 +18,18 @@ package struct AckWaiter {
 ///   of the rejection record), and recent rejections' errors for receipts awaited after the
 ///   fact (bounded).
 ///
-/// A value type: it lives inside the engine, under the engine's lock.
-package struct WriteLedger<Failure: LedgerFailure> {
+/// One per store, held by its engine and used under the engine's lock only; its state changes
+/// through these functions alone.
+package final class WriteLedger<Failure: LedgerFailure> {
     package init() {}
     /// The sync cursor: every write up to this id has been answered by the server in order
     /// (acknowledged, or rejected and recorded). 0 before the first answer.
     package private(set) var ackedThrough: Int64 = 0
     /// The LSN of the newest record that answered a write (acknowledgement or rejection).
     package private(set) var lastAnswerLSN: Int64 = 0
-    /// The rejected writes the app has not cleared: write id → LSN of its rejection record.
-    package var rejected: [Int64: UInt64] = [:]
+    /// The rejected writes the app has not cleared: write id → LSN of its rejection record
+    /// (``noteRejected(_:recordLSN:)``, ``clearRejected(_:)``).
+    package private(set) var rejected: [Int64: UInt64] = [:]
     /// The errors of the latest rejections (at most ``recentRejectionLimit``), for receipts
     /// awaited after the fact.
     private var recentRejections: [Int64: Failure] = [:]
@@ -44,15 +46,28 @@ package struct WriteLedger<Failure: LedgerFailure> {
 
     /// The server answered every write through `through` in order (the answer's record is at
     /// `recordLSN`; 0 in replay, where no receipt waits). The cursor never goes back.
-    package mutating func advanceCursor(through: Int64, recordLSN: Int64 = 0) {
+    package func advanceCursor(through: Int64, recordLSN: Int64 = 0) {
         ackedThrough = max(ackedThrough, through)
         lastAnswerLSN = max(lastAnswerLSN, recordLSN)
     }
 
     /// The cursor and rejections a checkpoint holds, installed as the ledger's.
-    package mutating func restore(ackedThrough: Int64, rejected: [Int64: UInt64]) {
+    package func restore(ackedThrough: Int64, rejected: [Int64: UInt64]) {
         self.ackedThrough = ackedThrough
         self.rejected = rejected
+    }
+
+    // MARK: Rejections
+
+    /// Write `writeID` was rejected by the record at `recordLSN`; it stays among the rejected
+    /// writes until the app clears it.
+    package func noteRejected(_ writeID: Int64, recordLSN: UInt64) {
+        rejected[writeID] = recordLSN
+    }
+
+    /// The app cleared these rejected writes.
+    package func clearRejected<S: Sequence>(_ writeIDs: S) where S.Element == Int64 {
+        for id in writeIDs { rejected[id] = nil }
     }
 
     // MARK: Answers and receipts
@@ -60,7 +75,7 @@ package struct WriteLedger<Failure: LedgerFailure> {
     /// The server's answer to `writeID` (nil: acknowledged; else the rejection) is decided by
     /// the record at `recordLSN`: the receipts waiting for it move to the settled ones, which
     /// the operation that wrote the record resumes once it is durable.
-    package mutating func settle(_ writeID: Int64, recordLSN: Int64, _ outcome: Failure?) {
+    package func settle(_ writeID: Int64, recordLSN: Int64, _ outcome: Failure?) {
         if let outcome { noteRejection(writeID, outcome) }
         lastAnswerLSN = max(lastAnswerLSN, recordLSN)
         guard let ws = waiters.removeValue(forKey: writeID) else { return }
@@ -69,7 +84,7 @@ package struct WriteLedger<Failure: LedgerFailure> {
 
     /// Keeps a rejection's error for receipts awaited after the fact, forgetting the oldest
     /// past the limit (`bounded`: a live answer; replay keeps every one it reads, each once).
-    package mutating func noteRejection(_ writeID: Int64, _ error: Failure, bounded: Bool = true) {
+    package func noteRejection(_ writeID: Int64, _ error: Failure, bounded: Bool = true) {
         recentRejections[writeID] = error
         if bounded, recentRejections.count > Self.recentRejectionLimit, let oldest = recentRejections.keys.min() {
             recentRejections[oldest] = nil
@@ -78,13 +93,13 @@ package struct WriteLedger<Failure: LedgerFailure> {
 
     /// The receipts settled since the last call, with their outcomes, for the operation that
     /// settled them to resume.
-    package mutating func takeSettled() -> [(waiter: AckWaiter, outcome: Failure?)] {
+    package func takeSettled() -> [(waiter: AckWaiter, outcome: Failure?)] {
         defer { settled = [] }
         return settled
     }
 
     /// A new token for one wait (to take it back on cancellation).
-    package mutating func newToken() -> UInt64 {
+    package func newToken() -> UInt64 {
         defer { nextToken += 1 }
         return nextToken
     }
@@ -100,7 +115,7 @@ package struct WriteLedger<Failure: LedgerFailure> {
     }
 
     /// Registers a receipt of `writeID` (`pending`: the write still waits for its answer).
-    package mutating func wait(for writeID: Int64, token: UInt64, pending: Bool, _ c: UnsafeContinuation<Void, any Error>) -> Wait {
+    package func wait(for writeID: Int64, token: UInt64, pending: Bool, _ c: UnsafeContinuation<Void, any Error>) -> Wait {
         if pending {
             waiters[writeID, default: []].append(AckWaiter(token: token, continuation: c))
             return .waiting
@@ -111,7 +126,7 @@ package struct WriteLedger<Failure: LedgerFailure> {
     }
 
     /// Takes back the wait `token` of a cancelled task (nil when an answer took it first).
-    package mutating func cancel(_ writeID: Int64, token: UInt64) -> UnsafeContinuation<Void, any Error>? {
+    package func cancel(_ writeID: Int64, token: UInt64) -> UnsafeContinuation<Void, any Error>? {
         guard var ws = waiters[writeID], let i = ws.firstIndex(where: { $0.token == token }) else { return nil }
         let c = ws.remove(at: i).continuation
         waiters[writeID] = ws.isEmpty ? nil : ws
@@ -119,7 +134,7 @@ package struct WriteLedger<Failure: LedgerFailure> {
     }
 
     /// Ends every wait with `error` (the database closed or failed).
-    package mutating func endAll(_ error: Failure) {
+    package func endAll(_ error: Failure) {
         let all = waiters.values.flatMap { $0 }
         waiters = [:]
         for w in all { w.continuation.resume(throwing: error) }

@@ -57,7 +57,7 @@ import Testing
         let pending = db.state.withLock { $0.pending.count }
         reg.remove()
         try await db.log!.close()
-        db.state.withLock { _ = $0.life.close(ledger: &$0.ledger, reason: Firestore.closedError) }
+        db.state.withLock { _ = $0.life.close(ledger: $0.ledger, reason: Firestore.closedError) }
 
         db = try Firestore.open(at: store.path, settings: settings(limit: 4 << 20))
         #expect(try await everything(db, "server") == server)
@@ -97,7 +97,7 @@ import Testing
         let before = try await everything(db, "c")
         // A checkpoint written and the process gone before its segments were deleted.
         let log = db.log!
-        let snapshot = db.state.withLock { e in _ = e.life.close(ledger: &e.ledger, reason: Firestore.closedError); return DocumentCheckpoint(e, throughLSN: log.nextLSN.rawValue) }
+        let snapshot = db.state.withLock { e in _ = e.life.close(ledger: e.ledger, reason: Firestore.closedError); return DocumentCheckpoint(e, throughLSN: log.nextLSN.rawValue) }
         try await log.sync()
         try log.writeSideFile(named: DocumentCheckpoint.fileName, contents: snapshot.encode())
         try await log.close()

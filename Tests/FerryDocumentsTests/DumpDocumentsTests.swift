@@ -79,7 +79,7 @@ import Testing
         let d = try Firestore.open(at: fresh.path)
         try d.document("c/d").setDataNow(["a": 1])
         try await d.sync()
-        d.state.withLock { _ = $0.life.close(ledger: &$0.ledger, reason: Firestore.closedError) }
+        d.state.withLock { _ = $0.life.close(ledger: $0.ledger, reason: Firestore.closedError) }
         try await d.log!.close()
         do {
             _ = try Database.open(at: fresh.path)

@@ -115,7 +115,7 @@ import Testing
                 DispatchQueue.global().async {
                     // Once the client has read the answer: another client's write, older than
                     // this one (6), shown once it is applied (`other`); then this write's (7).
-                    _ = eventuallyOnThisThread { (client.withLock { $0 }?.engine.withLock { $0.serverTimeOffset } ?? 0) > 43_200_000 }
+                    _ = eventuallyOnThisThread { (client.withLock { $0 }?.engine.withLock { $0.serverStatus.timeOffset } ?? 0) > 43_200_000 }
                     box.server?.push(ScriptedServer.put("/", #"{"count": 0, "other": true}"#, id: 6))
                     _ = eventuallyOnThisThread { other.withLock { $0 } }
                     box.server?.push(ScriptedServer.put("/count", "1", id: 7))

@@ -755,7 +755,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
                 // to be a day ahead, as it reads it), the stream's event of the write, then a
                 // later change (seen once the write's event is).
                 DispatchQueue.global().async {
-                    _ = eventuallyOnThisThread { (client.withLock { $0 }?.engine.withLock { $0.serverTimeOffset } ?? 0) > 43_200_000 }
+                    _ = eventuallyOnThisThread { (client.withLock { $0 }?.engine.withLock { $0.serverStatus.timeOffset } ?? 0) > 43_200_000 }
                     box.server?.push(ScriptedServer.put("/count", #"1"#))
                     box.server?.push(ScriptedServer.put("/later", #"true"#))
                 }
@@ -859,7 +859,7 @@ func serverValue(_ port: Int, _ path: String, ns: String = "t") throws -> Value?
             // The listen keeps the location (else the answer is recorded at once, waiting for nothing).
             #expect(await eventually { live.withLock { $0 } }, "the listen's first data arrived")
             let receipt = try a.db.reference("stats/count").setValueNow(1)
-            #expect(await eventually { a.db.engine.withLock { $0.serverTimeOffset } > 43_200_000 }, "the client read the answer")
+            #expect(await eventually { a.db.engine.withLock { $0.serverStatus.timeOffset } > 43_200_000 }, "the client read the answer")
             await a.sync.goOffline()
             await a.sync.close()
             #expect(a.db.pendingWriteCount == 0, "the answer was recorded before close() returned")

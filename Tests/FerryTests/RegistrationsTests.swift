@@ -20,7 +20,7 @@ import Testing
     }
 
     @Test func theVersionMovesWithEveryChangeAndOnlyThen() throws {
-        var r = Registrations()
+        let r = Registrations()
         let a = r.newID(), b = r.newID()
         #expect(b > a, "ids rise")
         let v0 = r.version
@@ -41,7 +41,7 @@ import Testing
     }
 
     @Test func eachEndHandlerIsGivenOutOnce() throws {
-        var r = Registrations()
+        let r = Registrations()
         let ended = Ended()
         for path in ["a", "b", "c"] { r.add(try state(r.newID(), at: path, ended: ended)) }
         let ends = r.takeEnds()

@@ -59,17 +59,19 @@ import Testing
     }
 
     @Test func aReceiptOfAnAnsweredWriteIsAnsweredAtOnceWithTheNewestAnswersRecord() async throws {
-        var ledger = WriteLedger<DatabaseError>()
-        ledger.settle(3, recordLSN: 40, DatabaseError(.writeRejected, "refused by rules"))
-        ledger.settle(4, recordLSN: 41, nil)
-        let (rejected, _) = await waitingReceipt(holding(ledger), 3, pending: false)
+        let held = Held()
+        held.ledger.withLock { ledger in
+            ledger.settle(3, recordLSN: 40, DatabaseError(.writeRejected, "refused by rules"))
+            ledger.settle(4, recordLSN: 41, nil)
+        }
+        let (rejected, _) = await waitingReceipt(held, 3, pending: false)
         do {
             try await rejected.value
             Issue.record("the rejection must reach a receipt awaited after it")
         } catch let e as DatabaseError {
             #expect(e.code == .writeRejected && e.message == "refused by rules")
         }
-        let fresh = holding(ledger)
+        let fresh = held
         let token = fresh.ledger.withLock { $0.newToken() }
         let wait = await withUnsafeContinuation { (outer: UnsafeContinuation<WriteLedger<DatabaseError>.Wait, Never>) in
             Task {
@@ -104,7 +106,7 @@ import Testing
     }
 
     @Test func theCursorNeverGoesBack() {
-        var ledger = WriteLedger<DatabaseError>()
+        let ledger = WriteLedger<DatabaseError>()
         ledger.advanceCursor(through: 10, recordLSN: 12)
         ledger.advanceCursor(through: 4)
         #expect(ledger.ackedThrough == 10)
@@ -113,12 +115,22 @@ import Testing
         #expect(ledger.ackedThrough == 2 && ledger.rejected == [1: 3], "a checkpoint's values are installed as they are")
     }
 
+    @Test func aRejectedWriteStaysRejectedUntilTheAppClearsIt() {
+        let ledger = WriteLedger<DatabaseError>()
+        ledger.noteRejected(3, recordLSN: 7)
+        ledger.noteRejected(5, recordLSN: 9)
+        #expect(ledger.rejected == [3: 7, 5: 9])
+        ledger.clearRejected([3, 4])
+        #expect(ledger.rejected == [5: 9], "only the cleared write goes; clearing one never rejected changes nothing")
+    }
+
     @Test func rejectionsAreRememberedWithinTheirBoundThenAnsweredGenerically() async throws {
-        var ledger = WriteLedger<DatabaseError>()
         let n = Int64(WriteLedger<DatabaseError>.recentRejectionLimit) + 2  // (1 and 2 are forgotten)
-        for id in 1...n { ledger.noteRejection(id, DatabaseError(.writeRejected, "write \(id)")) }
-        ledger.rejected[1] = 99  // still kept for the app
-        let held = holding(ledger)
+        let held = Held()
+        held.ledger.withLock { ledger in
+            for id in 1...n { ledger.noteRejection(id, DatabaseError(.writeRejected, "write \(id)")) }
+            ledger.noteRejected(1, recordLSN: 99)  // still kept for the app
+        }
         for (id, message) in [(Int64(1), "the server refused write 1; it was reverted locally and kept in the database's rejected writes"),
                               (n, "write \(n)")] {
             let (receipt, _) = await waitingReceipt(held, id, pending: false)
@@ -133,11 +145,6 @@ import Testing
         try await forgotten.value  // (neither remembered nor kept: nothing to report)
     }
 
-    func holding(_ ledger: WriteLedger<DatabaseError>) -> Held {
-        let held = Held()
-        held.ledger.withLock { $0 = ledger }
-        return held
-    }
 }
 
 /// The life cycle on its own: the first failure is kept, ending (by failure or close) ends
@@ -149,17 +156,17 @@ import Testing
         var life = LifeCycle<DatabaseError>()
         #expect(life.isOpen && !life.observersToEnd)
         let first = DatabaseError(.storage, "the disk failed")
-        let stopped = held.ledger.withLock { life.fail(first, ledger: &$0) }
+        let stopped = held.ledger.withLock { life.fail(first, ledger: $0) }
         #expect(stopped && !life.isOpen && life.failure?.message == "the disk failed")
         await #expect { try await waiting.value } throws: { ($0 as? DatabaseError)?.message == "the disk failed" }
         let due = life.takeObserversToEnd(), dueAgain = life.takeObserversToEnd()
         #expect(due && !dueAgain, "the observers are to be ended once")
-        let again = held.ledger.withLock { life.fail(DatabaseError(.storage, "a second failure"), ledger: &$0) }
+        let again = held.ledger.withLock { life.fail(DatabaseError(.storage, "a second failure"), ledger: $0) }
         #expect(!again && life.failure?.message == "the disk failed")
         let dueAfterSecond = life.takeObserversToEnd()
         #expect(!dueAfterSecond, "a second failure asks for nothing more")
         // A close after a failure: the store is closed too, and its observers were ended already.
-        let closing = held.ledger.withLock { life.close(ledger: &$0, reason: DatabaseError(.closed, "closed")) }
+        let closing = held.ledger.withLock { life.close(ledger: $0, reason: DatabaseError(.closed, "closed")) }
         #expect(closing && life.closed && life.failure?.message == "the disk failed")
     }
 
@@ -168,13 +175,13 @@ import Testing
         let (waiting, _) = await WriteLedgerTests().waitingReceipt(held, 5)
         var life = LifeCycle<DatabaseError>()
         let reason = DatabaseError(.closed, "closed before the answer")
-        let closing = held.ledger.withLock { life.close(ledger: &$0, reason: reason) }
+        let closing = held.ledger.withLock { life.close(ledger: $0, reason: reason) }
         #expect(closing)
         await #expect { try await waiting.value } throws: { ($0 as? DatabaseError)?.code == .closed }
         #expect(life.closed && life.failure == nil && !life.isOpen)
         let due = life.takeObserversToEnd()
         #expect(due)
-        let closingAgain = held.ledger.withLock { life.close(ledger: &$0, reason: reason) }
+        let closingAgain = held.ledger.withLock { life.close(ledger: $0, reason: reason) }
         let dueAgain = life.takeObserversToEnd()
         #expect(!closingAgain && !dueAgain, "a second close changes nothing and asks for nothing")
     }

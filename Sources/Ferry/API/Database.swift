@@ -258,8 +258,7 @@ public final class Database: Sendable {
             throw maintenanceFailure("writing a checkpoint", error)
         }
         withEngine {
-            $0.checkpointLSN = lsn
-            $0.sinceCheckpoint = (0, 0)
+            $0.noteCheckpoint(at: lsn)
         }
     }
 }

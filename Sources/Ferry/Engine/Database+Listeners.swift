@@ -203,7 +203,7 @@ extension Database {
                 for index in ready { index.idleAt = e.registrations.version }
                 return nil
             }
-            e.backgroundIndexRebuilds += ready.count
+            e.countBackgroundRebuilds(ready.count)
             return (ready.map { ($0, $0.beginRebuild()) }, frozen)
         }
         guard let (indexes, frozen) = job else { return }

@@ -108,8 +108,7 @@ extension Engine {
 
     /// Whether a listen the server keeps up to date is at, above or below `path`.
     func hasLiveListen(touching path: Path) -> Bool {
-        livePaths.contains { $0.contains(path) || path.contains($0) }
-            || liveQueries.contains { $0.path.contains(path) || path.contains($0.path) }
+        serverStatus.hasLiveListen(touching: path)
     }
 
     /// Reverts a pending write the server refused and keeps it, with the server's answer, in
@@ -123,7 +122,7 @@ extension Engine {
             RecordCodec.rejection(writeID: r.writeID, status: r.status, message: r.message, time: time, kind: kind, payload: p)
         }
         let lsn = try append(.rejection, payload)
-        ledger.rejected[r.writeID] = UInt64(lsn)
+        ledger.noteRejected(r.writeID, recordLSN: UInt64(lsn))
         let events = syncTree.ackUserWrite(r.writeID, revert: true)
         ledger.settle(r.writeID, recordLSN: lsn, DatabaseError(.writeRejected,
             "the server refused write \(r.writeID) (\(r.status): \(r.message)); it was reverted locally and kept in the database's rejected writes"))
@@ -168,7 +167,7 @@ extension Engine {
         let cleared = (ids.map { Set($0).intersection(known) } ?? known).sorted()
         guard !cleared.isEmpty else { return 0 }
         let lsn = try append(.clearRejected, RecordCodec.clearRejected(cleared))
-        for id in cleared { ledger.rejected[id] = nil }
+        ledger.clearRejected(cleared)
         return lsn
     }
 }

@@ -146,10 +146,10 @@ extension Engine {
     func listenComplete(_ path: Path, tag: Int? = nil) -> [Event] {
         if let tag {
             guard let query = syncTree.query(forTag: tag) else { return [] }
-            liveQueries.insert(query)
+            serverStatus.listenCompleted(at: path, query: query)
             return syncTree.applyTaggedListenComplete(path, tag: tag)
         }
-        livePaths.insert(path)
+        serverStatus.listenCompleted(at: path)
         return syncTree.applyListenComplete(path)
     }
 
@@ -157,9 +157,12 @@ extension Engine {
 
     /// Applies one record from the log, without views (there are none while opening).
     func replay(kind: UInt8, lsn: Int64, payload: UnsafeRawBufferPointer) throws {
-        replaying = (UInt64(lsn), kind, payload)
-        defer { replaying = nil }
-        let s = try RecordCodec.summarize(kind: kind, payload)
+        try whileReplaying(lsn: UInt64(lsn), kind: kind, payload: payload) {
+            try apply(replayed: try RecordCodec.summarize(kind: kind, payload), lsn: lsn, payload: payload)
+        }
+    }
+
+    private func apply(replayed s: RecordSummary, lsn: Int64, payload: UnsafeRawBufferPointer) throws {
         switch s.kind {
         case .localSet:
             let range = s.values[0].range
@@ -195,13 +198,13 @@ extension Engine {
             replayCursor(through: s.ackedWrite, notApplied: s.ids)
         case .rejection:
             if writeTree.pending.index(of: s.ackedWrite) != nil { _ = writeTree.removeWrite(s.ackedWrite) }
-            ledger.rejected[s.ackedWrite] = UInt64(lsn)
+            ledger.noteRejected(s.ackedWrite, recordLSN: UInt64(lsn))
         case .clearRejected:
-            for id in s.ids { ledger.rejected[id] = nil }
+            ledger.clearRejected(s.ids)
         case .serverEvict:
             dropServerEntries(below: s.cutoff)
         case .pin:
-            if s.pinned { pins.insert(s.path) } else { pins.remove(s.path) }
+            setPinned(s.path, s.pinned)
         }
     }
 }

@@ -27,11 +27,7 @@ extension Engine {
     @discardableResult
     private func addIndex(location: Path, child: Path) -> ChildValueIndex {
         let index = ChildValueIndex(location: location, child: child)
-        index.source = self
-        server.observers.append(index)
-        writeTree.overlay.observers.append(index)
-        childIndexes.append(index)
-        writeTree.indexedChildren = self
+        attach(index)
         return index
     }
 
@@ -109,10 +105,7 @@ extension Engine {
             index.automatic && index.arrivingListeners == 0 && !registrations.all.contains { childIndex(for: $0.query) === index }
         }
         guard !unused.isEmpty else { return }
-        childIndexes.removeAll { index in unused.contains { $0 === index } }
-        server.observers.removeAll { o in unused.contains { $0 === o } }
-        writeTree.overlay.observers.removeAll { o in unused.contains { $0 === o } }
-        if childIndexes.isEmpty { writeTree.indexedChildren = nil }
+        detach(unused)
     }
 
     /// The declared index that orders `query`'s window, when the query can be answered from
@@ -193,7 +186,7 @@ extension Engine: VisibleData {}
 extension Engine: IndexedChildSource {
     func window(of query: QuerySpec) -> Node? {
         guard let index = currentIndex(for: query) else { return nil }  // (never rebuilt here, under the lock)
-        indexedChildLookups += 1
+        countIndexedLookup()
         // The window's children: the index orders them exactly; the filter builds the window
         // from them as from all children.
         let keys = index.keys(first: query.params.limit ?? 0, fromEnd: !query.params.isViewFromLeft)
@@ -212,7 +205,7 @@ extension Engine: IndexedChildSource {
         guard let child = Self.indexedChild(of: index),
               let found = childIndexes.first(where: { $0.location == location && $0.child == child }),
               isComplete(location), let name = found.child(after: post, reverse: reverse) else { return nil }
-        indexedChildLookups += 1
+        countIndexedLookup()
         guard let name else { return .some(nil) }
         return .some(NamedNode(name: name, node: visibleNode(at: location.child(name)) ?? .empty))
     }

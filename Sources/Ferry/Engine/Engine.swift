@@ -14,22 +14,25 @@ struct DeliveredEvent: Sendable {
 /// under the same lock, so the state is always the replay of the log in LSN order. Replay
 /// (``replay(kind:lsn:payload:)``) applies each record to the same stores — write tree,
 /// server cache, ledger, pins — without views.
+///
+/// Its state is sealed: each part is a `let` with its own invariants (``Registrations``,
+/// ``WriteLedger``, ``ServerStatus``, the sync and write trees, the server cache), and every
+/// other stored property is set by this file's functions only (`private(set)`), which the
+/// extensions by role (applying, acknowledging, indexes, space, checkpoints) call.
 final class Engine: StoredValues, ServerCacheSource {
     /// The log, or nil for a memory-only engine (see ``records``).
     var log: WriteAheadLog? { records.log }
     /// Where the records live: the log, or memory.
-    var records: RecordStore
+    private(set) var records: RecordStore
     let logger: Logger
     let syncTree: SyncTree
     var writeTree: WriteTree { syncTree.writeTree }
     /// Complete server data by path: from server puts and merges, and acknowledged writes.
     let server = LayeredIndex()
     /// The active observers (listeners, sequences, single-event waits).
-    var registrations = Registrations()
-    /// Locations a server listen has completed at (their data is not just from the cache).
-    var livePaths: Set<Path> = []
-    var liveQueries: Set<QuerySpec> = []
-    var serverTimeOffset: Int64 = 0
+    let registrations = Registrations()
+    /// Where server listens completed, and the server's clock offset.
+    let serverStatus = ServerStatus()
     /// Open, closed or failed (the shared ``LifeCycle``, which FerryDocuments' stores keep too).
     private(set) var life = LifeCycle<DatabaseError>()
     /// The error that stopped the database: the first one (see ``stop(failing:)``).
@@ -40,24 +43,21 @@ final class Engine: StoredValues, ServerCacheSource {
     /// soon as the lock is released (``Database/withEngine(_:)``).
     var observersToEnd: Bool { life.observersToEnd }
     /// The sync cursor, the receipts waiting for answers, the rejected writes.
-    var ledger = WriteLedger<DatabaseError>()
+    let ledger = WriteLedger<DatabaseError>()
     /// The LSN the last checkpoint covers up to (records below it are in it).
-    var checkpointLSN: UInt64 = 0
+    private(set) var checkpointLSN: UInt64 = 0
     /// How often a child-value index answered a limited query's window, or the child after it.
-    var indexedChildLookups = 0
+    private(set) var indexedChildLookups = 0
     /// Index rebuilds begun in the background for listeners (``Database/rebuildListenedIndexes()``; for tests).
-    var backgroundIndexRebuilds = 0
+    private(set) var backgroundIndexRebuilds = 0
     /// Paths pinned with `keepSynced(true)` (records of kind 11; see Engine+Space.swift).
-    var pins: Set<Path> = []
+    private(set) var pins: Set<Path> = []
     /// The listens the views need, for the sync layer (see Database+Sync.swift).
     let listens = ListenRegistry()
     /// The child-value indexes the options declare (see Engine+Indexes.swift).
-    var childIndexes: [ChildValueIndex] = []
+    private(set) var childIndexes: [ChildValueIndex] = []
     /// Records and payload bytes appended since the last checkpoint (the checkpoint policy).
-    var sinceCheckpoint: (records: Int, bytes: Int) {
-        get { records.sinceCheckpoint }
-        set { records.sinceCheckpoint = newValue }
-    }
+    var sinceCheckpoint: (records: Int, bytes: Int) { records.sinceCheckpoint }
 
     /// The engine's records live in `log`, or without one in memory: a memory-only database
     /// writes the same records as a stored one, and its values are read from them the same
@@ -84,19 +84,70 @@ final class Engine: StoredValues, ServerCacheSource {
     /// thrown). Every wait for a server's answer ends now, and every observer once the lock is
     /// released: the one place a failure takes effect.
     func stop(failing error: DatabaseError) {
-        life.fail(error, ledger: &ledger)
+        life.fail(error, ledger: ledger)
     }
 
     /// The database is closed: every wait for a server's answer ends now, and every observer
     /// once the lock is released.
     func markClosed() {
-        life.close(ledger: &ledger, reason: DatabaseError(.closed, "the database was closed before the server answered"))
+        life.close(ledger: ledger, reason: DatabaseError(.closed, "the database was closed before the server answered"))
     }
 
     func checkUsable() throws {
         if let failure { throw failure }
         if closed { throw DatabaseError(.closed, "the database is closed") }
     }
+
+    // MARK: Checkpoints, pins, indexes
+
+    /// A checkpoint covering the records below `lsn` is in place (written, or loaded at the
+    /// open): the count since the last checkpoint starts again.
+    func noteCheckpoint(at lsn: UInt64) {
+        checkpointLSN = lsn
+        records.sinceCheckpoint = (0, 0)
+    }
+
+    /// Takes a loaded checkpoint's state as the engine's (see ``CheckpointState``).
+    func install(_ state: CheckpointState) {
+        server.install(state.server)
+        writeTree.install(state.writeTree)
+        pins = state.pins
+        ledger.restore(ackedThrough: state.ackedThrough, rejected: state.rejected)
+        for restored in state.childIndexes {
+            guard let index = childIndexes.first(where: { $0.location == restored.location && $0.child == restored.child && !$0.automatic })
+            else { continue }
+            index.installRestored(restored)
+        }
+    }
+
+    /// Sets or clears the `keepSynced` pin at `path` (its record is written or replayed).
+    func setPinned(_ path: Path, _ pinned: Bool) {
+        if pinned { pins.insert(path) } else { pins.remove(path) }
+    }
+
+    /// Starts keeping `index` current: it observes the server cache and the pending writes'
+    /// overlay from now on.
+    func attach(_ index: ChildValueIndex) {
+        index.source = self
+        server.observers.append(index)
+        writeTree.overlay.observers.append(index)
+        childIndexes.append(index)
+        writeTree.indexedChildren = self
+    }
+
+    /// Stops keeping these indexes (automatic ones no listener uses any more).
+    func detach(_ unused: [ChildValueIndex]) {
+        childIndexes.removeAll { index in unused.contains { $0 === index } }
+        server.observers.removeAll { o in unused.contains { $0 === o } }
+        writeTree.overlay.observers.removeAll { o in unused.contains { $0 === o } }
+        if childIndexes.isEmpty { writeTree.indexedChildren = nil }
+    }
+
+    /// A child-value index answered a limited query's window or the child after one.
+    func countIndexedLookup() { indexedChildLookups += 1 }
+
+    /// Index rebuilds begun in the background for listeners.
+    func countBackgroundRebuilds(_ n: Int) { backgroundIndexRebuilds += n }
 
     // MARK: Records
 
@@ -163,7 +214,14 @@ final class Engine: StoredValues, ServerCacheSource {
     var memoryRecords: (count: Int, bytes: Int) { records.memoryRecords }
 
     /// The record being replayed (its payload is valid during the replay of it only).
-    var replaying: (lsn: UInt64, kind: UInt8, payload: UnsafeRawBufferPointer)?
+    private(set) var replaying: (lsn: UInt64, kind: UInt8, payload: UnsafeRawBufferPointer)?
+
+    /// Runs `body` (the replay of one record) with the record's payload readable by its LSN.
+    func whileReplaying<R>(lsn: UInt64, kind: UInt8, payload: UnsafeRawBufferPointer, _ body: () throws -> R) rethrows -> R {
+        replaying = (lsn, kind, payload)
+        defer { replaying = nil }
+        return try body()
+    }
 
     func withPayload<R>(_ lsn: UInt64, _ body: (UInt8, UnsafeRawBufferPointer) throws -> R) throws -> R {
         if let r = replaying, r.lsn == lsn { return try body(r.kind, r.payload) }
@@ -314,11 +372,10 @@ final class Engine: StoredValues, ServerCacheSource {
     }
 
     /// The server's clock as far as known: the local clock plus the last known offset.
-    var serverTime: Int64 { wallClockMillis() + serverTimeOffset }
+    var serverTime: Int64 { wallClockMillis() + serverStatus.timeOffset }
 
     func metadata(for query: QuerySpec) -> SnapshotMetadata {
-        let live = liveQueries.contains(query) || livePaths.contains { $0.contains(query.path) }
-        return SnapshotMetadata(fromCache: !live, hasPendingWrites: writeTree.hasVisibleWrite(touching: query.path))
+        SnapshotMetadata(fromCache: !serverStatus.isLive(query), hasPendingWrites: writeTree.hasVisibleWrite(touching: query.path))
     }
 
     /// Adds metadata to the events of one operation, and value events for listeners that asked

@@ -16,32 +16,32 @@ struct RegistrationState {
 /// whose rebuild could not start, is looked at again once it changes: ``ChildValueIndex/idleAt``;
 /// a value event is what retries a rebuild that could not start); each end handler is given out
 /// once, by the removal that removes its observer or by ``takeEnds()`` when the database stops.
-struct Registrations {
+final class Registrations {
     private var byID: [UInt64: RegistrationState] = [:]
     private var nextID: UInt64 = 1
     /// Changes with every change of the observers or of what they were told.
     private(set) var version: UInt64 = 0
 
     /// A new observer's id.
-    mutating func newID() -> UInt64 {
+    func newID() -> UInt64 {
         defer { nextID += 1 }
         return nextID
     }
 
-    mutating func add(_ state: RegistrationState) {
+    func add(_ state: RegistrationState) {
         byID[state.registration.id] = state
         version &+= 1
     }
 
     /// Removes observer `id`; returns it (with its end handler, not yet called).
-    mutating func remove(_ id: UInt64) -> RegistrationState? {
+    func remove(_ id: UInt64) -> RegistrationState? {
         guard let state = byID.removeValue(forKey: id) else { return nil }
         version &+= 1
         return state
     }
 
     /// Removes every observer `matches` selects; returns them.
-    mutating func removeAll(where matches: (RegistrationState) -> Bool) -> [RegistrationState] {
+    func removeAll(where matches: (RegistrationState) -> Bool) -> [RegistrationState] {
         let removed = byID.values.filter(matches)
         guard !removed.isEmpty else { return [] }
         for state in removed { byID[state.registration.id] = nil }
@@ -50,7 +50,7 @@ struct Registrations {
     }
 
     /// Records the metadata observer `id` was last told.
-    mutating func told(_ id: UInt64, _ metadata: SnapshotMetadata) {
+    func told(_ id: UInt64, _ metadata: SnapshotMetadata) {
         guard byID[id] != nil else { return }
         byID[id]!.lastMetadata = metadata
         version &+= 1
@@ -58,7 +58,7 @@ struct Registrations {
 
     /// Takes every active observer's end handler (each is given once), for the database's
     /// stop; the observers stay until the app removes them.
-    mutating func takeEnds() -> [@Sendable (DatabaseError?) -> Void] {
+    func takeEnds() -> [@Sendable (DatabaseError?) -> Void] {
         var ends: [@Sendable (DatabaseError?) -> Void] = []
         for (id, state) in byID {
             if let end = state.onEnd {

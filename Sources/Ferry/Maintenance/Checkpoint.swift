@@ -260,7 +260,7 @@ extension Engine {
                                               firstLSN: log.firstLSN.rawValue, nextLSN: log.nextLSN.rawValue)
                 guard try loader.load({ try log.readSideFile(named: name, blocks: $0) }) else { continue }
                 install(state)
-                checkpointLSN = lsn
+                noteCheckpoint(at: lsn)
                 return lsn
             } catch {
                 // (Nothing of it was installed: the engine is as it was.)
@@ -305,21 +305,6 @@ final class CheckpointState: @unchecked Sendable {
 
     init(indexing declared: [ChildValueIndex]) {
         childIndexes = declared.filter { !$0.automatic }.map { ChildValueIndex(location: $0.location, child: $0.child) }
-    }
-}
-
-extension Engine {
-    /// Takes a loaded checkpoint's state as the engine's (see ``CheckpointState``).
-    func install(_ state: CheckpointState) {
-        server.install(state.server)
-        writeTree.install(state.writeTree)
-        pins = state.pins
-        ledger.restore(ackedThrough: state.ackedThrough, rejected: state.rejected)
-        for restored in state.childIndexes {
-            guard let index = childIndexes.first(where: { $0.location == restored.location && $0.child == restored.child && !$0.automatic })
-            else { continue }
-            index.installRestored(restored)
-        }
     }
 }
 

@@ -97,7 +97,7 @@ extension Engine {
         try checkUsable()
         guard pins.contains(path) != pinned else { return nil }
         let lsn = try append(.pin, RecordCodec.pin(path, pinned: pinned))
-        if pinned { pins.insert(path) } else { pins.remove(path) }
+        setPinned(path, pinned)
         listens.signal?.yield(.listens)
         return log == nil ? nil : lsn
     }

@@ -197,9 +197,9 @@ import FerryLog
         let p = try Path(validating: path)
         _ = try await perform { e in
             if let tag {
-                if let query = e.syncTree.query(forTag: tag) { e.liveQueries.remove(query) }
+                if let query = e.syncTree.query(forTag: tag) { e.serverStatus.listenEnded(at: p, query: query) }
             } else {
-                e.livePaths.remove(p)
+                e.serverStatus.listenEnded(at: p)
             }
             return (nil, [])
         }
@@ -212,11 +212,11 @@ import FerryLog
 
     /// Milliseconds to add to the local clock to get the server's (Firebase's
     /// `.info/serverTimeOffset`), as the sync layer last measured it; 0 before.
-    public var serverTimeOffset: Int64 { withEngine { $0.serverTimeOffset } }
+    public var serverTimeOffset: Int64 { withEngine { $0.serverStatus.timeOffset } }
 
     /// Milliseconds to add to the local clock to get the server's.
     public func setServerTimeOffset(_ offset: Int64) {
-        withEngine { $0.serverTimeOffset = offset }
+        withEngine { $0.serverStatus.setTimeOffset(offset) }
     }
 
     /// The ids of the local writes the server has not yet acknowledged, oldest first.
