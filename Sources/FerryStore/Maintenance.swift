@@ -13,7 +13,7 @@ import FerryLog
 ///   eviction, the frontier an eviction found futile, a memory-only store's received bytes.
 ///
 /// The database tells it facts — a write was made, the server's data arrived, the server
-/// answered writes (the `noted…` functions of `Database+Space.swift`) — and they decide what
+/// answered writes (the tree database's `noted…` functions, in `Ferry`'s `Maintenance/Space.swift`) — and they decide what
 /// is due. The API types (`DatabaseReference`, `DatabaseQuery`) never start upkeep. A writer
 /// waits for an eviction only when the store is over its limit; below it, eviction runs
 /// beside the writers.

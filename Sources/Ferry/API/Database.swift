@@ -3,21 +3,6 @@ import Dispatch
 import Logging
 import Synchronization
 
-/// A child-value index: the children of `location` kept ordered by the value at `child`
-/// below each (see ``DatabaseOptions/indexes``).
-public struct ChildIndex: Sendable, Hashable {
-    /// The location whose children are indexed, as a path ("posts").
-    public var location: String
-    /// The path below each child whose value orders them ("likes", "meta/score").
-    public var child: String
-
-    /// An index of `location`'s children by the value at `child`.
-    public init(location: String, child: String) {
-        self.location = location
-        self.child = child
-    }
-}
-
 /// How a ``Database`` stores and delivers.
 public struct DatabaseOptions: Sendable {
     /// When a write's `await` returns: after `fdatasync` (``Durability/fsync``, the default),
@@ -106,19 +91,24 @@ public final class Database: Sendable {
     let syncStateWriter = FerryMutex(())
     /// The one owner of checkpoints, compaction and eviction (see ``Maintenance``).
     let maintenance = Maintenance()
+    /// What the upkeep follows of ``options``.
+    let upkeep: UpkeepSettings
     /// The store directory (nil for a memory-only database).
     public let path: String?
     /// What opening the log found (nil for a memory-only database).
     public let recovery: RecoveryReport?
 
     /// The largest encoded write accepted (as the Realtime Database's 16 MB per write).
-    public static let maxWriteSize = 16 << 20
+    public static let maxWriteSize = Engine.maxWriteSize
 
     private init(engine: sending Engine, medium: any StoreMedium, path: String?, options: DatabaseOptions) {
         self.engine = FerryMutex(engine)
         self.medium = medium
         self.path = path
         self.options = options
+        self.upkeep = UpkeepSettings(cacheLimit: options.cacheSizeBytes.limit, segmentSize: options.effectiveSegmentSize,
+                                     checkpointPolicy: options.checkpointPolicy, compactionSegments: options.compactionSegments,
+                                     checkpointFormat: options.checkpointFormat, logger: options.logger)
         self.recovery = medium.log?.recovery
         self.delivery = EventDelivery(queue: options.callbackQueue)
     }
@@ -238,30 +228,10 @@ public final class Database: Sendable {
         try withEngine { try $0.checkUsable() }
         do { try await medium.sync() } catch { throw storageError(error) }
     }
-
-    /// Writes a checkpoint; the caller holds the maintenance lock.
-    func writeCheckpoint(_ log: WriteAheadLog) async throws {
-        let (image, lsn) = try withEngine { e -> (CheckpointImage, UInt64) in
-            try e.checkUsable()
-            return (e.checkpointImage, log.nextLSN.rawValue)
-        }
-        do {
-            try await log.sync()  // every record the checkpoint refers to must be durable first
-            let name = Checkpoint.fileName(lsn)
-            let format = options.checkpointFormat
-            try log.writeSideFile(named: name) { try image.write(storeID: log.storeID, nextLSN: lsn, to: $0, version: format) }
-            CrashPoint.hit("checkpoint.afterRename")
-            try log.removeSideFiles(named: try log.sideFiles(withPrefix: Checkpoint.prefix).filter { $0 != name })
-            noteCheckpointWritten(log, name: name)
-            CrashPoint.hit("checkpoint.afterRemoveOld")
-        } catch {
-            throw maintenanceFailure("writing a checkpoint", error)
-        }
-        withEngine {
-            $0.noteCheckpoint(at: lsn)
-        }
-    }
 }
+
+/// The database runs its engine for the upkeep (``Maintenance``'s jobs) and the tools.
+extension Database: EngineHost {}
 
 extension Database: Hashable {
     public static func == (a: Database, b: Database) -> Bool { a === b }

@@ -12,9 +12,12 @@ extension Engine {
         try checkSize(bytes: nodes.reduce(0) { $0 + ValueCodec.sizeBound($1) })
     }
 
-    /// Refuses a write of about `size` encoded bytes past ``Database/maxWriteSize``.
+    /// The largest encoded write accepted (``Database/maxWriteSize``).
+    static let maxWriteSize = 16 << 20
+
+    /// Refuses a write of about `size` encoded bytes past ``maxWriteSize``.
     private func checkSize(bytes size: Int) throws {
-        if size > Database.maxWriteSize {
+        if size > Engine.maxWriteSize {
             throw DatabaseError(.invalidData, "the write is about \(size >> 20) MB; a single write may be at most 16 MB")
         }
     }

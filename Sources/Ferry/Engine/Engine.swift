@@ -107,13 +107,16 @@ final class Engine: StoredValues, ServerCacheSource {
         records.sinceCheckpoint = (0, 0)
     }
 
-    /// Takes a loaded checkpoint's state as the engine's (see ``CheckpointState``).
-    func install(_ state: CheckpointState) {
-        server.install(state.server)
-        writeTree.install(state.writeTree)
-        pins = state.pins
-        ledger.restore(ackedThrough: state.ackedThrough, rejected: state.rejected)
-        for restored in state.childIndexes {
+    /// Takes a loaded checkpoint's state as the engine's: the server cache, the pending
+    /// writes and their overlay, the pins, the ledger's cursor and rejections, and the sort keys
+    /// of the declared child-value indexes (see `CheckpointState`).
+    func install(server restoredServer: LayeredIndex, writeTree restoredWrites: WriteTree, pins restoredPins: Set<Path>,
+                 ackedThrough: Int64, rejected: [Int64: UInt64], childIndexes restoredIndexes: [ChildValueIndex]) {
+        server.install(restoredServer)
+        writeTree.install(restoredWrites)
+        pins = restoredPins
+        ledger.restore(ackedThrough: ackedThrough, rejected: rejected)
+        for restored in restoredIndexes {
             guard let index = childIndexes.first(where: { $0.location == restored.location && $0.child == restored.child && !$0.automatic })
             else { continue }
             index.installRestored(restored)

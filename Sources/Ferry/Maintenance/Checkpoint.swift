@@ -1,5 +1,5 @@
 import Dispatch
-import FerryLog
+@_spi(Testing) import FerryLog
 import Synchronization
 
 /// A checkpoint: the stored state at an LSN — the server cache, the pending writes and their
@@ -305,6 +305,14 @@ final class CheckpointState: @unchecked Sendable {
 
     init(indexing declared: [ChildValueIndex]) {
         childIndexes = declared.filter { !$0.automatic }.map { ChildValueIndex(location: $0.location, child: $0.child) }
+    }
+}
+
+extension Engine {
+    /// Takes a loaded checkpoint's state as the engine's (see ``CheckpointState``).
+    func install(_ state: CheckpointState) {
+        install(server: state.server, writeTree: state.writeTree, pins: state.pins,
+                ackedThrough: state.ackedThrough, rejected: state.rejected, childIndexes: state.childIndexes)
     }
 }
 
@@ -646,6 +654,31 @@ struct CheckpointLoader {
         for (index, announced, read) in restoredIndexes {
             guard announced == read else { throw Checkpoint.damaged("a child-value index is missing keys") }
             index.finishRestore()
+        }
+    }
+}
+
+extension EngineHost {
+    /// Writes a checkpoint; the caller holds the maintenance lock.
+    func writeCheckpoint(_ log: WriteAheadLog) async throws {
+        let (image, lsn) = try withEngine { e -> (CheckpointImage, UInt64) in
+            try e.checkUsable()
+            return (e.checkpointImage, log.nextLSN.rawValue)
+        }
+        do {
+            try await log.sync()  // every record the checkpoint refers to must be durable first
+            let name = Checkpoint.fileName(lsn)
+            let format = upkeep.checkpointFormat
+            try log.writeSideFile(named: name) { try image.write(storeID: log.storeID, nextLSN: lsn, to: $0, version: format) }
+            CrashPoint.hit("checkpoint.afterRename")
+            try log.removeSideFiles(named: try log.sideFiles(withPrefix: Checkpoint.prefix).filter { $0 != name })
+            noteCheckpointWritten(log, name: name)
+            CrashPoint.hit("checkpoint.afterRemoveOld")
+        } catch {
+            throw maintenanceFailure("writing a checkpoint", error)
+        }
+        withEngine {
+            $0.noteCheckpoint(at: lsn)
         }
     }
 }

@@ -16,44 +16,23 @@ public struct CompactionReport: Sendable, Equatable {
     public init() {}
 }
 
-extension Database {
-    /// Reclaims the log's space: deletes the segments whose local writes the server has all
-    /// acknowledged, carrying forward the server data still read from them.
-    ///
-    /// A segment is compacted only when every local write in it, and in every segment before
-    /// it, has been acknowledged (or rejected) by the server: a pending write is never moved
-    /// or dropped, and keeps its id. What the segments still hold that reads need — server
-    /// data that nothing newer replaced — is restated in new records at the head of the log;
-    /// superseded values, acknowledged writes and acknowledgements disappear. The restated
-    /// records are made durable and a checkpoint is written before any segment is deleted, so
-    /// a crash at any point leaves the same data on the next open.
-    ///
-    /// Writes and reads go on while it runs (it holds the database's lock only in short steps).
-    /// The database compacts by itself after acknowledgements (see
-    /// ``DatabaseOptions/compactionSegments``); call this to compact now. A memory-only
-    /// database has nothing to compact.
-    @discardableResult
-    public func compact() async throws -> CompactionReport {
-        guard let log else { return CompactionReport() }
-        return try await maintenance.run { try await compactNow(log) }
-    }
-
+extension EngineHost {
     /// Starts a compaction in the background when enough acknowledged segments have gathered
     /// and none is scheduled. A compaction that deleted segments checks again when it ends:
     /// acknowledgements that arrived while it ran (and found it scheduled) are not left waiting
     /// for the next.
     func compactIfDue() {
-        guard let log, let threshold = options.compactionSegments else { return }
+        guard let log, let threshold = upkeep.compactionSegments else { return }
         guard let frontier = try? acknowledgedFrontier(log) else { return }
         let due = log.segments.prefix { $0.sealed && $0.nextLSN.rawValue <= frontier }.count >= threshold
         guard due else { return }
         maintenance.schedule(.compaction) { [self] in
             do {
-                if try await !compact().deletedSegments.isEmpty { return { [self] in compactIfDue() } }
+                if try await !maintenance.run({ try await compactNow(log) }).deletedSegments.isEmpty { return { [self] in compactIfDue() } }
             } catch let e as DatabaseError where e.code == .closed {
                 // closed meanwhile: nothing to do
             } catch {
-                options.logger.warning("automatic compaction failed: \(error)")
+                upkeep.logger.warning("automatic compaction failed: \(error)")
             }
             return nil
         }
@@ -68,7 +47,7 @@ extension Database {
         }
     }
 
-    private func compactNow(_ log: WriteAheadLog) async throws -> CompactionReport {
+    func compactNow(_ log: WriteAheadLog) async throws -> CompactionReport {
         let started = ContinuousClock.now
         var report = CompactionReport()
         report.segmentBytesBefore = log.segments.reduce(0) { $0 + $1.size }
@@ -100,7 +79,7 @@ extension Database {
                                      entriesKept: report.restatedEntries)
             maintenance.accounting.withLock { $0.lastCompaction = run }
         }
-        options.logger.debug("compacted \(report.deletedSegments.count) segment(s), restating \(report.restatedEntries) entries")
+        upkeep.logger.debug("compacted \(report.deletedSegments.count) segment(s), restating \(report.restatedEntries) entries")
         return report
     }
 
@@ -182,7 +161,7 @@ extension Database {
     }
 }
 
-extension Database {
+extension EngineHost {
     /// The error a failed checkpoint or compaction throws. When the step that failed stopped
     /// the log (``FerryLog/LogError/Code/failed``), it becomes the database's failure too, so
     /// that every later write throws it — even when no one awaited the maintenance (an

@@ -394,3 +394,18 @@ final class ChildValueIndex: LayeredChangeObserver {
 }
 
 /// Told before a ``LayeredIndex`` changes (see ``ChildValueIndex``).
+
+/// A child-value index: the children of `location` kept ordered by the value at `child`
+/// below each (see ``DatabaseOptions/indexes``).
+public struct ChildIndex: Sendable, Hashable {
+    /// The location whose children are indexed, as a path ("posts").
+    public var location: String
+    /// The path below each child whose value orders them ("likes", "meta/score").
+    public var child: String
+
+    /// An index of `location`'s children by the value at `child`.
+    public init(location: String, child: String) {
+        self.location = location
+        self.child = child
+    }
+}

@@ -1,4 +1,5 @@
 @_spi(Testing) import FerryLog
+import Logging
 import Synchronization
 
 #if canImport(Glibc)
@@ -56,6 +57,20 @@ public struct CheckpointPolicy: Sendable, Hashable {
 
 
 /// What a store holds and how it uses its space (``Database/statistics``; `ferry-dump stats`).
+/// What the upkeep needs of a database's options, read once at its open.
+struct UpkeepSettings: Sendable {
+    /// The cache limit in bytes (``DatabaseOptions/cacheSizeBytes``), nil for none.
+    var cacheLimit: Int?
+    /// The segment size in use (``DatabaseOptions/effectiveSegmentSize``).
+    var segmentSize: Int
+    var checkpointPolicy: CheckpointPolicy?
+    /// Compact once this many acknowledged segments gathered (nil: only when asked).
+    var compactionSegments: Int?
+    /// The checkpoint format written.
+    var checkpointFormat: UInt16
+    var logger: Logger
+}
+
 public struct StoreStatistics: Sendable, Equatable, Codable {
     /// Bytes of the log's segment files: their frames. (While the store is open, the newest
     /// file also holds zeros grown ahead of the writes — 1 MiB at most, or after a crash up to
@@ -105,40 +120,10 @@ public struct StoreStatistics: Sendable, Equatable, Codable {
     }
 }
 
-extension DatabaseOptions {
-    /// The segment size used: at most an eighth of the cache limit, so that eviction frees
-    /// space in small steps and "within the limit plus one segment" stays close to the limit.
-    var effectiveSegmentSize: Int {
-        guard let limit = cacheSizeBytes.limit else { return segmentSize }
-        return min(segmentSize, max(64 << 10, limit / 8))
-    }
-}
-
-extension Database {
-    // MARK: Statistics
-
-    /// What the store holds and how it uses its space: bytes on disk (segments, checkpoint),
-    /// segments, the cache limit and by how much what must be kept exceeds it, pending writes
-    /// (count, bytes, age of the oldest), rejected writes, cached paths, pins, and the last
-    /// compaction and eviction. The same as `ferry-dump stats` shows for a closed store.
-    public var statistics: StoreStatistics {
-        var s = StoreStatistics()
-        if let log {
-            let segments = log.segments
-            s.segments = segments.count
-            s.segmentBytes = segments.reduce(0) { $0 + $1.size }
-            s.checkpointBytes = checkpointBytes(log)
-        }
-        s.cacheLimit = options.cacheSizeBytes.limit
-        maintenance.accounting.withLock { st in
-            s.lastCompaction = st.lastCompaction
-            s.lastEviction = st.lastEviction
-        }
-        if let limit = s.cacheLimit, log != nil { s.overLimitBytes = max(0, s.bytesOnDisk - Int64(limit)) }
-        withEngine { e in e.fillStatistics(&s) }
-        return s
-    }
-
+/// The upkeep of a stored or memory-only database: the facts it is told, and the checkpoints,
+/// compactions and evictions they make due, run under the one ``Maintenance`` owner. It works on
+/// an ``EngineHost`` (the `Database`), so that this folder does not depend on the public types.
+extension EngineHost {
     /// The size of the newest checkpoint file (looked up once, then kept up to date).
     func checkpointBytes(_ log: WriteAheadLog) -> Int64 {
         if let known = maintenance.accounting.withLock({ $0.checkpointBytes }) { return known }
@@ -172,8 +157,8 @@ extension Database {
     /// is due starts in the background, and the writer never waits.
     func notedWriteNow(_ facts: SpaceFacts) {
         checkpointIfDue(since: facts.sinceCheckpoint)
-        guard let limit = options.cacheSizeBytes.limit.map(Int64.init), let log,
-              bytesOnDisk(log) > limit - 2 * Int64(options.effectiveSegmentSize), !evictionIsFutile(facts) else { return }
+        guard let limit = upkeep.cacheLimit.map(Int64.init), let log,
+              bytesOnDisk(log) > limit - 2 * Int64(upkeep.segmentSize), !evictionIsFutile(facts) else { return }
         scheduleEviction(log)
     }
 
@@ -201,14 +186,14 @@ extension Database {
     /// `facts`: the engine's, read by a write in its own hold of the lock (else read here).
     private func keepWithinLimit(memoryBytes: Int = 0, facts: SpaceFacts? = nil) async {
         defer { checkpointIfDue(since: facts?.sinceCheckpoint) }
-        guard let limit = options.cacheSizeBytes.limit.map(Int64.init) else { return }
+        guard let limit = upkeep.cacheLimit.map(Int64.init) else { return }
         guard let log else {
             // (A memory-only store is made without a check: a limit below the minimum is raised.)
             evictFromMemoryIfDue(limit: max(limit, Int64(CacheSize.minimumBytes)), received: memoryBytes)
             return
         }
         let bytes = bytesOnDisk(log)
-        let segment = Int64(options.effectiveSegmentSize)
+        let segment = Int64(upkeep.segmentSize)
         guard bytes > limit - 2 * segment, !evictionIsFutile(facts) else { return }
         if bytes > limit {
             do {
@@ -218,19 +203,6 @@ extension Database {
             }
         } else {
             scheduleEviction(log)
-        }
-    }
-
-    /// What the space checks after a write need from the engine, read by the write in its own
-    /// hold of the engine's lock (taking the lock twice more for them, per write, was ~6% of a
-    /// bulk load of pending writes over the cache limit).
-    struct SpaceFacts {
-        var sinceCheckpoint: (records: Int, bytes: Int)
-        var firstPending: Int64?
-
-        init(_ e: Engine) {
-            sinceCheckpoint = e.sinceCheckpoint
-            firstPending = e.writeTree.pending.firstID
         }
     }
 
@@ -244,7 +216,7 @@ extension Database {
 
     private func logEvictionFailure(_ error: any Error) {
         if let e = error as? DatabaseError, e.code == .closed { return }
-        options.logger.warning("eviction failed: \(error)")
+        upkeep.logger.warning("eviction failed: \(error)")
     }
 
     private func scheduleEviction(_ log: WriteAheadLog) {
@@ -293,14 +265,14 @@ extension Database {
     /// evictable: then ``StoreStatistics/overLimitBytes`` says by how much the store is over).
     @discardableResult
     func evictNow(_ log: WriteAheadLog) async throws -> MaintenanceRun? {
-        guard let limit = options.cacheSizeBytes.limit.map(Int64.init) else { return nil }
+        guard let limit = upkeep.cacheLimit.map(Int64.init) else { return nil }
         let started = ContinuousClock.now
         let before = bytesOnDisk(log)
-        guard before > limit - 2 * Int64(options.effectiveSegmentSize) else { return nil }
+        guard before > limit - 2 * Int64(upkeep.segmentSize) else { return nil }
         do {
             let frontier = try acknowledgedFrontier(log)
             let candidates = log.segments.prefix { $0.sealed && $0.nextLSN.rawValue <= frontier }
-            let target = limit - 3 * Int64(options.effectiveSegmentSize)
+            let target = limit - 3 * Int64(upkeep.segmentSize)
             var projected = before
             var cutoff: UInt64?
             var victims = 0
@@ -373,7 +345,7 @@ extension Database {
             let run = MaintenanceRun(bytesFreed: before - after, duration: ContinuousClock.now - started,
                                      segmentsDeleted: deleted.count, entriesKept: restated, entriesEvicted: dropped)
             maintenance.accounting.withLock { $0.lastEviction = run }
-            options.logger.debug("evicted \(deleted.count) segment(s): \(dropped) entries dropped, \(restated) kept")
+            upkeep.logger.debug("evicted \(deleted.count) segment(s): \(dropped) entries dropped, \(restated) kept")
             return run
         } catch {
             throw maintenanceFailure("eviction", error)
@@ -386,7 +358,7 @@ extension Database {
     /// `since`: the engine's count since the last checkpoint, when the caller read it under
     /// the lock already.
     func checkpointIfDue(since known: (records: Int, bytes: Int)? = nil) {
-        guard log != nil, let policy = options.checkpointPolicy else { return }
+        guard log != nil, let policy = upkeep.checkpointPolicy else { return }
         func due(_ since: (records: Int, bytes: Int)) -> Bool {
             (policy.records.map { since.records >= $0 } ?? false) || (policy.bytes.map { since.bytes >= $0 } ?? false)
         }
@@ -396,70 +368,26 @@ extension Database {
         if known != nil, !due(withEngine { $0.sinceCheckpoint }) { return }
         maintenance.schedule(.checkpoint) { [self] in
             do {
-                try await checkpoint()
+                if let log { try await maintenance.run { try await writeCheckpoint(log) } }
             } catch let e as DatabaseError where e.code == .closed {
             } catch {
-                options.logger.warning("checkpoint by policy failed: \(error)")
+                upkeep.logger.warning("checkpoint by policy failed: \(error)")
             }
             return nil
         }
     }
+}
 
-    // MARK: Housekeeping
+/// What the space checks after a write need from the engine, read by the write in its own
+/// hold of the engine's lock (taking the lock twice more for them, per write, was ~6% of a
+/// bulk load of pending writes over the cache limit).
+struct SpaceFacts {
+    var sinceCheckpoint: (records: Int, bytes: Int)
+    var firstPending: Int64?
 
-    /// Waits until the server has answered (acknowledged or rejected) every local write made
-    /// before the call. Rejections do not make it throw (see ``rejectedWrites()``).
-    ///
-    /// - Throws: ``DatabaseError/Code/closed`` if the database closes first;
-    ///   ``DatabaseError/Code/storage`` if it fails.
-    public func waitForPendingWrites() async throws {
-        let ids = withEngine { Array($0.writeTree.pending.ids) }
-        for id in ids {
-            do {
-                try await WriteReceipt(database: self, writeID: id).serverAcknowledgement()
-            } catch let e as DatabaseError where e.code == .writeRejected {
-                continue
-            }
-        }
-    }
-
-    /// Deletes the store at `path` — log, checkpoints, everything the database wrote there —
-    /// leaving an empty directory (Firestore's `clearPersistence`).
-    ///
-    /// Refused while the store is open (here or in another process), and, unless `force`,
-    /// while it holds local writes the server has not acknowledged (they would be lost). A
-    /// directory that holds no store is left alone.
-    ///
-    /// - Throws: ``DatabaseError/Code/failedPrecondition`` naming the pending writes;
-    ///   ``DatabaseError/Code/storage`` when the store is in use or cannot be read or deleted.
-    public static func clearPersistence(at path: String, force: Bool = false) async throws {
-        let names = try listDirectory(path)
-        guard names.contains(where: { $0.hasSuffix(".wal") }) else { return }
-        var o = DatabaseOptions()
-        o.checkpointOnClose = false
-        o.cacheSizeBytes = .unlimited
-        o.compactionSegments = nil
-        o.checkpointPolicy = nil
-        let db = try Database.open(at: path, options: o)
-        let pending = db.pendingWriteCount
-        if pending > 0 && !force {
-            try await db.close()
-            throw DatabaseError(.failedPrecondition,
-                "the store at \(path) holds \(pending) local write(s) the server has not acknowledged; clearing it would lose them (pass force: true to clear anyway)")
-        }
-        try await db.close()
-        for name in try listDirectory(path) where isStoreFile(name) {
-            let full = path + "/" + name
-            if unlink(full) != 0 && errno != ENOENT {
-                if errno == EISDIR || errno == EPERM { removeTree(full); continue }
-                throw DatabaseError(.storage, "clearing the store: cannot delete \(full): errno \(errno)")
-            }
-        }
-    }
-
-    private static func isStoreFile(_ name: String) -> Bool {
-        name.hasSuffix(".wal") || name.hasSuffix(".tmp") || name.hasPrefix(Checkpoint.prefix) || name == "log-start"
-            || name == "LOCK" || name == "damaged"
+    init(_ e: Engine) {
+        sinceCheckpoint = e.sinceCheckpoint
+        firstPending = e.writeTree.pending.firstID
     }
 }
 
@@ -511,7 +439,7 @@ func listDirectory(_ path: String) throws -> [String] {
     return names
 }
 
-private func removeTree(_ path: String) {
+func removeTree(_ path: String) {
     for name in (try? listDirectory(path)) ?? [] {
         let full = path + "/" + name
         if unlink(full) != 0 { removeTree(full) }
