@@ -255,9 +255,10 @@ struct DocumentEngine {
     /// Runs a query over the local view (through indexes where they serve it): matching
     /// documents in order, the limit applied. A scan that read many more documents than it
     /// returned creates an index when auto-creation is on (the SDK's rule: at least 100 read
-    /// and more than 3.4 times the results).
-    mutating func run(_ q: QueryCore) -> [LocalDocument] {
-        let (docs, run) = execute(q)
+    /// and more than 3.4 times the results). `inOrder` false: a query without a limit gives its
+    /// documents in no particular order (for aggregations).
+    mutating func run(_ q: QueryCore, inOrder: Bool = true) -> [LocalDocument] {
+        let (docs, run) = execute(q, inOrder: inOrder)
         lastRun = run
         if autoIndexCreation, run.indexes.isEmpty, run.documentsRead >= 100, Double(run.documentsRead) > 3.4 * Double(docs.count) {
             let made = Self.automaticIndexes(for: q).filter { d in

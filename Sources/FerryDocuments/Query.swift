@@ -333,7 +333,8 @@ public final class AggregateQuery: @unchecked Sendable {
     public func getAggregation(source: AggregateSource) async throws -> AggregateQuerySnapshot {
         let q = try query.validated()
         guard source == .cache else { throw Query.serverUnavailable }
-        let docs = try query.firestore.read { $0.run(q) }
+        // (Without a limit, which documents count does not depend on their order.)
+        let docs = try query.firestore.read { $0.run(q, inOrder: false) }
         var results: [AggregateField: Any] = [:]
         for f in fields {
             switch f.kind {

@@ -135,7 +135,10 @@ extension DocumentEngine {
     }
 
     /// Runs a query: through indexes when every branch of its filter has one, else by a scan.
-    func execute(_ q: QueryCore) -> (docs: [LocalDocument], run: QueryRun) {
+    /// `inOrder` false: the matching documents in no particular order (an aggregation without
+    /// a limit counts or sums them; sorting a million documents took most of a count's time).
+    func execute(_ q: QueryCore, inOrder: Bool = true) -> (docs: [LocalDocument], run: QueryRun) {
+        let inOrder = inOrder || q.limit != nil
         let orders = q.orders
         var run = QueryRun()
         if q.documentKey == nil, !indexes.isEmpty, let branches = (q.filter ?? .and([])).disjunctiveNormalForm() {
@@ -170,13 +173,14 @@ extension DocumentEngine {
                         }
                     }
                 }
-                docs.sort { QueryCore.compare($0, $1, orders) < 0 }
+                if inOrder { docs.sort { QueryCore.compare($0, $1, orders) < 0 } }
                 return (Array(q.window(docs[...])), run)
             }
         }
         let all = candidates(q)
         run.documentsRead = all.count
-        return (Self.ordered(all.filter { q.matches($0, orders: orders) }, q, orders), run)
+        let matching = all.filter { q.matches($0, orders: orders) }
+        return (inOrder ? Self.ordered(matching, q, orders) : matching, run)
     }
 
     /// The matching documents in query order, the limit applied: each document's order values

@@ -114,6 +114,14 @@ import Testing
         let ints = try await db.collection("cities").whereField("state", isEqualTo: "CA").aggregate([.sum("pop"), .average("missing")]).getAggregation(source: .cache)
         #expect(ints.get(.sum("pop")) as? Int == 4_760_000)
         #expect(ints.get(.average("missing")) is NSNull)
+        // A limit picks its documents in the query's order, so a limited aggregation keeps it.
+        let ca = db.collection("cities").whereField("state", isEqualTo: "CA")
+        let smallest = try await ca.order(by: "pop").limit(to: 1).aggregate([.sum("pop")]).getAggregation(source: .cache)
+        #expect(smallest.get(.sum("pop")) as? Int == 860_000)
+        let largest = try await ca.order(by: "pop").limit(toLast: 1).aggregate([.sum("pop")]).getAggregation(source: .cache)
+        #expect(largest.get(.sum("pop")) as? Int == 3_900_000)
+        let firstByID = try await ca.limit(to: 1).aggregate([.count(), .sum("pop")]).getAggregation(source: .cache)
+        #expect(firstByID.count == 1 && firstByID.get(.sum("pop")) as? Int == 3_900_000, "LA sorts before SF")
         await #expect(throws: FirestoreErrorCode.self) { try await q.count.getAggregation(source: .server) }
     }
 
