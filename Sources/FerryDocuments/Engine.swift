@@ -256,7 +256,7 @@ struct DocumentEngine {
     /// documents in order, the limit applied. A scan that read many more documents than it
     /// returned creates an index when auto-creation is on (the SDK's rule: at least 100 read
     /// and more than 3.4 times the results). `inOrder` false: a query without a limit gives its
-    /// documents in no particular order (for aggregations).
+    /// documents in no particular order (for counts).
     mutating func run(_ q: QueryCore, inOrder: Bool = true) -> [LocalDocument] {
         let (docs, run) = execute(q, inOrder: inOrder)
         lastRun = run

@@ -333,8 +333,10 @@ public final class AggregateQuery: @unchecked Sendable {
     public func getAggregation(source: AggregateSource) async throws -> AggregateQuerySnapshot {
         let q = try query.validated()
         guard source == .cache else { throw Query.serverUnavailable }
-        // (Without a limit, which documents count does not depend on their order.)
-        let docs = try query.firestore.read { $0.run(q, inOrder: false) }
+        // A count without a limit does not depend on the documents' order; sums and averages
+        // add in the query's order, so that the same data gives the same result (and type).
+        let countsOnly = fields.allSatisfy { if case .count = $0.kind { true } else { false } }
+        let docs = try query.firestore.read { $0.run(q, inOrder: !countsOnly) }
         var results: [AggregateField: Any] = [:]
         for f in fields {
             switch f.kind {

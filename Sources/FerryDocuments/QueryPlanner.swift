@@ -135,8 +135,8 @@ extension DocumentEngine {
     }
 
     /// Runs a query: through indexes when every branch of its filter has one, else by a scan.
-    /// `inOrder` false: the matching documents in no particular order (an aggregation without
-    /// a limit counts or sums them; sorting a million documents took most of a count's time).
+    /// `inOrder` false: the matching documents in no particular order (a count without a
+    /// limit; sorting a million documents took most of its time).
     func execute(_ q: QueryCore, inOrder: Bool = true) -> (docs: [LocalDocument], run: QueryRun) {
         let inOrder = inOrder || q.limit != nil
         let orders = q.orders
