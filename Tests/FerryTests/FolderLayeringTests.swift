@@ -3,7 +3,8 @@ import Testing
 
 /// The folders of `Sources/Ferry` show the architecture, lowest first: a file uses only types
 /// declared in its own folder or in folders below it (values, their encoding, the views,
-/// reading, the engine, its upkeep, the public API, the server seam, the tools).
+/// reading, the engine, its upkeep, the public API, the server seam, the tools). The check is by
+/// type name; a function that a folder above adds to a type declared below is not seen by it.
 @Suite struct FolderLayeringTests {
     static let order = ["Model", "Storage", "Core", "Reading", "Engine", "Maintenance", "API", "ServerSeam", "Tools"]
 

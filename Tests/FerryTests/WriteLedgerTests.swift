@@ -71,12 +71,11 @@ import Testing
         } catch let e as DatabaseError {
             #expect(e.code == .writeRejected && e.message == "refused by rules")
         }
-        let fresh = held
-        let token = fresh.ledger.withLock { $0.newToken() }
+        let token = held.ledger.withLock { $0.newToken() }
         let wait = await withUnsafeContinuation { (outer: UnsafeContinuation<WriteLedger<DatabaseError>.Wait, Never>) in
             Task {
                 try? await withUnsafeThrowingContinuation { (c: UnsafeContinuation<Void, any Error>) in
-                    let w = fresh.ledger.withLock { $0.wait(for: 4, token: token, pending: false, c) }
+                    let w = held.ledger.withLock { $0.wait(for: 4, token: token, pending: false, c) }
                     outer.resume(returning: w)
                     c.resume()
                 }

@@ -191,21 +191,7 @@ extension Database {
     /// would look for the next child among all children, under the lock.
     func rebuildListenedIndexes() {
         let onFailure = readFailureHandler
-        let job = withEngine { e -> ([(ChildValueIndex, UInt64)], FrozenData)? in
-            let due = e.childIndexes.filter(\.rebuildScheduled)
-            for index in due { index.rebuildScheduled = false }
-            guard e.stopReason == nil else { return nil }
-            let ready = due.filter { $0.needsRebuild && !$0.isRebuilding && e.isComplete($0.location) }
-            guard !ready.isEmpty else { return nil }
-            guard let frozen = e.freeze(onFailure: onFailure) else {
-                // (No read snapshot now, e.g. no file descriptors: not asked again until the
-                // listeners change or a query builds it.)
-                for index in ready { index.idleAt = e.registrations.version }
-                return nil
-            }
-            e.countBackgroundRebuilds(ready.count)
-            return (ready.map { ($0, $0.beginRebuild()) }, frozen)
-        }
+        let job = withEngine { $0.beginScheduledRebuilds(onFailure: onFailure) }
         guard let (indexes, frozen) = job else { return }
         for (i, (index, token)) in indexes.enumerated() {
             do { try build(index, token: token, from: frozen) } catch {

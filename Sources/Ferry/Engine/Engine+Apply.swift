@@ -212,6 +212,42 @@ extension Engine {
     }
 }
 
+extension Engine {
+    // MARK: An eviction's effect (its record, live and in replay)
+
+    /// Drops every stored server-cache entry whose value lies in a record below `cutoff`
+    /// (an eviction's effect; entries restated above the cutoff stay), and the markers above a
+    /// dropped entry (a marker says "empty, with the entries below on top": without one of
+    /// those it would read as a value the server does not have). Returns how many entries were
+    /// dropped: that data is now "not cached".
+    @discardableResult
+    func dropServerEntries(below cutoff: UInt64) -> Int {
+        var keys: [[UInt8]] = []
+        let tracking = server.markerCount > 0
+        let n = server.removeEntries { k, e in
+            let drop = !e.isInline && !e.isMarker && e.ref.lsn < cutoff
+            if drop && tracking { keys.append(Array(k)) }
+            return drop
+        }
+        return n + dropMarkers(above: keys)
+    }
+
+    /// Drops the markers above any of the entries whose keys are given; returns how many.
+    func dropMarkers(above keys: [[UInt8]]) -> Int {
+        guard server.markerCount > 0, !keys.isEmpty else { return 0 }
+        var doomed = Set<[UInt8]>()
+        for key in keys {
+            if let e = server.index.get([UInt8]()), e.isMarker { doomed.insert([]) }
+            for i in key.indices.dropLast() where key[i] == 0 {
+                let prefix = Array(key[...i])
+                if let e = server.index.get(prefix), e.isMarker { doomed.insert(prefix) }
+            }
+        }
+        for p in doomed { server.removeEntryOnly(p) }
+        return doomed.count
+    }
+}
+
 extension Engine: DataModel {
     /// ``replay(kind:lsn:payload:)`` with the log's unsigned LSN (the shared layer's replay).
     func replay(kind: UInt8, lsn: UInt64, payload: UnsafeRawBufferPointer) throws {

@@ -99,6 +99,25 @@ extension Engine {
         return most
     }
 
+    /// Begins the rebuilds scheduled for listened indexes (``Database/rebuildListenedIndexes()``
+    /// runs them outside the lock): the indexes that still need one, with their tokens, and
+    /// the data frozen to build them from; nil when there is nothing to do.
+    func beginScheduledRebuilds(onFailure: @escaping @Sendable (DatabaseError) -> Void) -> ([(ChildValueIndex, UInt64)], FrozenData)? {
+        let due = childIndexes.filter(\.rebuildScheduled)
+        for index in due { index.rebuildScheduled = false }
+        guard stopReason == nil else { return nil }
+        let ready = due.filter { $0.needsRebuild && !$0.isRebuilding && isComplete($0.location) }
+        guard !ready.isEmpty else { return nil }
+        guard let frozen = freeze(onFailure: onFailure) else {
+            // (No read snapshot now, e.g. no file descriptors: not asked again until the
+            // listeners change or a query builds it.)
+            for index in ready { index.idleAt = registrations.version }
+            return nil
+        }
+        countBackgroundRebuilds(ready.count)
+        return (ready.map { ($0, $0.beginRebuild()) }, frozen)
+    }
+
     /// Drops the automatic indexes no listener's query uses any more.
     func dropUnusedAutomaticIndexes() {
         let unused = childIndexes.filter { index in

@@ -16,9 +16,12 @@ struct DeliveredEvent: Sendable {
 /// server cache, ledger, pins — without views.
 ///
 /// Its state is sealed: each part is a `let` with its own invariants (``Registrations``,
-/// ``WriteLedger``, ``ServerStatus``, the sync and write trees, the server cache), and every
-/// other stored property is set by this file's functions only (`private(set)`), which the
-/// extensions by role (applying, acknowledging, indexes, space, checkpoints) call.
+/// ``WriteLedger``, ``ServerStatus``, the listen registry, the sync and write trees, the
+/// server cache), and every other stored property is set by this file's functions only
+/// (`private(set)`), which the extensions by role (applying, acknowledging, indexes, space,
+/// checkpoints) call. Outside the engine, the database's functions read its state and call
+/// these functions; they set none of its fields. (The parts' own state is theirs: a
+/// child-value index's rebuild bookkeeping, say, is set by the engine's index functions.)
 final class Engine: StoredValues, ServerCacheSource {
     /// The log, or nil for a memory-only engine (see ``records``).
     var log: WriteAheadLog? { records.log }

@@ -12,7 +12,14 @@ import FerryLog
 /// a sync layer is attached, so that one attached later learns them all.
 final class ListenRegistry: ListenProvider {
     private(set) var active: [QuerySpec: Int?] = [:]
-    var signal: AsyncStream<SyncSignal>.Continuation?
+    /// Where the sync layer hears of changes (nil: none attached).
+    private(set) var signal: AsyncStream<SyncSignal>.Continuation?
+
+    /// Attaches a sync layer's stream (nil: detaches); returns the one it replaces.
+    func attach(_ continuation: AsyncStream<SyncSignal>.Continuation?) -> AsyncStream<SyncSignal>.Continuation? {
+        defer { signal = continuation }
+        return signal
+    }
 
     func startListening(_ query: QuerySpec, tag: Int?) {
         active[query] = tag

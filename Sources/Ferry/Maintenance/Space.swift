@@ -55,8 +55,6 @@ public struct CheckpointPolicy: Sendable, Hashable {
     }
 }
 
-
-/// What a store holds and how it uses its space (``Database/statistics``; `ferry-dump stats`).
 /// What the upkeep needs of a database's options, read once at its open.
 struct UpkeepSettings: Sendable {
     /// The cache limit in bytes (``DatabaseOptions/cacheSizeBytes``), nil for none.
@@ -71,6 +69,7 @@ struct UpkeepSettings: Sendable {
     var logger: Logger
 }
 
+/// What a store holds and how it uses its space (``Database/statistics``; `ferry-dump stats`).
 public struct StoreStatistics: Sendable, Equatable, Codable {
     /// Bytes of the log's segment files: their frames. (While the store is open, the newest
     /// file also holds zeros grown ahead of the writes — 1 MiB at most, or after a crash up to

@@ -393,8 +393,6 @@ final class ChildValueIndex: LayeredChangeObserver {
     }
 }
 
-/// Told before a ``LayeredIndex`` changes (see ``ChildValueIndex``).
-
 /// A child-value index: the children of `location` kept ordered by the value at `child`
 /// below each (see ``DatabaseOptions/indexes``).
 public struct ChildIndex: Sendable, Hashable {

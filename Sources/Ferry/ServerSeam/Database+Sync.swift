@@ -71,9 +71,7 @@ extension QueryParams {
     public func syncSignals() -> AsyncStream<SyncSignal> {
         let (stream, continuation) = AsyncStream.makeStream(of: SyncSignal.self, bufferingPolicy: .unbounded)
         let old = withEngine { e -> AsyncStream<SyncSignal>.Continuation? in
-            let old = e.listens.signal
-            e.listens.signal = e.closed ? nil : continuation
-            return old
+            e.listens.attach(e.closed ? nil : continuation)
         }
         old?.finish()
         if withEngine({ $0.closed }) { continuation.finish() }
