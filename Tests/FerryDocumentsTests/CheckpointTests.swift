@@ -139,3 +139,26 @@ import Testing
         try await db.terminate()
     }
 }
+
+/// A record's strings: ASCII and valid UTF-8 are read as written; bytes that are not UTF-8
+/// are refused as damage, whichever way the reader takes.
+@Suite struct RecordStringTests {
+    func read(_ body: [UInt8]) throws -> String {
+        let bytes = withUnsafeBytes(of: UInt32(body.count).littleEndian, Array.init) + body
+        return try bytes.withUnsafeBytes { raw in
+            var r = PayloadReader(raw)
+            let s = try r.string()
+            #expect(r.atEnd)
+            return s
+        }
+    }
+
+    @Test func asciiAndUTF8AreReadAsWrittenAndOtherBytesAreRefused() throws {
+        #expect(try read(Array("title".utf8)) == "title")
+        #expect(try read([]) == "")
+        #expect(try read(Array("São Paulo 東京 🚀".utf8)) == "São Paulo 東京 🚀")
+        for bad: [UInt8] in [[0xC3, 0x28], [0x61, 0xFF], [0xE6, 0x9D], [0x80]] {
+            #expect(throws: FirestoreErrorCode.self, "\(bad)") { try read(bad) }
+        }
+    }
+}
