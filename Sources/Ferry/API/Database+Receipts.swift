@@ -5,7 +5,7 @@ import FerryLog
 extension Database {
     /// A Firebase-compatible push id for a new child, by the server's clock as far as known.
     func nextPushID() -> String {
-        let now = wallClockMillis() + withEngine { $0.serverStatus.timeOffset }
+        let now = withEngine { $0.serverTime }
         return pushIDs.withLock { $0.next(now: now) }
     }
 

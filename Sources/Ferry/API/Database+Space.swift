@@ -33,8 +33,7 @@ extension Database {
     /// database has nothing to compact.
     @discardableResult
     public func compact() async throws -> CompactionReport {
-        guard let log else { return CompactionReport() }
-        return try await maintenance.run { try await compactNow(log) }
+        try await compactAfterOtherJobs()
     }
 
     // MARK: Statistics

@@ -214,8 +214,7 @@ public final class Database: Sendable {
     /// Writes a compact image of the stored state (the server cache and the pending writes, as
     /// references into the log), so that the next open replays only what came after it.
     public func checkpoint() async throws {
-        guard let log else { return }
-        try await maintenance.run { try await writeCheckpoint(log) }
+        try await checkpointAfterOtherJobs()
     }
 
     /// Waits until every write made before the call is durable (`fdatasync`), whatever the

@@ -99,16 +99,11 @@ extension Engine {
     /// listen at, above or below a path keeps it: the server's own data is the truth there.
     func showAcknowledgedValues(_ paths: [Path]) -> [Event] {
         var events: [Event] = []
-        for p in paths where syncTree.hasSyncPoint(relatedTo: p) && !hasLiveListen(touching: p) {
+        for p in paths where syncTree.hasSyncPoint(relatedTo: p) && !serverStatus.hasLiveListen(touching: p) {
             guard let node = server.completeNode(at: p) else { continue }
             events += syncTree.applyServerOverwrite(p, node)
         }
         return events
-    }
-
-    /// Whether a listen the server keeps up to date is at, above or below `path`.
-    func hasLiveListen(touching path: Path) -> Bool {
-        serverStatus.hasLiveListen(touching: path)
     }
 
     /// Reverts a pending write the server refused and keeps it, with the server's answer, in

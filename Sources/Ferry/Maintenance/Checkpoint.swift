@@ -659,6 +659,13 @@ struct CheckpointLoader {
 }
 
 extension EngineHost {
+    /// Writes a checkpoint once the upkeep's job under way (and those asked before) ended; a
+    /// memory-only store has none.
+    func checkpointAfterOtherJobs() async throws {
+        guard let log else { return }
+        try await maintenance.run { try await writeCheckpoint(log) }
+    }
+
     /// Writes a checkpoint; the caller holds the maintenance lock.
     func writeCheckpoint(_ log: WriteAheadLog) async throws {
         let (image, lsn) = try withEngine { e -> (CheckpointImage, UInt64) in

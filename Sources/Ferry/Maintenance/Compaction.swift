@@ -17,6 +17,13 @@ public struct CompactionReport: Sendable, Equatable {
 }
 
 extension EngineHost {
+    /// Compacts once the upkeep's job under way (and those asked before) ended; a memory-only
+    /// store has nothing to compact.
+    func compactAfterOtherJobs() async throws -> CompactionReport {
+        guard let log else { return CompactionReport() }
+        return try await maintenance.run { try await compactNow(log) }
+    }
+
     /// Starts a compaction in the background when enough acknowledged segments have gathered
     /// and none is scheduled. A compaction that deleted segments checks again when it ends:
     /// acknowledgements that arrived while it ran (and found it scheduled) are not left waiting
@@ -28,7 +35,7 @@ extension EngineHost {
         guard due else { return }
         maintenance.schedule(.compaction) { [self] in
             do {
-                if try await !maintenance.run({ try await compactNow(log) }).deletedSegments.isEmpty { return { [self] in compactIfDue() } }
+                if try await !compactAfterOtherJobs().deletedSegments.isEmpty { return { [self] in compactIfDue() } }
             } catch let e as DatabaseError where e.code == .closed {
                 // closed meanwhile: nothing to do
             } catch {

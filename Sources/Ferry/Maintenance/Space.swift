@@ -367,7 +367,7 @@ extension EngineHost {
         if known != nil, !due(withEngine { $0.sinceCheckpoint }) { return }
         maintenance.schedule(.checkpoint) { [self] in
             do {
-                if let log { try await maintenance.run { try await writeCheckpoint(log) } }
+                try await checkpointAfterOtherJobs()
             } catch let e as DatabaseError where e.code == .closed {
             } catch {
                 upkeep.logger.warning("checkpoint by policy failed: \(error)")
