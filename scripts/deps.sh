@@ -5,11 +5,15 @@
 #   libsqlite3-dev   SQLite, a peer in ferry-bench
 #   pkg-config       how SwiftPM finds liblz4 and sqlite3
 #   python3-venv     the server's firebase-admin test builds a virtualenv (only if `python3 -m venv` fails)
+#   postgresql       the server's PostgreSQL backend is tested against a throw-away cluster (scripts/postgres.sh)
 set -euo pipefail
 needed=()
 for pkg in liblz4-dev libleveldb-dev libsqlite3-dev pkg-config; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || needed+=("$pkg")
 done
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  needed+=(postgresql)
+fi
 if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
   needed+=(python3-venv)
 fi

@@ -84,6 +84,10 @@ public struct ServerConfiguration: Sendable {
     /// the commits since the last one weigh this many bytes and the last checkpoint; and on
     /// close, when they weigh an eighth of the last checkpoint or more.
     public var firestoreCheckpointBytes = 32 << 20
+    /// Where the Realtime Database namespaces are kept: nil, each in a Ferry store under
+    /// `dataDirectory/ns/NAME` (the default); or a PostgreSQL database that several servers
+    /// share (started: see ``PostgresBackend/start()``).
+    public var postgres: PostgresBackend?
     /// The event loop threads serving connections (0: one per core).
     public var eventLoopThreads = 0
     /// Where the server logs; it never bootstraps logging itself.
@@ -260,8 +264,23 @@ public final class FerryServer: Sendable {
 
     /// Opens the namespaces that keep `onDisconnect` registrations (marked by `ns/NAME.presence`),
     /// so that those of clients that do not come back run after the presence timeout even if
-    /// nobody asks for the namespace.
+    /// nobody asks for the namespace. In a shared PostgreSQL database: those of the clients of
+    /// processes whose lease expired (see ``PostgresBackend``).
     private func openNamespacesWithPresence() {
+        if let backend = configuration.postgres {
+            // In a shared database: the registrations of clients of processes that died.
+            backend.onOrphans { [self] name, clients in
+                Task {
+                    do {
+                        let ns = try await namespace(name)
+                        for client in clients { ns.runPresence(client) }
+                    } catch {
+                        logger.error("cannot open namespace \(name) for the onDisconnect writes of a process gone: \(error)")
+                    }
+                }
+            }
+            return
+        }
         let dir = configuration.dataDirectory + "/ns"
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).filter { $0.hasSuffix(".presence") }.map { String($0.dropLast(9)) }
         for name in names where Self.isNamespaceName(name) {
@@ -407,6 +426,8 @@ public final class FerryServer: Sendable {
         }
         switch r.method {
         case "GET":
+            // (With a shared storage: after every commit other processes made before the read.)
+            guard await ns.current() else { return .error(503, "the storage is unavailable; try again") }
             if r.headers["accept"]?.contains("text/event-stream") == true { return stream(r, keys, caller, token: token, ns, output) }
             return get(r, keys, caller, ns)
         case "PUT", "POST", "PATCH", "DELETE":
@@ -425,9 +446,19 @@ public final class FerryServer: Sendable {
             let directory = configuration.dataDirectory + "/ns/" + name
             let limits = (changes: configuration.historyCommits, bytes: configuration.historyBytes)
             let presence = Duration.seconds(configuration.presenceTimeoutSeconds)
+            let maxResume = max(1, configuration.maxStreamBufferBytes / 2)
             let t = Task { [log, defaultRules] in
-                try await Namespace(name: name, directory: directory, logger: log, historyLimits: limits, presenceTimeout: presence,
-                                    maxResumeBytes: max(1, configuration.maxStreamBufferBytes / 2), defaultRules: defaultRules)
+                guard let backend = configuration.postgres else {
+                    return try await Namespace(name: name, directory: directory, logger: log, historyLimits: limits, presenceTimeout: presence,
+                                               maxResumeBytes: maxResume, defaultRules: defaultRules)
+                }
+                let storage = PostgresStorage(name: name, backend: backend, keptCommits: limits.changes)
+                let ns = try await Namespace(name: name, storage: storage, presenceMarker: nil, logger: log, historyLimits: limits,
+                                             presenceTimeout: presence, maxResumeBytes: maxResume, defaultRules: defaultRules)
+                backend.watch(name) { [weak ns] in ns?.othersCommitted() }
+                // (Commits made between the open's read and the watch: read now.)
+                ns.othersCommitted()
+                return ns
             }
             all[name] = t
             return t
@@ -536,7 +567,7 @@ public final class FerryServer: Sendable {
             case .failure(let e): return .failure(e)
             }
             if method == "POST" {
-                let name = ns.db.root.childByAutoId().key ?? "-"
+                let name = ns.nextPushID()
                 job.keys.append(name)
                 job.pushName = name
             }

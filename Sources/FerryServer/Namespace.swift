@@ -397,34 +397,40 @@ final class StreamSink: Sendable {
     }
 }
 
-/// One namespace: its Ferry store (data under `/data`, per-client marks under
-/// `/meta/clients/STORE`, rules under `/meta/rules`, the last commit number at `/meta/commit`),
-/// the committed tree reads see, and one writer that applies writes in arrival order and makes
-/// them durable in groups: every write queued while the previous group was syncing shares the
-/// next `fdatasync`.
+/// One namespace: its storage (see ``NamespaceStorage``: a Ferry store, or PostgreSQL shared
+/// with other processes), the committed tree reads see, and one writer that applies writes in
+/// arrival order and makes them durable in groups: every write queued while the previous group
+/// was being stored shares the next group.
 ///
 /// Every write that changes the data is a *commit*, numbered 1, 2, 3… in the order applied;
-/// the number is stored with the write's data (one record), so it survives restarts and never
-/// goes back. A write's answer names its commit; every stream event carries the commit its
-/// stream reflects once the event is applied (SSE `id:`), and after each group the streams of
-/// each client whose writes it answered (`X-Ferry-Client`) learn the group's last number (a
-/// progress mark where no event said it). A client that waits until its streams reach an
-/// answer's number never shows the data from before the write again.
+/// the number is stored with the write's data (one record, or one transaction), so it survives
+/// restarts and never goes back. A write's answer names its commit; every stream event carries
+/// the commit its stream reflects once the event is applied (SSE `id:`), and after each group
+/// the streams of each client whose writes it answered (`X-Ferry-Client`) learn the group's
+/// last number (a progress mark where no event said it). A client that waits until its streams
+/// reach an answer's number never shows the data from before the write again.
+///
+/// With a shared storage, the commits of other processes reach this one's tree, history and
+/// streams in commit order: before each group (under the storage's lock, so every write is
+/// decided against all commits before it), when the storage says there are new ones, and before
+/// each read and new stream.
 final class Namespace: Sendable {
     let name: String
-    let db: Database
+    let storage: any NamespaceStorage
     /// Names this namespace's data and commits (its creation time): a commit number from
     /// before its store was made anew is not one of its own.
     let epoch: String
     /// How long a disconnected client's registrations wait for it (see ``runPresence(_:)``).
     let presenceTimeout: Duration
-    /// The file that marks the namespace as keeping registrations (``markPresence(_:)``).
-    let presenceMarker: String
+    /// The file that marks the namespace as keeping registrations (``markPresence(_:)``); nil
+    /// when the storage is shared (another process's clients' registrations are theirs).
+    let presenceMarker: String?
     /// The most bytes of missed changes a stream resumes with (the whole value past it).
     let maxResumeBytes: Int
     let logger: Logger
     private let wake: AsyncStream<Void>.Continuation
     private let wakes: AsyncStream<Void>
+    private let pushIDs = FerryMutex(PushIDGenerator())
 
     struct State {
         /// What reads and new streams see: only durable writes.
@@ -453,78 +459,69 @@ final class Namespace: Sendable {
         var presenceRunning: Set<String> = []
         /// The last registration's number.
         var presenceSeq: Int64 = 0
+        /// Reads waiting for the writer to bring in other processes' commits (shared storage).
+        var catchUpWaiters: [CheckedContinuation<Bool, Never>] = []
+        /// The storage said other processes committed.
+        var catchUpWanted = false
     }
     let state: FerryMutex<State>
+    /// The rules of a namespace that has not set its own.
+    private let defaultRules: Rules
 
-    /// Opens (creating) the namespace's store under `directory`; `historyLimits` bound the
-    /// commits kept for streams that resume.
-    init(name: String, directory: String, logger: Logger, historyLimits: (changes: Int, bytes: Int) = (100_000, 64 << 20),
+    /// Opens (creating) the namespace's Ferry store under `directory`.
+    convenience init(name: String, directory: String, logger: Logger, historyLimits: (changes: Int, bytes: Int) = (100_000, 64 << 20),
+                     presenceTimeout: Duration = .seconds(60), maxResumeBytes: Int = 8 << 20, defaultRules: Rules = Rules(root: nil)) async throws {
+        try await self.init(name: name, storage: FerryStoreStorage(directory: directory), presenceMarker: directory + ".presence", logger: logger,
+                            historyLimits: historyLimits, presenceTimeout: presenceTimeout, maxResumeBytes: maxResumeBytes, defaultRules: defaultRules)
+    }
+
+    /// Opens (creating) the namespace in `storage`; `historyLimits` bound the commits kept for
+    /// streams that resume.
+    init(name: String, storage: any NamespaceStorage, presenceMarker: String?, logger: Logger,
+         historyLimits: (changes: Int, bytes: Int) = (100_000, 64 << 20),
          presenceTimeout: Duration = .seconds(60), maxResumeBytes: Int = 8 << 20, defaultRules: Rules = Rules(root: nil)) async throws {
         self.name = name
+        self.storage = storage
         self.logger = logger
         self.presenceTimeout = presenceTimeout
-        self.presenceMarker = directory + ".presence"
+        self.presenceMarker = presenceMarker
         self.maxResumeBytes = maxResumeBytes
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        var options = DatabaseOptions(durability: .none)  // the writer syncs each group itself
-        // The server's store holds the truth, not a cache of it: nothing may be evicted.
-        options.cacheSizeBytes = .unlimited
-        options.logger = logger
-        let db = try Database.open(at: directory, options: options)
-        self.db = db
-        var stored: Value
-        do {
-            stored = try await db.root.getData().exportValue
-        } catch let e as DatabaseError where e.code == .notCached {
-            // A new store: a put at the root makes it complete, so later opens can read it.
-            stored = ["meta": ["created": .int(Int64(Date().timeIntervalSince1970 * 1_000_000))]]
-            try await db.applyServerPut(at: "", stored)
-            try await db.sync()
-        }
-        let tree = ValueTree.normalized(stored)
-        let data = ValueTree.child(tree, ["data"])
-        var clients: [String: Value] = [:]
-        if case .object(let c) = ValueTree.child(tree, ["meta", "clients"]) { clients = c }
-        var rules = defaultRules
-        if case .string(let text) = ValueTree.child(tree, ["meta", "rules"]) {
-            do {
-                rules = try Rules(body: try Value(json: text))
-            } catch {
-                // Rules once accepted that no longer parse: nothing is granted until the owner sets them again.
-                logger.error("the namespace's stored rules do not parse (\(error)); only the administrator may read or write until they are set again")
-                rules = Rules(root: Rules.Node(read: nil, write: nil, validate: nil, children: [:], wildcard: nil))
-            }
-        }
-        var commit: Int64 = 0
-        if case .int(let n) = ValueTree.child(tree, ["meta", "commit"]) { commit = n }
-        epoch = ValueTree.child(tree, ["meta", "created"]).json
-        var presence: [String: [Value]] = [:]
-        if case .object(let p) = ValueTree.child(tree, ["meta", "presence"]) {
-            for (client, list) in p {
-                if case .string(let text) = list, case .array(let ops)? = try? Value(json: text) { presence[client] = ops }
-            }
-        }
-        // The history as the store's log still holds it: streams resume across a restart.
-        let recorded: [Database.RecordedServerData]
-        do { recorded = try db.recentServerData(maxRecords: historyLimits.changes, maxBytes: historyLimits.bytes) } catch {
-            logger.warning("namespace \(name): its recent commits cannot be read from its store (\(error)); streams resuming from before this start get the whole data")
-            recorded = []
-        }
-        var initial = State(committed: data, commit: commit, workingCommit: commit, working: data, clients: clients, rules: rules,
-                            history: CommitHistory(recorded, through: commit, maxChanges: historyLimits.changes, maxBytes: historyLimits.bytes))
-        initial.presence = presence
-        initial.presenceSeq = presence.values.joined().map(Namespace.presenceSeq).max() ?? 0
+        self.defaultRules = defaultRules
+        let stored = try await storage.open(historyLimits: historyLimits, logger: logger)
+        epoch = stored.epoch
+        var initial = State(committed: stored.data, commit: stored.commit, workingCommit: stored.commit, working: stored.data,
+                            clients: stored.clients, rules: Namespace.rules(stored.rulesText, defaultRules, logger), history: stored.history)
+        initial.presence = stored.presence
+        initial.presenceSeq = stored.presence.values.joined().map(Namespace.presenceSeq).max() ?? 0
         state = FerryMutex(initial)
         (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         Task { [self] in await runWriter() }
         // Registrations of clients connected before a restart: they run unless the client
-        // connects again within the timeout.
-        if !presence.isEmpty {
+        // connects again within the timeout. (In a shared storage, they are another process's
+        // clients' until its lease says otherwise.)
+        if !stored.presence.isEmpty && !storage.isShared {
             Task { [self] in
                 try? await Task.sleep(for: presenceTimeout)
-                for client in presence.keys { runPresence(client) }
+                for client in stored.presence.keys { runPresence(client) }
             }
         }
+    }
+
+    /// The rules of a stored text (`defaults` when none).
+    private static func rules(_ text: String?, _ defaults: Rules, _ logger: Logger) -> Rules {
+        guard let text else { return defaults }
+        do {
+            return try Rules(body: try Value(json: text))
+        } catch {
+            // Rules once accepted that no longer parse: nothing is granted until the owner sets them again.
+            logger.error("the namespace's stored rules do not parse (\(error)); only the administrator may read or write until they are set again")
+            return Rules(root: Rules.Node(read: nil, write: nil, validate: nil, children: [:], wildcard: nil))
+        }
+    }
+
+    /// A new push id (Firebase's: time-ordered, 20 characters).
+    func nextPushID() -> String {
+        pushIDs.withLock { $0.next(now: Namespace.now()) }
     }
 
     // MARK: Writes
@@ -548,71 +545,74 @@ final class Namespace: Sendable {
     private func runWriter() async {
         for await _ in wakes {
             while true {
-                let jobs: [WriteJob] = state.withLock { s in
-                    let j = s.queue
-                    s.queue = []
-                    s.writerIdle = j.isEmpty
-                    return j
+                let (jobs, waiters, wanted) = state.withLock { s in
+                    defer {
+                        s.queue = []
+                        s.catchUpWaiters = []
+                        s.catchUpWanted = false
+                    }
+                    s.writerIdle = s.queue.isEmpty && s.catchUpWaiters.isEmpty && !s.catchUpWanted
+                    return (s.queue, s.catchUpWaiters, s.catchUpWanted)
                 }
-                if jobs.isEmpty { break }
-                await runGroup(jobs)
+                if jobs.isEmpty && waiters.isEmpty && !wanted { break }
+                // (A group brings in other processes' commits first, as a catch-up does.)
+                let current = jobs.isEmpty ? await catchUp() : await runGroup(jobs)
+                for w in waiters { w.resume(returning: current) }
             }
         }
     }
 
-    /// Applies a group of writes in order (one record each), syncs once, then commits them:
-    /// reads see them, streams get their events, callers get their answers.
-    private func runGroup(_ jobs: [WriteJob]) async {
+    /// Applies a group of writes in order, stores them as a few runs (see ``GroupWriter``),
+    /// durable together, then commits them: reads see them, streams get their events, callers
+    /// get their answers. False when the group could not begin in a shared storage (what other
+    /// processes committed is then not known).
+    @discardableResult
+    private func runGroup(_ jobs: [WriteJob]) async -> Bool {
         var outcomes: [WriteOutcome] = []  // (the jobs', in order: a job is not copied per step)
         outcomes.reserveCapacity(jobs.count)
         var changes: [Change] = []
         var sizes: [Int] = []  // (each change's approximate bytes)
         var rulesChanged = false
-        var failed: (any Error)?
-        // The group's writes go to the store as a few records (one per run of writes: one
-        // record per write cost more than the writes' own work), each stored in order while
-        // the writes after it are decided.
-        var folded = FoldedMerge()
-        var storing: Task<Void, any Error>?
-        func store() {
-            guard !folded.isEmpty else { return }
-            let entries = state.withLock { s in folded.entries(tree: s.working) }
-            folded = FoldedMerge()
-            let (previous, db) = (storing, db)
-            storing = Task {
-                try await previous?.value
-                try await db.applyServerMerge(at: "", entries)
+        var began = false
+        /// What the writes change besides the trees, as it was before them: put back if the
+        /// group is not stored.
+        var before: (clients: [String: Value], rules: Rules, presence: [String: [Value]], seq: Int64)?
+        do {
+            try await storage.group { missed, writer in
+                if let missed { apply(missed) }
+                began = true
+                before = state.withLock { s in (s.clients, s.rules, s.presence, s.presenceSeq) }
+                // The group's writes go to the storage as a few runs (one record per write cost
+                // more than the writes' own work), each stored while the writes after it are decided.
+                var folded = FoldedMerge()
+                var stored = 0  // (changes already handed to the writer)
+                func store() async throws {
+                    guard !folded.isEmpty else { return }
+                    let entries = state.withLock { s in folded.entries(tree: s.working) }
+                    folded = FoldedMerge()
+                    try await writer.store(entries, commits: changes[stored...])
+                    stored = changes.count
+                }
+                for i in jobs.indices {
+                    let (outcome, merge, change) = state.withLock { s in process(jobs[i], &s) }
+                    if case .rules = jobs[i].op, outcome.status == 200 { rulesChanged = true }
+                    // (Measured once, for the record's size and the history's.)
+                    let size = change?.approximateBytes ?? 0
+                    if let change {
+                        changes.append(change)
+                        sizes.append(size)
+                    }
+                    if let merge {
+                        folded.add(merge, size: size)
+                        if folded.isFull { try await store() }
+                    }
+                    outcomes.append(outcome)
+                }
+                try await store()
             }
-        }
-        for i in jobs.indices {
-            let (outcome, merge, change) = state.withLock { s in process(jobs[i], &s) }
-            if case .rules = jobs[i].op, outcome.status == 200 { rulesChanged = true }
-            // (Measured once, for the record's size and the history's.)
-            let size = change?.approximateBytes ?? 0
-            if let merge {
-                folded.add(merge, size: size)
-                if folded.isFull { store() }
-            }
-            if let change {
-                changes.append(change)
-                sizes.append(size)
-            }
-            outcomes.append(outcome)
-        }
-        store()
-        do { try await storing?.value } catch { failed = error }
-        if failed == nil {
-            do { try await db.sync() } catch { failed = error }
-        }
-        if let failed {
-            logger.error("namespace \(name): the store failed (\(failed)); refusing writes from now on")
-            state.withLock { s in
-                s.failure = "the store failed: \(failed)"
-                for (_, sink) in s.streams { sink.close() }
-                s.streams.removeAll()
-            }
-            for i in outcomes.indices { jobs[i].complete(.rejected(503, "the store failed; the write may not have been applied")) }
-            return
+        } catch {
+            storageFailed(error, jobs: jobs, decided: outcomes.count, before: before)
+            return began
         }
         state.withLock { s in
             let last = s.workingCommit
@@ -623,16 +623,7 @@ final class Namespace: Sendable {
                 for part in change.parts { ValueTree.set(&s.committed, (change.keys + part.keys)[...], to: part.new) }
                 s.history.append(change, size: size)
             }
-            // Only the streams at, above or below a written location.
-            var touched: [ObjectIdentifier: StreamSink] = [:]
-            for change in changes {
-                for sink in s.streams.related(to: change.keys) {
-                    if touched.updateValue(sink, forKey: ObjectIdentifier(sink)) == nil { sink.hold() }
-                    Namespace.events(for: change, to: sink)
-                }
-            }
-            Namespace.queryEvents(touched.values, changes: changes, tree: s.committed, commit: last)
-            for (_, sink) in touched { sink.release() }
+            Namespace.publish(changes, last: last, rulesChanged: rulesChanged, &s)
             // A duplicate is visible at the commit that applied it, or since: at the last. The
             // streams of the clients answered learn that they are current through it.
             var answered = Set<String>()
@@ -643,17 +634,136 @@ final class Namespace: Sendable {
             for client in answered {
                 for sink in s.streams.of(client: client) { sink.progress(last) }
             }
-            // Streams the rules no longer let read: after new rules, or after a change to data
-            // (or the time) their .read rules look at.
-            if rulesChanged || (s.rules.readsDependOnData && !changes.isEmpty) {
-                for (id, sink) in s.streams where !Namespace.mayRead(sink.caller, sink.keys, s) {
-                    sink.send(.cancel)
-                    sink.close()
-                    s.streams[id] = nil
-                }
-            }
         }
         for i in outcomes.indices { jobs[i].complete(outcomes[i]) }
+        return true
+    }
+
+    /// A group the storage did not take. A Ferry store that fails is not trusted again: the
+    /// namespace refuses writes from then on. A shared storage is asked again by the next group
+    /// (a database restarting, a connection lost): the writer's tree and the rest go back to
+    /// what is committed, and the group's writes are answered 503, which clients retry — each
+    /// at most once, by its client's mark, should the storage have taken it after all.
+    private func storageFailed(_ error: any Error, jobs: [WriteJob], decided: Int,
+                               before: (clients: [String: Value], rules: Rules, presence: [String: [Value]], seq: Int64)?) {
+        guard storage.isShared else {
+            logger.error("namespace \(name): the store failed (\(error)); refusing writes from now on")
+            state.withLock { s in
+                s.failure = "the store failed: \(error)"
+                for (_, sink) in s.streams { sink.close() }
+                s.streams.removeAll()
+            }
+            for j in jobs { j.complete(.rejected(503, "the store failed; the write may not have been applied")) }
+            return
+        }
+        logger.warning("namespace \(name): the storage did not take \(jobs.count) writes (\(error)); they are answered 503")
+        state.withLock { s in
+            if decided > 0 {
+                // (Shares the committed tree's objects: the next write copies those on its
+                // path, a cost only after a failure.)
+                s.working = s.committed
+                s.workingCommit = s.commit
+            }
+            if let before {
+                s.clients = before.clients
+                s.rules = before.rules
+                s.presence = before.presence
+                s.presenceSeq = before.seq
+            }
+        }
+        for j in jobs { j.complete(.rejected(503, "the storage is unavailable; try again")) }
+    }
+
+    /// Brings in what other processes committed since this one last read the storage: true when
+    /// the storage answered.
+    private func catchUp() async -> Bool {
+        do {
+            if let missed = try await storage.catchUp() { apply(missed) }
+            return true
+        } catch {
+            logger.warning("namespace \(name): reading other processes' commits failed: \(error)")
+            return false
+        }
+    }
+
+    /// Applies other processes' commits (between groups: the working tree is the committed one)
+    /// to both trees, the history and the streams, and their other locations to the marks,
+    /// rules and registrations.
+    private func apply(_ missed: MissedCommits) {
+        state.withLock { s in
+            var applied: [Change] = []
+            for var change in missed.changes where change.commit > s.commit {
+                for i in change.parts.indices {
+                    let at = change.keys + change.parts[i].keys
+                    change.parts[i].old = ValueTree.child(s.committed, at[...])
+                    ValueTree.set(&s.committed, at[...], to: change.parts[i].new)
+                    ValueTree.set(&s.working, at[...], to: change.parts[i].new)
+                }
+                s.history.append(change, size: change.approximateBytes)
+                s.commit = change.commit
+                applied.append(change)
+            }
+            s.commit = max(s.commit, missed.commit)
+            s.workingCommit = s.commit
+            var rulesChanged = false
+            for (path, value) in missed.meta {
+                let keys = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+                switch (keys.count, keys.dropFirst().first) {
+                case (3, "clients"): s.clients[keys[2]] = value == .null ? nil : value
+                case (3, "presence"): s.presence[keys[2]] = StoredNamespace.presenceList(value)
+                case (2, "rules"):
+                    if case .string(let text) = value { s.rules = Namespace.rules(text, defaultRules, logger) } else { s.rules = defaultRules }
+                    rulesChanged = true
+                default: break
+                }
+            }
+            s.presenceSeq = max(s.presenceSeq, s.presence.values.joined().map(Namespace.presenceSeq).max() ?? 0)
+            Namespace.publish(applied, last: s.commit, rulesChanged: rulesChanged, &s)
+        }
+    }
+
+    /// Sends committed changes' events to the streams they concern, then ends the streams the
+    /// rules no longer let read.
+    private static func publish(_ changes: [Change], last: Int64, rulesChanged: Bool, _ s: inout State) {
+        // Only the streams at, above or below a written location.
+        var touched: [ObjectIdentifier: StreamSink] = [:]
+        for change in changes {
+            for sink in s.streams.related(to: change.keys) {
+                if touched.updateValue(sink, forKey: ObjectIdentifier(sink)) == nil { sink.hold() }
+                Namespace.events(for: change, to: sink)
+            }
+        }
+        Namespace.queryEvents(touched.values, changes: changes, tree: s.committed, commit: last)
+        for (_, sink) in touched { sink.release() }
+        // Streams the rules no longer let read: after new rules, or after a change to data
+        // (or the time) their .read rules look at.
+        if rulesChanged || (s.rules.readsDependOnData && !changes.isEmpty) {
+            for (id, sink) in s.streams where !Namespace.mayRead(sink.caller, sink.keys, s) {
+                sink.send(.cancel)
+                sink.close()
+                s.streams[id] = nil
+            }
+        }
+    }
+
+    /// Waits until this process holds every commit the storage held when asked (at once when no
+    /// other process shares it): false when the storage did not answer.
+    func current() async -> Bool {
+        guard storage.isShared else { return true }
+        return await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+            let refused = state.withLock { s -> Bool in
+                if s.closing { return true }
+                s.catchUpWaiters.append(c)
+                return false
+            }
+            if refused { c.resume(returning: false) } else { wake.yield() }
+        }
+    }
+
+    /// The storage says other processes committed: the writer brings their commits in.
+    func othersCommitted() {
+        state.withLock { $0.catchUpWanted = true }
+        wake.yield()
     }
 
     /// Whether the rules let `caller` read at `keys` (the committed data is `data`).
@@ -728,6 +838,8 @@ final class Namespace: Sendable {
                 }
                 s.presence[client] = list.isEmpty ? nil : list
                 merge.meta["meta/presence/\(client)"] = Namespace.storedPresence(list)
+                // (In a shared storage: this process serves the client; when it dies, another runs them.)
+                if let owner = storage.processID { merge.meta["meta/owners/\(client)"] = list.isEmpty ? .null : .string(owner) }
                 outcome = WriteOutcome(status: 200, body: ["status": "ok"])
             case .presenceRun(let client, let through):
                 let list = s.presence[client] ?? []
@@ -735,6 +847,7 @@ final class Namespace: Sendable {
                 let rest = list.filter { Namespace.presenceSeq($0) > through }
                 s.presence[client] = rest.isEmpty ? nil : rest
                 merge.meta["meta/presence/\(client)"] = Namespace.storedPresence(rest)
+                if storage.processID != nil && rest.isEmpty { merge.meta["meta/owners/\(client)"] = .null }
                 outcome = WriteOutcome(status: 200)
                 change = Namespace.applyPresence(run, client: client, &s, &merge, logger: logger)
             case .rules(let rules, let text):
@@ -930,6 +1043,7 @@ final class Namespace: Sendable {
     /// Marks (or unmarks) the namespace as keeping registrations (`ns/NAME.presence`), so that a
     /// restarted server opens it at once (see `FerryServer.start()`).
     func markPresence(_ on: Bool) {
+        guard let presenceMarker else { return }
         if on {
             if !FileManager.default.fileExists(atPath: presenceMarker) { _ = FileManager.default.createFile(atPath: presenceMarker, contents: nil) }
         } else {
@@ -1100,6 +1214,6 @@ final class Namespace: Sendable {
             try? await Task.sleep(for: .milliseconds(5))
         }
         wake.finish()
-        do { try await db.close() } catch { logger.error("namespace \(name): closing the store failed: \(error)") }
+        await storage.close()
     }
 }

@@ -101,6 +101,9 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "Seconds a disconnected client's onDisconnect writes wait: after a restart, for it to connect again; on a silent connection, for its acknowledgements.")
     var presenceTimeout: Int = 60
 
+    @Option(help: "Keep the Realtime Database namespaces in this PostgreSQL database, shared with other ferry-server processes: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=disable|prefer|require]. The schema is created or migrated at start. Default: a Ferry store per namespace under --data.")
+    var postgres: String?
+
     func run() throws {
         let level = logLevel
         LoggingSystem.bootstrap { label in
@@ -148,6 +151,12 @@ struct FerryServerCommand: ParsableCommand {
         config.presenceTimeoutSeconds = max(1, presenceTimeout)
         config.firestorePort = firestorePort
         config.firestoreCheckpointBytes = max(1, firestoreCheckpointBytes)
+        if let postgres {
+            do { config.postgres = try Self.startPostgres(postgres, leaseSeconds: config.presenceTimeoutSeconds) } catch {
+                FileHandle.standardError.write(Data("ferry-server: PostgreSQL: \(error)\n".utf8))
+                throw ExitCode(1)
+            }
+        }
         let server = FerryServer(configuration: config)
         // The signal handlers are in place before "listening on" is printed: a SIGTERM sent as
         // soon as the line is seen is never lost (one sent between SIG_IGN and a handler was).
@@ -197,6 +206,23 @@ struct FerryServerCommand: ParsableCommand {
 }
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+extension FerryServerCommand {
+    /// Connects to the database at `url` and creates or migrates its schema (before the server
+    /// listens).
+    static func startPostgres(_ url: String, leaseSeconds: Int) throws -> PostgresBackend {
+        let backend = try PostgresBackend(url: url, leaseSeconds: leaseSeconds, logger: Logger(label: "ferry-server.postgres"))
+        let started = Mutex<(any Error)??>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            do { try await backend.start(); started.withLock { $0 = .some(nil) } } catch { started.withLock { $0 = .some(error) } }
+            done.signal()
+        }
+        done.wait()
+        if case .some(let error?) = started.withLock({ $0 }) { throw error }
+        return backend
+    }
+}
 
 extension FerryServerCommand {
     /// A secret kept in a file (its surrounding whitespace dropped); an empty one is refused.

@@ -18,7 +18,8 @@ final class ServerProcess: Sendable {
         self.data = data
         process = try ChildProcess(Locations.executable("ferry-server"),
                                    ["--port", String(port), "--data", data, "--keep-alive", "1", "--request-timeout", "2"] + extra
-                                   + (ServerMode.current.secure?.serverArguments ?? []))
+                                   + (ServerMode.current.secure?.serverArguments ?? [])
+                                   + (ServerBackend.postgres.map { ["--postgres", $0] } ?? []))
         guard process.waitForLine({ $0.hasPrefix("listening on ") }),
               let line = process.outputLines.first(where: { $0.hasPrefix("listening on ") }),
               let port = Int(line.split(separator: ":").last ?? "") else {

@@ -162,8 +162,9 @@ struct TestCertificates {
 }
 
 /// The tests of `FerrySync` against `ferry-server` that need no plaintext-only tool (a scripted
-/// server, a cutting proxy, a child process, raw sockets), run over TLS with signed tokens.
-enum SyncOverTLS: String, CaseIterable, Sendable {
+/// server, a cutting proxy, a child process, raw sockets): run again over TLS with signed tokens,
+/// and with the server's namespaces in PostgreSQL.
+enum SyncSuiteCase: String, CaseIterable, Sendable {
     case writesMadeOfflineReachTheServerInOrderWhenTheClientGoesOnline
     case aWriteTheRulesDenyIsRevertedListedAndItsReceiptThrowsWhileTheOthersApply
     case twoClientsRunningTransactionsOnOneCounterEndWithTheSum
@@ -217,8 +218,8 @@ enum SyncOverTLS: String, CaseIterable, Sendable {
 extension TLSTests {
     // One case at a time: beside the rest of the suite, twenty-one more servers and clients at
     // once would only raise the test process's peak of open descriptors.
-    @Test(.serialized, arguments: SyncOverTLS.allCases)
-    func theSyncSuitePassesOverTLSWithSignedTokens(_ test: SyncOverTLS) async throws {
+    @Test(.serialized, arguments: SyncSuiteCase.allCases)
+    func theSyncSuitePassesOverTLSWithSignedTokens(_ test: SyncSuiteCase) async throws {
         let setup = try await SecureSetup.shared.value
         try await ServerMode.$current.withValue(.tlsWithSignedTokens(setup)) { try await test.run() }
     }

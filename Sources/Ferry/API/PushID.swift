@@ -1,13 +1,16 @@
 /// Firebase-compatible push ids: 20 characters, the first 8 the time in milliseconds, the
 /// other 12 random — incremented instead of redrawn within one millisecond, so ids from one
 /// client sort in the order they were made.
-struct PushIDGenerator {
+@_spi(Server) public struct PushIDGenerator: Sendable {
     static let chars = Array("-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz".utf8)
     private var lastTime: Int64 = -1
     private var lastRandom = [Int](repeating: 0, count: 12)
     private var rng = SystemRandomNumberGenerator()
 
-    mutating func next(now: Int64) -> String {
+    public init() {}
+
+    /// The next id, made at `now` (milliseconds since 1970).
+    public mutating func next(now: Int64) -> String {
         // Never go back in time: within one id stream, order is what matters.
         let time = max(now, lastTime)
         if time == lastTime {
