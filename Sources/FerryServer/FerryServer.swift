@@ -88,6 +88,11 @@ public struct ServerConfiguration: Sendable {
     /// `dataDirectory/ns/NAME` (the default); or a PostgreSQL database that several servers
     /// share (started: see ``PostgresBackend/start()``).
     public var postgres: PostgresBackend?
+    /// How long, with PostgreSQL, a group of writes may wait for a connection and its
+    /// namespace's lock (or a read for what other processes committed) before it is answered
+    /// 503: a database that does not answer, or a pool that cannot grow, is an error clients
+    /// retry, not a wait without end.
+    public var storageWaitSeconds = 10
     /// The event loop threads serving connections (0: one per core).
     public var eventLoopThreads = 0
     /// Where the server logs; it never bootstraps logging itself.
@@ -453,12 +458,9 @@ public final class FerryServer: Sendable {
                                                maxResumeBytes: maxResume, defaultRules: defaultRules)
                 }
                 let storage = PostgresStorage(name: name, backend: backend, keptCommits: limits.changes)
-                let ns = try await Namespace(name: name, storage: storage, presenceMarker: nil, logger: log, historyLimits: limits,
-                                             presenceTimeout: presence, maxResumeBytes: maxResume, defaultRules: defaultRules)
-                backend.watch(name) { [weak ns] in ns?.othersCommitted() }
-                // (Commits made between the open's read and the watch: read now.)
-                ns.othersCommitted()
-                return ns
+                return try await Namespace(name: name, storage: storage, presenceMarker: nil, logger: log, historyLimits: limits,
+                                           presenceTimeout: presence, maxResumeBytes: maxResume, defaultRules: defaultRules,
+                                           storageWait: .seconds(configuration.storageWaitSeconds))
             }
             all[name] = t
             return t

@@ -427,6 +427,9 @@ final class Namespace: Sendable {
     let presenceMarker: String?
     /// The most bytes of missed changes a stream resumes with (the whole value past it).
     let maxResumeBytes: Int
+    /// How long a shared storage may take to begin a group or answer a catch-up (see
+    /// ``withinStorageWait(_:)``).
+    let storageWait: Duration
     let logger: Logger
     private let wake: AsyncStream<Void>.Continuation
     private let wakes: AsyncStream<Void>
@@ -479,9 +482,11 @@ final class Namespace: Sendable {
     /// streams that resume.
     init(name: String, storage: any NamespaceStorage, presenceMarker: String?, logger: Logger,
          historyLimits: (changes: Int, bytes: Int) = (100_000, 64 << 20),
-         presenceTimeout: Duration = .seconds(60), maxResumeBytes: Int = 8 << 20, defaultRules: Rules = Rules(root: nil)) async throws {
+         presenceTimeout: Duration = .seconds(60), maxResumeBytes: Int = 8 << 20, defaultRules: Rules = Rules(root: nil),
+         storageWait: Duration = .seconds(10)) async throws {
         self.name = name
         self.storage = storage
+        self.storageWait = storageWait
         self.logger = logger
         self.presenceTimeout = presenceTimeout
         self.presenceMarker = presenceMarker
@@ -496,6 +501,10 @@ final class Namespace: Sendable {
         state = FerryMutex(initial)
         (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         Task { [self] in await runWriter() }
+        if storage.isShared {
+            storage.watch { [weak self] in self?.othersCommitted() }
+            othersCommitted()  // (what was committed between the open's read and the watch)
+        }
         // Registrations of clients connected before a restart: they run unless the client
         // connects again within the timeout. (In a shared storage, they are another process's
         // clients' until its lease says otherwise.)
@@ -556,18 +565,51 @@ final class Namespace: Sendable {
                 }
                 if jobs.isEmpty && waiters.isEmpty && !wanted { break }
                 // (A group brings in other processes' commits first, as a catch-up does.)
-                let current = jobs.isEmpty ? await catchUp() : await runGroup(jobs)
+                let current = await withinStorageWait { began in jobs.isEmpty ? await self.catchUp() : await self.runGroup(jobs, began: began) }
                 for w in waiters { w.resume(returning: current) }
             }
         }
+    }
+
+    /// Runs a group or a catch-up; with a shared storage, cancels it when the storage has not
+    /// begun it (`began`) within ``storageWait``: a database that does not answer, or a
+    /// connection pool that cannot grow, then costs the group's writes a 503, which clients
+    /// retry, instead of a wait without end.
+    private func withinStorageWait(_ work: @escaping @Sendable (_ began: @escaping @Sendable () -> Void) async -> Bool) async -> Bool {
+        guard storage.isShared else { return await work {} }
+        let started = StartFlag()
+        let wait = storageWait
+        return await withTaskGroup(of: Bool?.self) { group in
+            group.addTask { await work { started.set() } }
+            group.addTask {
+                try? await Task.sleep(for: wait)
+                return nil
+            }
+            while let result = await group.next() {
+                if let result {
+                    group.cancelAll()
+                    return result
+                }
+                if !started.isSet {
+                    logger.warning("namespace \(name): the storage did not begin within \(wait); giving up on this group")
+                    group.cancelAll()
+                }
+            }
+            return false
+        }
+    }
+
+    private final class StartFlag: Sendable {
+        private let flag = FerryMutex(false)
+        func set() { flag.withLock { $0 = true } }
+        var isSet: Bool { flag.withLock { $0 } }
     }
 
     /// Applies a group of writes in order, stores them as a few runs (see ``GroupWriter``),
     /// durable together, then commits them: reads see them, streams get their events, callers
     /// get their answers. False when the group could not begin in a shared storage (what other
     /// processes committed is then not known).
-    @discardableResult
-    private func runGroup(_ jobs: [WriteJob]) async -> Bool {
+    private func runGroup(_ jobs: [WriteJob], began storageBegan: () -> Void) async -> Bool {
         var outcomes: [WriteOutcome] = []  // (the jobs', in order: a job is not copied per step)
         outcomes.reserveCapacity(jobs.count)
         var changes: [Change] = []
@@ -581,6 +623,7 @@ final class Namespace: Sendable {
             try await storage.group { missed, writer in
                 if let missed { apply(missed) }
                 began = true
+                storageBegan()
                 before = state.withLock { s in (s.clients, s.rules, s.presence, s.presenceSeq) }
                 // The group's writes go to the storage as a few runs (one record per write cost
                 // more than the writes' own work), each stored while the writes after it are decided.

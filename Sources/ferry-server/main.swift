@@ -104,6 +104,9 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "Keep the Realtime Database namespaces in this PostgreSQL database, shared with other ferry-server processes: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=disable|prefer|require]. The schema is created or migrated at start. Default: a Ferry store per namespace under --data.")
     var postgres: String?
 
+    @Option(help: "With --postgres: seconds a group of writes may wait for a connection and its namespace's lock (or a read for other servers' commits) before it is answered 503.")
+    var storageTimeout: Int = 10
+
     func run() throws {
         let level = logLevel
         LoggingSystem.bootstrap { label in
@@ -151,6 +154,7 @@ struct FerryServerCommand: ParsableCommand {
         config.presenceTimeoutSeconds = max(1, presenceTimeout)
         config.firestorePort = firestorePort
         config.firestoreCheckpointBytes = max(1, firestoreCheckpointBytes)
+        config.storageWaitSeconds = max(1, storageTimeout)
         if let postgres {
             do { config.postgres = try Self.startPostgres(postgres, leaseSeconds: config.presenceTimeoutSeconds) } catch {
                 FileHandle.standardError.write(Data("ferry-server: PostgreSQL: \(error)\n".utf8))

@@ -150,3 +150,61 @@ extension PostgresBackendTests {
         }
     }
 }
+
+extension PostgresBackendTests {
+    /// A listener's stream through server 1 resumes through server 2 after server 1 dies: the
+    /// commit numbers and the namespace's epoch are the database's, so server 2 sends only what
+    /// changed since the last commit the client applied.
+    @Test func aStreamResumesThroughAnotherServerAfterItsServerIsKilled() async throws {
+        let dir = try TemporaryDirectory("pg-resume")
+        try await ServerBackend.$postgres.withValue(try TestPostgres.newDatabase()) {
+            let s1 = try ServerProcess(data: dir.sub("s1")), s2 = try ServerProcess(data: dir.sub("s2"))
+            let proxy = try CuttingProxy(to: s1.port)
+            for i in 0..<200 { _ = try TestHTTP.request(s1.port, "PUT", "/items/c\(i).json?ns=t", json: #"{"n": \#(i)}"#) }
+            let a = try await Client(dir.sub("a"), port: proxy.port)
+            let last = FerryMutex<DataSnapshot?>(nil)
+            let handle = try a.db.reference("items").observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
+            await a.sync.goOnline()
+            #expect(await eventually { last.withLock { $0?.metadata.fromCache == false && $0?.childrenCount == 200 } })
+            await a.sync.goOffline()
+            #expect(await eventually { last.withLock { $0?.metadata.fromCache == true } })
+            // Away: changes through server 2, and server 1 is killed.
+            for i in 0..<5 { _ = try TestHTTP.request(s2.port, "PUT", "/items/c\(i)/n.json?ns=t", json: "-1") }
+            _ = try TestHTTP.request(s2.port, "PATCH", "/items.json?ns=t", json: #"{"c10/n": -2, "c11": null, "new": {"n": 1000}}"#)
+            s1.kill9()
+            _ = try TestHTTP.request(s2.port, "DELETE", "/items/c199.json?ns=t")
+            let truth = try #require(try serverValue(s2.port, "/items"))
+            proxy.retarget(to: s2.port)
+            await a.sync.goOnline()
+            #expect(await eventually { last.withLock { $0?.metadata.fromCache == false } })
+            #expect(last.withLock { $0?.value } == truth, "current once caught up")
+            #expect(proxy.resumedStream(after: 200, through: 207), "\(proxy.streams.map { ($0.request, $0.answer) })")
+            try a.db.reference("items").removeObserver(withHandle: handle)
+            try await a.close()
+            proxy.stop()
+            #expect(s2.terminate() == 0)
+        }
+    }
+}
+
+extension PostgresBackendTests {
+    /// PostgreSQL keeps its connections and answers nothing: writes and reads are answered 503
+    /// after `--storage-timeout`, not held; once it answers again, writes go through.
+    @Test func whilePostgreSQLAnswersNothingRequestsAre503AndWritesGoThroughOnceItAnswers() async throws {
+        let cluster = try TestPostgresCluster("pg-frozen")
+        let dir = try TemporaryDirectory("pg-frozen-server")
+        try await ServerBackend.$postgres.withValue(try cluster.newDatabase()) {
+            let server = try ServerProcess(data: dir.sub("s1"), ["--storage-timeout", "1"])
+            #expect(try TestHTTP.request(server.port, "PUT", "/a.json?ns=t", json: "1").status == 200)
+            try cluster.signalAll("STOP")
+            let write = try TestHTTP.request(server.port, "PUT", "/a.json?ns=t", json: "2")
+            let read = try TestHTTP.request(server.port, "GET", "/a.json?ns=t")
+            try cluster.signalAll("CONT")
+            #expect(write.status == 503, "\(write.status) \(write.text)")
+            #expect(read.status == 503, "\(read.status) \(read.text)")
+            #expect(await eventually { (try? TestHTTP.request(server.port, "PUT", "/a.json?ns=t", json: "3"))?.status == 200 })
+            #expect(try serverValue(server.port, "/a") == 3)
+            #expect(server.terminate() == 0)
+        }
+    }
+}

@@ -40,6 +40,14 @@ final class TestPostgresCluster: Sendable {
         guard r.status == 0 else { throw HTTPTestError(message: "scripts/postgres.sh restart failed: \(r.stderr)") }
     }
 
+    /// Stops (SIGSTOP) or resumes (SIGCONT) every process of the server: a database that
+    /// keeps its connections open and answers nothing.
+    func signalAll(_ signal: String) throws {
+        let pidFile = directory.sub("pg") + "/data/postmaster.pid"
+        let r = try run("/bin/sh", ["-c", "p=$(head -1 '\(pidFile)'); kill -\(signal) $p $(pgrep -P $p)"])
+        guard r.status == 0 else { throw HTTPTestError(message: "kill -\(signal) failed: \(r.stderr)") }
+    }
+
     /// A new, empty database in the cluster: its address.
     func newDatabase() throws -> String { try TestPostgresCluster.newDatabase(in: url) }
 

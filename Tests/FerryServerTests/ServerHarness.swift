@@ -252,8 +252,15 @@ final class CuttingProxy: @unchecked Sendable {
         streams.contains { $0.request.contains("last-event-id: \(after)\r\n") && $0.answer.contains("\(WireHeader.resumedThrough): \(through)") }
     }
 
+    /// Where new connections go.
+    private let upstreamPort: FerryMutex<Int>
+
+    /// New connections go to `port` from now on (another server of the same data).
+    func retarget(to port: Int) { upstreamPort.withLock { $0 = port } }
+
     init(to upstreamPort: Int) throws {
         (fd, port) = try TestHTTP.listenOnLoopback()
+        self.upstreamPort = FerryMutex(upstreamPort)
         Thread { [self] in
             while true {
                 let c = accept(fd, nil, nil)
@@ -262,7 +269,7 @@ final class CuttingProxy: @unchecked Sendable {
                     if errno == EINTR || errno == ECONNABORTED { continue }
                     return
                 }
-                guard let u = try? TestHTTP.connect(upstreamPort) else { close(c); continue }
+                guard let u = try? TestHTTP.connect(self.upstreamPort.withLock({ $0 })) else { close(c); continue }
                 var none = timeval(tv_sec: 0, tv_usec: 0)
                 setsockopt(u, SOL_SOCKET, SO_RCVTIMEO, &none, socklen_t(MemoryLayout<timeval>.size))
                 let id = nextID.withLock { n in defer { n += 1 }; return n }

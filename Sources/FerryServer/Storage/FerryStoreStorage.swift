@@ -64,6 +64,8 @@ final class FerryStoreStorage: NamespaceStorage {
 
     func catchUp() async throws -> MissedCommits? { nil }
 
+    func watch(_ othersCommitted: @escaping @Sendable () -> Void) {}
+
     func close() async {
         guard let db = db.withLock({ d in defer { d = nil }; return d }) else { return }
         do { try await db.close() } catch { Logger(label: "ferry-server").error("closing the store at \(directory) failed: \(error)") }

@@ -68,6 +68,10 @@ protocol NamespaceStorage: Sendable {
     /// What other processes committed since this one last read (nil when nothing).
     func catchUp() async throws -> MissedCommits?
 
+    /// `othersCommitted` runs when another process may have committed something this one has
+    /// not read (never, when the storage is not shared).
+    func watch(_ othersCommitted: @escaping @Sendable () -> Void)
+
     /// Closes the storage (the namespace's writer has stopped).
     func close() async
 }

@@ -35,13 +35,14 @@ import PostgresNIO
 public final class PostgresBackend: Sendable {
     let client: PostgresClient
     let logger: Logger
-    /// The notification channel of commits: its payload is the namespace's name.
+    /// The notification channel of commits: its payload is the namespace's name, its version
+    /// and its last commit number, separated by spaces.
     static let channel = "ferry_commits"
     /// The schema's version (`ferry_schema`).
     static let schemaVersion = 1
     private let tasks = FerryMutex<[Task<Void, Never>]>([])
     /// The namespaces this process serves, told when another process commits to them.
-    private let watchers = FerryMutex<[String: @Sendable () -> Void]>([:])
+    private let watchers = FerryMutex<[String: @Sendable (_ version: Int64?) -> Void]>([:])
     /// This process's name in `ferry_processes`.
     public let processID = UUID().uuidString.lowercased()
     /// How long a lease lasts without being renewed.
@@ -179,9 +180,11 @@ public final class PostgresBackend: Sendable {
             do {
                 try await client.withConnection { conn in
                     try await conn.listen(on: Self.channel) { notes in
-                        for watcher in watchers.withLock({ Array($0.values) }) { watcher() }
+                        for watcher in watchers.withLock({ Array($0.values) }) { watcher(nil) }
                         for try await note in notes {
-                            watchers.withLock { $0[note.payload] }?()
+                            let words = note.payload.split(separator: " ")
+                            guard let name = words.first else { continue }
+                            watchers.withLock { $0[String(name)] }?(words.count > 1 ? Int64(words[1]) : nil)
                         }
                     }
                 }
@@ -194,9 +197,9 @@ public final class PostgresBackend: Sendable {
         }
     }
 
-    /// `onCommit` runs when another process commits to the namespace `name` (and when this one
-    /// listens again after a lost connection).
-    func watch(_ name: String, onCommit: @escaping @Sendable () -> Void) {
+    /// `onCommit` runs with the namespace's version when a process commits to the namespace
+    /// `name`, and with nil when this one listens again after a lost connection.
+    func watch(_ name: String, onCommit: @escaping @Sendable (_ version: Int64?) -> Void) {
         watchers.withLock { $0[name] = onCommit }
     }
 
@@ -265,7 +268,7 @@ final class PostgresStorage: NamespaceStorage {
 
     func group(_ decide: (MissedCommits?, any GroupWriter) async throws -> Void) async throws {
         let name = self.name, logger = self.logger, kept = keptCommits
-        try await backend.client.withConnection { conn in
+        try await connection { conn in
             try await conn.query("BEGIN", logger: logger)
             do {
                 var commit: Int64 = 0, version: Int64 = 0
@@ -281,7 +284,7 @@ final class PostgresStorage: NamespaceStorage {
                     if writer.commit / 1024 != commit / 1024 {
                         try await conn.query("DELETE FROM ferry_commits WHERE ns = \(name) AND commit <= \(writer.commit - kept)", logger: logger)
                     }
-                    try await conn.query("SELECT pg_notify(\(PostgresBackend.channel), \(name))", logger: logger)
+                    try await conn.query("SELECT pg_notify(\(PostgresBackend.channel), \("\(name) \(version + 1) \(writer.commit)"))", logger: logger)
                 }
                 try await conn.query("COMMIT", logger: logger)
                 known.withLock { $0 = writer.wrote ? (writer.commit, version + 1) : (commit, version) }
@@ -294,7 +297,7 @@ final class PostgresStorage: NamespaceStorage {
 
     func catchUp() async throws -> MissedCommits? {
         let name = self.name, logger = self.logger
-        return try await backend.client.withConnection { conn in
+        return try await connection { conn in
             let was = known.withLock { $0 }
             guard try await Self.head(conn, name, logger).2 != was.version else { return nil }
             return try await Self.inSnapshot(conn, logger) {
@@ -306,8 +309,30 @@ final class PostgresStorage: NamespaceStorage {
         }
     }
 
+    func watch(_ othersCommitted: @escaping @Sendable () -> Void) {
+        backend.watch(name) { [self] version in
+            // (Not for this process's own commits, nor what it read already.)
+            if let version, version <= known.withLock({ $0.version }) { return }
+            othersCommitted()
+        }
+    }
+
     func close() async {
         backend.unwatch(name)
+    }
+
+    /// Runs `body` on a connection of the pool. Cancelled (see `Namespace.withinStorageWait`),
+    /// it stops waiting for a connection, or closes the one it has: a query the database does
+    /// not answer then fails instead of waiting on.
+    private func connection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        try await backend.client.withConnection { conn in
+            try await withTaskCancellationHandler {
+                try await body(conn)
+            } onCancel: {
+                let closing: EventLoopFuture<Void> = conn.close()
+                _ = closing
+            }
+        }
     }
 
     // MARK: Reading
