@@ -448,9 +448,15 @@ final class PostgresStorage: NamespaceStorage {
                 try await conn.query("DELETE FROM ferry_data WHERE ns = \(name)", logger: logger)
             } else if !exact.isEmpty {
                 try await conn.query("DELETE FROM ferry_data WHERE ns = \(name) AND path = ANY(\(exact))", logger: logger)
+                // (One index range scan per location, whatever the table's statistics say: a plain
+                // join was planned as a scan of the namespace's rows per location when they were
+                // stale, 1.7 s instead of 30 ms for 1,000 locations.)
                 try await conn.query("""
-                    DELETE FROM ferry_data d USING unnest(\(prefixes)::text[]) AS p(prefix)
-                    WHERE d.ns = \(name) AND d.path >= (p.prefix || '/') COLLATE "C" AND d.path < (p.prefix || '0') COLLATE "C"
+                    DELETE FROM ferry_data d USING (
+                        SELECT below.path FROM unnest(\(prefixes)::text[]) AS p(prefix) CROSS JOIN LATERAL (
+                            SELECT path FROM ferry_data WHERE ns = \(name)
+                            AND path >= (p.prefix || '/') COLLATE "C" AND path < (p.prefix || '0') COLLATE "C" ORDER BY path) below
+                    ) AS gone WHERE d.ns = \(name) AND d.path = gone.path
                     """, logger: logger)
             }
             if !leafPaths.isEmpty {
