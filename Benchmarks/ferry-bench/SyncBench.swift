@@ -44,6 +44,11 @@ struct SyncBench: AsyncParsableCommand {
     @Option(help: "Children of the location a client resyncs.") var children = 100_000
     @Option(help: "Children changed on the server while the resyncing client is away.") var changed = 100
     @Option(help: "Only these workloads (drain, single, fanout, resync), comma-separated.") var only: String?
+    @Option(help: "ferry: the workloads against one server on Ferry stores. postgres: drain and fan-out against one, two and three servers over one PostgreSQL database (--servers), beside one server on Ferry stores, in the same run.")
+    var backend = "ferry"
+    @Option(help: "With --backend postgres: the database's cluster (postgres://USER@HOST:PORT/DATABASE?sslmode=disable; each setup gets a new database in it). Default: a throw-away cluster made with scripts/postgres.sh (run from the package root).")
+    var postgres: String?
+    @Option(help: "With --backend postgres: the numbers of server processes, comma-separated.") var servers = "1,2,3"
     @Option(help: "Where stores are written (a fresh directory inside it, removed afterwards).")
     var directory = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
 
@@ -68,13 +73,15 @@ struct SyncBench: AsyncParsableCommand {
         let root = directory + "/ferry-bench-sync-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         defer { remove(root) }
+        if backend == "postgres" { return try await postgresComparison(root) }
+        guard backend == "ferry" else { throw ValidationError("--backend is ferry or postgres") }
         let server = try ServerChild(data: root + "/server")
         defer { server.stop() }
         print("ferry-bench sync: ferry-server pid \(server.process.processIdentifier) on 127.0.0.1:\(server.port), \(ProcessInfo.processInfo.activeProcessorCount) cores, runs \(runs) (medians, [min–max])")
 
         if wants("drain") {
             var secs: [Double] = []
-            for r in 0..<runs { secs.append(try await drain(server, root, run: r, count: writes, batches: true)) }
+            for r in 0..<runs { secs.append(try await drain([server.port], root, run: r, count: writes, batches: true)) }
             let rate = Double(writes) / median(secs)
             print(String(format: "drain, batches:            %@ writes/s  [%@–%@]  (%d writes under %d parent(s), %.2f s)  goal ≥ 50k: %.2f×, Firebase's 1,000/s: %.0f×",
                          human(rate) as NSString, human(Double(writes) / secs.max()!) as NSString, human(Double(writes) / secs.min()!) as NSString,
@@ -82,7 +89,7 @@ struct SyncBench: AsyncParsableCommand {
         }
         if wants("single") {
             var secs: [Double] = []
-            for r in 0..<runs { secs.append(try await drain(server, root, run: r, count: singleWrites, batches: false)) }
+            for r in 0..<runs { secs.append(try await drain([server.port], root, run: r, count: singleWrites, batches: false)) }
             let rate = Double(singleWrites) / median(secs)
             print(String(format: "drain, one request/write:  %@ writes/s  [%@–%@]  (%d writes, %.2f s; 100k would take %.1f s)  Firebase's 1,000/s: %.1f×",
                          human(rate) as NSString, human(Double(singleWrites) / secs.max()!) as NSString, human(Double(singleWrites) / secs.min()!) as NSString,
@@ -90,7 +97,7 @@ struct SyncBench: AsyncParsableCommand {
         }
         if wants("fanout") {
             var results: [FanOut] = []
-            for r in 0..<runs { results.append(try await fanOut(server, run: r)) }
+            for r in 0..<runs { results.append(try await fanOut([server.port], run: r)) }
             let rates = results.map(\.eventsPerSecond).sorted()
             let m = results.sorted { $0.eventsPerSecond < $1.eventsPerSecond }[results.count / 2]
             print(String(format: "fan-out, %d raw SSE listeners, 1 SyncClient writer: %@ events/s  [%@–%@]  (%d writes → %d events, %.2f s)  goal ≥ 100k: %.2f×",
@@ -119,32 +126,117 @@ struct SyncBench: AsyncParsableCommand {
 
     func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
 
+    // MARK: PostgreSQL
+
+    /// Drain and fan-out with one server on Ferry stores, then with each number of servers over
+    /// one PostgreSQL database (a new database per setup).
+    func postgresComparison(_ root: String) async throws {
+        let counts = servers.split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
+        guard !counts.isEmpty else { throw ValidationError("--servers names no number of servers") }
+        var cluster: String?
+        let url: String
+        if let postgres { url = postgres } else {
+            cluster = root + "/postgres"
+            url = try shell(["scripts/postgres.sh", "start", cluster!])
+        }
+        defer { if let cluster { _ = try? shell(["scripts/postgres.sh", "stop", cluster]) } }
+        print("ferry-bench sync --backend postgres: \(ProcessInfo.processInfo.activeProcessorCount) cores, runs \(runs) (medians, [min–max]); " +
+              "drain: \(writes) pending writes, one client per server, batches; fan-out: \(listeners) raw SSE listeners spread over the servers, " +
+              "1 writer (\(fanoutWrites) writes) on the first")
+        var setups: [(name: String, count: Int, database: String?)] = [("Ferry store", 1, nil)]
+        for n in counts { setups.append(("PostgreSQL", n, try newDatabase(url))) }
+        var ferryDrain = 0.0, ferryEvents = 0.0
+        for setup in setups {
+            var children: [ServerChild] = []
+            for k in 0..<setup.count {
+                children.append(try ServerChild(data: root + "/\(setup.name.prefix(4))-\(setup.count)-\(k)", setup.database.map { ["--postgres", $0] } ?? []))
+            }
+            defer { for c in children { c.stop() } }
+            let ports = children.map(\.port)
+            var secs: [Double] = []
+            for r in 0..<runs { secs.append(try await drain(ports, root, run: r, count: writes, batches: true)) }
+            var fans: [FanOut] = []
+            for r in 0..<runs { fans.append(try await fanOut(ports, run: r)) }
+            let rate = Double(writes) / median(secs)
+            let events = median(fans.map(\.eventsPerSecond))
+            if setup.database == nil { (ferryDrain, ferryEvents) = (rate, events) }
+            let label = "\(setup.name), \(setup.count) server\(setup.count == 1 ? "" : "s"):"
+            print(String(format: "%@ drain %@ writes/s [%@–%@] (%.2f× the Ferry store's); fan-out %@ events/s (%.2f×), latency loaded p50 %.1f ms p99 %.1f ms, unloaded p50 %.2f ms p99 %.2f ms",
+                         label.padding(toLength: 26, withPad: " ", startingAt: 0) as NSString,
+                         human(rate) as NSString, human(Double(writes) / secs.max()!) as NSString, human(Double(writes) / secs.min()!) as NSString,
+                         rate / ferryDrain, human(events) as NSString, events / ferryEvents,
+                         median(fans.map(\.loadedP50)), median(fans.map(\.loadedP99)), median(fans.map(\.unloadedP50)), median(fans.map(\.unloadedP99))))
+        }
+    }
+
+    /// A new database in the cluster at `url`: its address.
+    func newDatabase(_ url: String) throws -> String {
+        let name = "bench_" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        _ = try shell(["psql", url, "-v", "ON_ERROR_STOP=1", "-qc", "CREATE DATABASE \(name)"])
+        guard var address = URLComponents(string: url) else { throw BenchNetError("\(url) is not a postgres:// address") }
+        address.path = "/" + name
+        return address.string ?? url
+    }
+
+    /// Runs a command (found on PATH); its standard output, trimmed. (Spawned and reaped
+    /// directly, its output in a file: a server the command starts keeps whatever it inherits.)
+    func shell(_ arguments: [String]) throws -> String {
+        let file = NSTemporaryDirectory() + "/ferry-bench-shell-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 1, file, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { for a in argv { free(a) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawnp(&pid, arguments[0], &actions, nil, argv, environ)
+        guard spawned == 0 else { throw BenchNetError("\(arguments[0]) could not start (\(spawned))") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let output = String(decoding: FileManager.default.contents(atPath: file) ?? Data(), as: UTF8.self)
+        guard status == 0 else { throw BenchNetError("\(arguments.joined(separator: " ")) failed (wait status \(status))") }
+        return output.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+
     // MARK: Drain
 
-    /// Seconds from goOnline() until the server acknowledged the last of `count` pending writes.
-    func drain(_ server: ServerChild, _ root: String, run: Int, count: Int, batches: Bool) async throws -> Double {
-        let path = root + "/drain-\(batches)-\(run)"
-        var o = DatabaseOptions()
-        o.logger = quiet
-        let db = try Database.open(at: path, options: o)
-        let posts = try db.reference("posts")
-        var last: WriteReceipt?
-        for i in 0..<count {
-            let parent = parents > 1 ? try posts.child("g\(i % parents)") : posts
-            last = try parent.child("p\(i)").setValueNow(["title": .string("post number \(i)"), "likes": .int(Int64(i % 100)), "n": .int(Int64(i))])
+    /// Seconds from goOnline() until the servers acknowledged the last of `count` pending
+    /// writes: made by one client per port (`count / ports.count` each, under posts/cK), sent
+    /// at once.
+    func drain(_ ports: [Int], _ root: String, run: Int, count: Int, batches: Bool) async throws -> Double {
+        var clients: [(db: Database, last: WriteReceipt, path: String)] = []
+        for (k, _) in ports.enumerated() {
+            let path = root + "/drain-\(batches)-\(run)-\(k)"
+            var o = DatabaseOptions()
+            o.logger = quiet
+            let db = try Database.open(at: path, options: o)
+            let posts = ports.count > 1 ? try db.reference("posts/c\(k)") : try db.reference("posts")
+            var last: WriteReceipt?
+            for i in stride(from: k, to: count, by: ports.count) {
+                let parent = parents > 1 ? try posts.child("g\(i % parents)") : posts
+                last = try parent.child("p\(i)").setValueNow(["title": .string("post number \(i)"), "likes": .int(Int64(i % 100)), "n": .int(Int64(i))])
+            }
+            try await db.sync()
+            clients.append((db, last!, path))
         }
-        try await db.sync()
-        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=drain\(batches ? "b" : "s")\(run)", options: options(batches: batches))
+        var syncs: [SyncClient] = []
+        for (k, port) in ports.enumerated() {
+            syncs.append(try SyncClient(database: clients[k].db, url: "http://127.0.0.1:\(port)?ns=drain\(batches ? "b" : "s")\(run)", options: options(batches: batches)))
+        }
         let start = ContinuousClock.now
-        await sync.goOnline()
-        try await last!.serverAcknowledgement()
+        for sync in syncs { await sync.goOnline() }
+        for c in clients { try await c.last.serverAcknowledgement() }
         let d = ContinuousClock.now - start
-        guard db.acknowledgedThrough >= last!.writeID!, db.pendingWriteCount == 0 else {
-            throw BenchNetError("drain: the cursor is at \(db.acknowledgedThrough), the last write is \(last!.writeID!)")
+        for (k, c) in clients.enumerated() {
+            guard c.db.acknowledgedThrough >= c.last.writeID!, c.db.pendingWriteCount == 0 else {
+                throw BenchNetError("drain: the cursor is at \(c.db.acknowledgedThrough), the last write is \(c.last.writeID!)")
+            }
+            await syncs[k].close()
+            try await c.db.close()
+            remove(c.path)
         }
-        await sync.close()
-        try await db.close()
-        remove(path)
         return seconds(d)
     }
 
@@ -157,18 +249,21 @@ struct SyncBench: AsyncParsableCommand {
         var loadedP50, loadedP99, unloadedP50, unloadedP99: Double
     }
 
-    func fanOut(_ server: ServerChild, run: Int) async throws -> FanOut {
+    /// The fan-out with the listeners spread over `ports` (the writer on the first).
+    func fanOut(_ ports: [Int], run: Int) async throws -> FanOut {
         let ns = "fan\(run)"
-        _ = try rawRequest(server.port, "PUT", "/fan/v.json?ns=\(ns)", body: Array("{\"n\":-1}".utf8))
-        let raw = try RawListeners(count: listeners, port: server.port, target: "/fan/v.json?ns=\(ns)")
+        _ = try rawRequest(ports[0], "PUT", "/fan/v.json?ns=\(ns)", body: Array("{\"n\":-1}".utf8))
+        let raw = try RawListenerGroup(ports.enumerated().map { k, port in
+            try RawListeners(count: listeners / ports.count + (k < listeners % ports.count ? 1 : 0), port: port, target: "/fan/v.json?ns=\(ns)")
+        })
         defer { raw.stop() }
-        guard await waitFor(seconds: 30, { raw.ready.load(ordering: .acquiring) >= listeners }) else {
-            throw BenchNetError("fan-out: only \(raw.ready.load(ordering: .acquiring)) of \(listeners) listeners got their first event")
+        guard await waitFor(seconds: 30, { raw.ready >= listeners }) else {
+            throw BenchNetError("fan-out: only \(raw.ready) of \(listeners) listeners got their first event")
         }
         var o = DatabaseOptions()
         o.logger = quiet
         let db = Database.inMemory(options: o)
-        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(server.port)?ns=\(ns)", options: options(batches: true))
+        let sync = try SyncClient(database: db, url: "http://127.0.0.1:\(ports[0])?ns=\(ns)", options: options(batches: true))
         await sync.goOnline()
         let v = try db.reference("fan/v")
         // Loaded: every write at once.
@@ -178,16 +273,16 @@ struct SyncBench: AsyncParsableCommand {
             try v.setValueNow(["n": .int(Int64(i)), "t": .int(monotonicNanos())])
         }
         let expected = fanoutWrites * listeners
-        guard await waitFor(seconds: 300, { raw.received.load(ordering: .acquiring) >= expected }) else {
-            throw BenchNetError("fan-out: \(raw.received.load(ordering: .acquiring)) of \(expected) events arrived")
+        guard await waitFor(seconds: 300, { raw.received >= expected }) else {
+            throw BenchNetError("fan-out: \(raw.received) of \(expected) events arrived")
         }
         let elapsed = Double(raw.lastArrivalNanos - t0) / 1e9
         var loaded = raw.takeLatencies().sorted()
         // Unloaded: one write at a time, each waiting until every listener has it.
         for i in 0..<pings {
-            let base = raw.received.load(ordering: .acquiring)
+            let base = raw.received
             try v.setValueNow(["n": .int(Int64(fanoutWrites + i)), "t": .int(monotonicNanos())])
-            guard await waitFor(seconds: 30, { raw.received.load(ordering: .acquiring) >= base + listeners }) else {
+            guard await waitFor(seconds: 30, { raw.received >= base + listeners }) else {
                 throw BenchNetError("fan-out: ping \(i) did not reach every listener")
             }
         }

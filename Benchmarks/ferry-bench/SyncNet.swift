@@ -28,7 +28,7 @@ final class ServerChild: @unchecked Sendable {
     /// Firestore's gRPC port, when started with `firestore: true`.
     private(set) var firestorePort: Int?
 
-    init(data: String, firestore: Bool = false) throws {
+    init(data: String, firestore: Bool = false, _ extra: [String] = []) throws {
         self.data = data
         let exe = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         let server = exe.deletingLastPathComponent().appendingPathComponent("ferry-server")
@@ -36,7 +36,7 @@ final class ServerChild: @unchecked Sendable {
             throw BenchNetError("ferry-server is not next to ferry-bench (\(server.path)): build it (swift build -c release --product ferry-server)")
         }
         process.executableURL = server
-        process.arguments = ["--port", "0", "--data", data] + (firestore ? ["--firestore-port", "0"] : [])
+        process.arguments = ["--port", "0", "--data", data] + (firestore ? ["--firestore-port", "0"] : []) + extra
         let out = Pipe()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice
@@ -289,4 +289,16 @@ final class RawListeners: @unchecked Sendable {
         finished.wait()
         for fd in fds { close(fd) }
     }
+}
+
+/// Listeners on several servers, counted as one.
+final class RawListenerGroup: Sendable {
+    let groups: [RawListeners]
+    init(_ groups: [RawListeners]) { self.groups = groups }
+    var received: Int { groups.reduce(0) { $0 + $1.received.load(ordering: .acquiring) } }
+    var ready: Int { groups.reduce(0) { $0 + $1.ready.load(ordering: .acquiring) } }
+    var lastArrivalNanos: Int64 { groups.map(\.lastArrivalNanos).max() ?? 0 }
+    func record(_ on: Bool) { for g in groups { g.record(on) } }
+    func takeLatencies() -> [Int64] { groups.flatMap { $0.takeLatencies() } }
+    func stop() { for g in groups { g.stop() } }
 }

@@ -160,14 +160,7 @@ extension PostgresBackendTests {
         try await ServerBackend.$postgres.withValue(try TestPostgres.newDatabase()) {
             let s1 = try ServerProcess(data: dir.sub("s1")), s2 = try ServerProcess(data: dir.sub("s2"))
             let proxy = try CuttingProxy(to: s1.port)
-            for i in 0..<200 { _ = try TestHTTP.request(s1.port, "PUT", "/items/c\(i).json?ns=t", json: #"{"n": \#(i)}"#) }
-            let a = try await Client(dir.sub("a"), port: proxy.port)
-            let last = FerryMutex<DataSnapshot?>(nil)
-            let handle = try a.db.reference("items").observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
-            await a.sync.goOnline()
-            #expect(await eventually { last.withLock { $0?.metadata.fromCache == false && $0?.childrenCount == 200 } })
-            await a.sync.goOffline()
-            #expect(await eventually { last.withLock { $0?.metadata.fromCache == true } })
+            let (a, last, handle) = try await ResumeTests.itemsListenedThenOffline(dir, port: s1.port, proxy: proxy)
             // Away: changes through server 2, and server 1 is killed.
             for i in 0..<5 { _ = try TestHTTP.request(s2.port, "PUT", "/items/c\(i)/n.json?ns=t", json: "-1") }
             _ = try TestHTTP.request(s2.port, "PATCH", "/items.json?ns=t", json: #"{"c10/n": -2, "c11": null, "new": {"n": 1000}}"#)
@@ -176,8 +169,8 @@ extension PostgresBackendTests {
             let truth = try #require(try serverValue(s2.port, "/items"))
             proxy.retarget(to: s2.port)
             await a.sync.goOnline()
-            #expect(await eventually { last.withLock { $0?.metadata.fromCache == false } })
-            #expect(last.withLock { $0?.value } == truth, "current once caught up")
+            #expect(await eventually { last.value?.metadata.fromCache == false })
+            #expect(last.value?.value == truth, "current once caught up")
             #expect(proxy.resumedStream(after: 200, through: 207), "\(proxy.streams.map { ($0.request, $0.answer) })")
             try a.db.reference("items").removeObserver(withHandle: handle)
             try await a.close()

@@ -138,14 +138,7 @@ import Testing
         var server = try ServerProcess(data: dir.sub("server"))
         let port = server.port
         let proxy = try CuttingProxy(to: port)
-        for i in 0..<200 { _ = try TestHTTP.request(port, "PUT", "/items/c\(i).json?ns=t", json: #"{"n": \#(i)}"#) }
-        let a = try await Client(dir.sub("a"), port: proxy.port)
-        let last = FerryMutex<DataSnapshot?>(nil)
-        let handle = try a.db.reference("items").observe(.value, includeMetadataChanges: true) { s in last.withLock { $0 = s } }
-        await a.sync.goOnline()
-        #expect(await eventually { last.withLock { $0?.metadata.fromCache == false && $0?.childrenCount == 200 } })
-        await a.sync.goOffline()
-        #expect(await eventually { last.withLock { $0?.metadata.fromCache == true } })
+        let (a, last, handle) = try await Self.itemsListenedThenOffline(dir, port: port, proxy: proxy)
         // Away: changes, a kill -9 of the server, a start, more changes.
         for i in 0..<5 { _ = try TestHTTP.request(port, "PUT", "/items/c\(i)/n.json?ns=t", json: "-1") }
         _ = try TestHTTP.request(port, "PATCH", "/items.json?ns=t", json: #"{"c10/n": -2, "c11": null, "new": {"n": 1000}}"#)
@@ -154,8 +147,8 @@ import Testing
         _ = try TestHTTP.request(port, "DELETE", "/items/c199.json?ns=t")
         let truth = try #require(try serverValue(port, "/items"))
         await a.sync.goOnline()
-        #expect(await eventually { last.withLock { $0?.metadata.fromCache == false } })
-        #expect(last.withLock { $0?.value } == truth, "current once caught up")
+        #expect(await eventually { last.value?.metadata.fromCache == false })
+        #expect(last.value?.value == truth, "current once caught up")
         // The stream after the restart resumed (a few events), it did not get the location again.
         let streams = proxy.streams
         #expect(streams.count == 2 && proxy.resumedStream(after: 200, through: 207), "\(streams.map { ($0.request, $0.answer) })")
@@ -191,5 +184,29 @@ import Testing
         try await a.close()
         proxy.stop()
         #expect(server.terminate() == 0)
+    }
+}
+
+extension ResumeTests {
+    /// The latest snapshot a listener was given.
+    final class LatestSnapshot: Sendable {
+        private let snapshot = FerryMutex<DataSnapshot?>(nil)
+        var value: DataSnapshot? { snapshot.withLock { $0 } }
+        func note(_ s: DataSnapshot) { snapshot.withLock { $0 = s } }
+    }
+
+    /// A client (through `proxy`) whose listener of `/items` (200 children written through
+    /// `port` first) was live, and which then went offline: its listener shows the cache.
+    static func itemsListenedThenOffline(_ dir: TemporaryDirectory, port: Int, proxy: CuttingProxy) async throws
+        -> (Client, LatestSnapshot, ObserverHandle) {
+        for i in 0..<200 { _ = try TestHTTP.request(port, "PUT", "/items/c\(i).json?ns=t", json: #"{"n": \#(i)}"#) }
+        let a = try await Client(dir.sub("a"), port: proxy.port)
+        let last = LatestSnapshot()
+        let handle = try a.db.reference("items").observe(.value, includeMetadataChanges: true) { s in last.note(s) }
+        await a.sync.goOnline()
+        #expect(await eventually { last.value?.metadata.fromCache == false && last.value?.childrenCount == 200 })
+        await a.sync.goOffline()
+        #expect(await eventually { last.value?.metadata.fromCache == true })
+        return (a, last, handle)
     }
 }
