@@ -6,6 +6,7 @@
 #   pkg-config       how SwiftPM finds liblz4 and sqlite3
 #   python3-venv     the server's firebase-admin test builds a virtualenv (only if `python3 -m venv` fails)
 #   postgresql       the server's PostgreSQL backend is tested against a throw-away cluster (scripts/postgres.sh)
+#   procps           pgrep, with which a test freezes that cluster's processes
 set -euo pipefail
 needed=()
 for pkg in liblz4-dev libleveldb-dev libsqlite3-dev pkg-config; do
@@ -14,6 +15,7 @@ done
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   needed+=(postgresql)
 fi
+command -v pgrep >/dev/null 2>&1 || needed+=(procps)
 if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
   needed+=(python3-venv)
 fi

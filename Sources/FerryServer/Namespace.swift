@@ -572,9 +572,9 @@ final class Namespace: Sendable {
     }
 
     /// Runs a group or a catch-up; with a shared storage, cancels it when the storage has not
-    /// begun it (`began`) within ``storageWait``: a database that does not answer, or a
-    /// connection pool that cannot grow, then costs the group's writes a 503, which clients
-    /// retry, instead of a wait without end.
+    /// begun it (`began`) within ``storageWait``, or not finished it within six times that: a
+    /// database that does not answer, or a connection pool that cannot grow, then costs the
+    /// group's writes a 503, which clients retry, instead of a wait without end.
     private func withinStorageWait(_ work: @escaping @Sendable (_ began: @escaping @Sendable () -> Void) async -> Bool) async -> Bool {
         guard storage.isShared else { return await work {} }
         let started = StartFlag()
@@ -585,14 +585,23 @@ final class Namespace: Sendable {
                 try? await Task.sleep(for: wait)
                 return nil
             }
+            var waited = 1
             while let result = await group.next() {
                 if let result {
                     group.cancelAll()
                     return result
                 }
-                if !started.isSet {
-                    logger.warning("namespace \(name): the storage did not begin within \(wait); giving up on this group")
+                // Not begun within the wait, or begun and not done within six: the work is
+                // cancelled (its connection closed), and its writes get 503s.
+                if !started.isSet || waited >= 6 {
+                    logger.warning("namespace \(name): the storage did not \(started.isSet ? "finish" : "begin") within \(wait * waited); giving up on this group")
                     group.cancelAll()
+                } else {
+                    waited += 1
+                    group.addTask {
+                        try? await Task.sleep(for: wait)
+                        return nil
+                    }
                 }
             }
             return false
@@ -654,7 +663,7 @@ final class Namespace: Sendable {
                 try await store()
             }
         } catch {
-            storageFailed(error, jobs: jobs, decided: outcomes.count, before: before)
+            storageFailed(error, jobs: jobs, before: before)
             return began
         }
         state.withLock { s in
@@ -687,7 +696,7 @@ final class Namespace: Sendable {
     /// (a database restarting, a connection lost): the writer's tree and the rest go back to
     /// what is committed, and the group's writes are answered 503, which clients retry — each
     /// at most once, by its client's mark, should the storage have taken it after all.
-    private func storageFailed(_ error: any Error, jobs: [WriteJob], decided: Int,
+    private func storageFailed(_ error: any Error, jobs: [WriteJob],
                                before: (clients: [String: Value], rules: Rules, presence: [String: [Value]], seq: Int64)?) {
         guard storage.isShared else {
             logger.error("namespace \(name): the store failed (\(error)); refusing writes from now on")
@@ -701,9 +710,10 @@ final class Namespace: Sendable {
         }
         logger.warning("namespace \(name): the storage did not take \(jobs.count) writes (\(error)); they are answered 503")
         state.withLock { s in
-            if decided > 0 {
-                // (Shares the committed tree's objects: the next write copies those on its
-                // path, a cost only after a failure.)
+            if before != nil {
+                // (Once begun, a write may be in the working tree, answered or not. This shares
+                // the committed tree's objects: the next write copies those on its path, a cost
+                // only after a failure.)
                 s.working = s.committed
                 s.workingCommit = s.commit
             }

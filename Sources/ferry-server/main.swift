@@ -101,7 +101,7 @@ struct FerryServerCommand: ParsableCommand {
     @Option(help: "Seconds a disconnected client's onDisconnect writes wait: after a restart, for it to connect again; on a silent connection, for its acknowledgements.")
     var presenceTimeout: Int = 60
 
-    @Option(help: "Keep the Realtime Database namespaces in this PostgreSQL database, shared with other ferry-server processes: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=disable|prefer|require]. The schema is created or migrated at start. Default: a Ferry store per namespace under --data.")
+    @Option(help: "Keep the Realtime Database namespaces in this PostgreSQL database, shared with other ferry-server processes: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=disable|prefer|require]. The schema is created at start when missing. Default: a Ferry store per namespace under --data.")
     var postgres: String?
 
     @Option(help: "With --postgres: seconds a group of writes may wait for a connection and its namespace's lock (or a read for other servers' commits) before it is answered 503.")
@@ -212,7 +212,7 @@ struct FerryServerCommand: ParsableCommand {
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 
 extension FerryServerCommand {
-    /// Connects to the database at `url` and creates or migrates its schema (before the server
+    /// Connects to the database at `url` and creates its schema when missing (before the server
     /// listens).
     static func startPostgres(_ url: String, leaseSeconds: Int) throws -> PostgresBackend {
         let backend = try PostgresBackend(url: url, leaseSeconds: leaseSeconds, logger: Logger(label: "ferry-server.postgres"))

@@ -8,7 +8,7 @@ import PostgresNIO
 
 /// A PostgreSQL database that several `ferry-server` processes share (`--postgres URL`).
 ///
-/// The schema (created, or migrated, at start; see `FORMAT.md`):
+/// The schema (created at start when missing; see `FORMAT.md`):
 /// - `ferry_namespaces`: one row per namespace: its creation time (the epoch), its last commit
 ///   number and its version (one more per stored group, whatever the group wrote);
 /// - `ferry_data`: one row per leaf of each namespace's data, keyed by its path (keys joined by
@@ -77,13 +77,23 @@ public final class PostgresBackend: Sendable {
         client = PostgresClient(configuration: config, backgroundLogger: logger)
     }
 
-    /// Connects, creates or migrates the schema, and listens for other processes' commits.
+    /// Connects, creates the schema when missing, takes this process's lease, and listens for
+    /// other processes' commits.
     public func start() async throws {
         let client = self.client
         tasks.withLock { $0.append(Task { await client.run() }) }
-        try await migrate()
+        try await prepareSchema()
+        try await renewLease()  // (before any registration names this process)
         tasks.withLock { $0.append(Task { [self] in await listen() }) }
         tasks.withLock { $0.append(Task { [self] in await keepLease() }) }
+    }
+
+    /// Takes or renews this process's lease.
+    private func renewLease() async throws {
+        try await client.query("""
+            INSERT INTO ferry_processes (id, expires) VALUES (\(processID), now() + make_interval(secs => \(Double(leaseSeconds))))
+            ON CONFLICT (id) DO UPDATE SET expires = excluded.expires
+            """, logger: logger)
     }
 
     /// `found` is told, by namespace, the clients whose registrations' process is gone.
@@ -97,14 +107,12 @@ public final class PostgresBackend: Sendable {
         let seconds = Double(leaseSeconds)
         while !Task.isCancelled {
             do {
-                try await client.query("""
-                    INSERT INTO ferry_processes (id, expires) VALUES (\(processID), now() + make_interval(secs => \(seconds)))
-                    ON CONFLICT (id) DO UPDATE SET expires = excluded.expires
-                    """, logger: logger)
+                try await renewLease()
                 var found: [String: [String]] = [:]
+                // (A process whose row is gone counts as gone too.)
                 for try await (ns, client) in try await client.query("""
-                    SELECT m.ns, substr(m.path, 13) FROM ferry_meta m JOIN ferry_processes p ON m.value = '"' || p.id || '"'
-                    WHERE m.path LIKE 'meta/owners/%' AND p.expires < now()
+                    SELECT m.ns, substr(m.path, 13) FROM ferry_meta m LEFT JOIN ferry_processes p ON m.value = '"' || p.id || '"'
+                    WHERE m.path LIKE 'meta/owners/%' AND m.value <> 'null' AND (p.id IS NULL OR p.expires < now())
                     """, logger: logger).decode((String, String).self) {
                     found[ns, default: []].append(client)
                 }
@@ -128,7 +136,7 @@ public final class PostgresBackend: Sendable {
 
     /// Creates the tables when missing (one process at a time: an advisory lock), and refuses a
     /// schema newer than this build's.
-    private func migrate() async throws {
+    private func prepareSchema() async throws {
         try await client.withConnection { conn in
             try await conn.query("BEGIN", logger: logger)
             do {
@@ -300,12 +308,13 @@ final class PostgresStorage: NamespaceStorage {
         return try await connection { conn in
             let was = known.withLock { $0 }
             guard try await Self.head(conn, name, logger).2 != was.version else { return nil }
-            return try await Self.inSnapshot(conn, logger) {
+            let (missed, version) = try await Self.inSnapshot(conn, logger) {
                 let (_, commit, version) = try await Self.head(conn, name, logger)
-                let missed = try await Self.missed(conn, name, after: was, now: (commit, version), logger)
-                known.withLock { $0 = (commit, version) }
-                return missed
+                return (try await Self.missed(conn, name, after: was, now: (commit, version), logger), version)
             }
+            // (Only once the snapshot ended well: a failed catch-up leaves nothing marked read.)
+            known.withLock { $0 = (missed.commit, version) }
+            return missed
         }
     }
 
