@@ -11,6 +11,11 @@ dir=${2:?a directory}
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
 [ -n "$bin" ] || { echo "PostgreSQL is not installed (scripts/deps.sh installs it)" >&2; exit 1; }
 as_server() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+# Starts the cluster in $dir on port $1 (loopback only, its socket in $dir).
+serve() {
+  as_server "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-p $1 -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
+}
 case $cmd in
 start)
   mkdir -p "$dir"
@@ -21,8 +26,7 @@ start)
   # A free port: the kernel picks one, which the server then takes (a race lost is retried).
   for _ in 1 2 3 4 5; do
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    if as_server "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-         -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null; then
+    if serve "$port"; then
       echo "$port" >"$dir/port"
       echo "postgres://ferry@127.0.0.1:$port/postgres?sslmode=disable"
       exit 0
@@ -33,15 +37,13 @@ start)
   ;;
 restart)
   dir=$(cd "$dir" && pwd)
-  port=$(cat "$dir/port")
-  as_server "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
+  serve "$(cat "$dir/port")"
   ;;
 stop)
   as_server "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
   ;;
 *)
-  echo "usage: scripts/postgres.sh start|stop DIR" >&2
+  echo "usage: scripts/postgres.sh start|stop|restart DIR" >&2
   exit 2
   ;;
 esac

@@ -624,14 +624,12 @@ final class Namespace: Sendable {
         var changes: [Change] = []
         var sizes: [Int] = []  // (each change's approximate bytes)
         var rulesChanged = false
-        var began = false
-        /// What the writes change besides the trees, as it was before them: put back if the
-        /// group is not stored.
+        /// What the writes change besides the trees, as it was before them (nil until the
+        /// storage began the group): put back if the group is not stored.
         var before: (clients: [String: Value], rules: Rules, presence: [String: [Value]], seq: Int64)?
         do {
             try await storage.group { missed, writer in
                 if let missed { apply(missed) }
-                began = true
                 storageBegan()
                 before = state.withLock { s in (s.clients, s.rules, s.presence, s.presenceSeq) }
                 // The group's writes go to the storage as a few runs (one record per write cost
@@ -664,7 +662,7 @@ final class Namespace: Sendable {
             }
         } catch {
             storageFailed(error, jobs: jobs, before: before)
-            return began
+            return before != nil
         }
         state.withLock { s in
             let last = s.workingCommit
